@@ -1,0 +1,217 @@
+//! Elementwise maps over one, two or three operands of the same shape.
+//!
+//! The operands may have any layouts (broadcast axes have stride 0, so
+//! broadcasting never materializes an input). Fast path: every operand
+//! contiguous. Otherwise the axes are coalesced and the innermost run is a
+//! tight loop, unit-stride where the layouts allow.
+
+use super::{alloc_uninit, assume_init, for_run_chunks, Par};
+use crate::layout::{Coalesced, Layout};
+
+#[inline(always)]
+fn at<T: Copy>(x: &[T], base: usize, i: usize, stride: isize) -> T {
+    x[(base as isize + i as isize * stride) as usize]
+}
+
+/// `out[i] = f(x[i])` over the logical elements of `x`.
+pub fn map1<T, U, F>(x: &[T], lx: &Layout, par: Par, f: F) -> Vec<U>
+where
+    T: Copy + Sync,
+    U: Send,
+    F: Fn(T) -> U + Sync,
+{
+    let n = lx.numel();
+    let mut out = alloc_uninit::<U>(n);
+    if let Some(r) = lx.contiguous_range() {
+        let src = &x[r];
+        for_run_chunks(&mut out, 1, par, |first, dst| {
+            for (d, s) in dst.iter_mut().zip(&src[first..]) {
+                d.write(f(*s));
+            }
+        });
+    } else {
+        let c = Coalesced::new(&lx.shape, [(&lx.strides[..], lx.offset)]);
+        let len = c.inner_len();
+        for_run_chunks(&mut out, len, par, |first, dst| {
+            let mut k = 0;
+            c.for_runs(first, dst.len() / len, |[o], n, [s]| {
+                let d = &mut dst[k..k + n];
+                if s == 1 {
+                    for (d, v) in d.iter_mut().zip(&x[o..o + n]) {
+                        d.write(f(*v));
+                    }
+                } else {
+                    for (i, d) in d.iter_mut().enumerate() {
+                        d.write(f(at(x, o, i, s)));
+                    }
+                }
+                k += n;
+            });
+        });
+    }
+    // SAFETY: every output slot was written above (the runs cover all n).
+    unsafe { assume_init(out) }
+}
+
+/// `out[i] = f(a[i], b[i])`; `a` and `b` have the same logical shape.
+pub fn map2<A, B, U, F>(a: &[A], la: &Layout, b: &[B], lb: &Layout, par: Par, f: F) -> Vec<U>
+where
+    A: Copy + Sync,
+    B: Copy + Sync,
+    U: Send,
+    F: Fn(A, B) -> U + Sync,
+{
+    debug_assert_eq!(la.shape, lb.shape);
+    let n = la.numel();
+    let mut out = alloc_uninit::<U>(n);
+    if let (Some(ra), Some(rb)) = (la.contiguous_range(), lb.contiguous_range()) {
+        let (sa, sb) = (&a[ra], &b[rb]);
+        for_run_chunks(&mut out, 1, par, |first, dst| {
+            for ((d, x), y) in dst.iter_mut().zip(&sa[first..]).zip(&sb[first..]) {
+                d.write(f(*x, *y));
+            }
+        });
+    } else {
+        let c = Coalesced::new(&la.shape, [(&la.strides[..], la.offset), (&lb.strides[..], lb.offset)]);
+        let len = c.inner_len();
+        for_run_chunks(&mut out, len, par, |first, dst| {
+            let mut k = 0;
+            c.for_runs(first, dst.len() / len, |[oa, ob], n, [sa, sb]| {
+                let d = &mut dst[k..k + n];
+                match (sa, sb) {
+                    (1, 1) => {
+                        for ((d, x), y) in d.iter_mut().zip(&a[oa..oa + n]).zip(&b[ob..ob + n]) {
+                            d.write(f(*x, *y));
+                        }
+                    }
+                    (1, 0) => {
+                        let y = b[ob];
+                        for (d, x) in d.iter_mut().zip(&a[oa..oa + n]) {
+                            d.write(f(*x, y));
+                        }
+                    }
+                    (0, 1) => {
+                        let x = a[oa];
+                        for (d, y) in d.iter_mut().zip(&b[ob..ob + n]) {
+                            d.write(f(x, *y));
+                        }
+                    }
+                    _ => {
+                        for (i, d) in d.iter_mut().enumerate() {
+                            d.write(f(at(a, oa, i, sa), at(b, ob, i, sb)));
+                        }
+                    }
+                }
+                k += n;
+            });
+        });
+    }
+    // SAFETY: every output slot was written above.
+    unsafe { assume_init(out) }
+}
+
+/// `out[i] = f(a[i], b[i], c[i])`; all three have the same logical shape.
+#[allow(clippy::too_many_arguments)]
+pub fn map3<A, B, C, U, F>(
+    a: &[A],
+    la: &Layout,
+    b: &[B],
+    lb: &Layout,
+    c: &[C],
+    lc: &Layout,
+    par: Par,
+    f: F,
+) -> Vec<U>
+where
+    A: Copy + Sync,
+    B: Copy + Sync,
+    C: Copy + Sync,
+    U: Send,
+    F: Fn(A, B, C) -> U + Sync,
+{
+    let n = la.numel();
+    let mut out = alloc_uninit::<U>(n);
+    let co = Coalesced::new(
+        &la.shape,
+        [(&la.strides[..], la.offset), (&lb.strides[..], lb.offset), (&lc.strides[..], lc.offset)],
+    );
+    let len = co.inner_len();
+    for_run_chunks(&mut out, len, par, |first, dst| {
+        let mut k = 0;
+        co.for_runs(first, dst.len() / len, |[oa, ob, oc], n, [sa, sb, sc]| {
+            for (i, d) in dst[k..k + n].iter_mut().enumerate() {
+                d.write(f(at(a, oa, i, sa), at(b, ob, i, sb), at(c, oc, i, sc)));
+            }
+            k += n;
+        });
+    });
+    // SAFETY: every output slot was written above.
+    unsafe { assume_init(out) }
+}
+
+/// A contiguous copy of the logical elements of `x`.
+pub fn to_contiguous<T: Copy + Send + Sync>(x: &[T], lx: &Layout, par: Par) -> Vec<T> {
+    if let Some(r) = lx.contiguous_range() {
+        return x[r].to_vec();
+    }
+    map1(x, lx, par, |v| v)
+}
+
+/// Writes the logical elements of `src` (layout `ls`) into `dst` through the
+/// layout `ld` (same shape). `ld` must not overlap itself (callers check
+/// [`Layout::has_internal_overlap`]); `src` must not alias `dst`.
+pub fn write_strided<T: Copy>(dst: &mut [T], ld: &Layout, src: &[T], ls: &Layout) {
+    let c = Coalesced::new(&ld.shape, [(&ld.strides[..], ld.offset), (&ls.strides[..], ls.offset)]);
+    c.for_runs(0, c.runs(), |[od, os], n, [sd, ss]| {
+        if sd == 1 && ss == 1 {
+            dst[od..od + n].copy_from_slice(&src[os..os + n]);
+        } else {
+            for i in 0..n {
+                dst[(od as isize + i as isize * sd) as usize] = at(src, os, i, ss);
+            }
+        }
+    });
+}
+
+/// Fills the elements of `dst` reached through layout `ld` with `value`.
+pub fn fill_strided<T: Copy>(dst: &mut [T], ld: &Layout, value: T) {
+    let c = Coalesced::new(&ld.shape, [(&ld.strides[..], ld.offset)]);
+    c.for_runs(0, c.runs(), |[od], n, [sd]| {
+        for i in 0..n {
+            dst[(od as isize + i as isize * sd) as usize] = value;
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::Shape;
+
+    #[test]
+    fn broadcast_and_transposed_operands() {
+        let a: Vec<f32> = (0..6).map(|v| v as f32).collect();
+        let la = Layout::contiguous(Shape::from([2, 3]));
+        let b = vec![10.0f32, 20.0, 30.0];
+        let lb = Layout::contiguous(Shape::from([3])).broadcast_in_dim(&Shape::from([2, 3]), &[1]);
+        let out = map2(&a, &la, &b, &lb, Par::Seq, |x, y| x + y);
+        assert_eq!(out, vec![10.0, 21.0, 32.0, 13.0, 24.0, 35.0]);
+        let t = la.permute(&[1, 0]);
+        assert_eq!(to_contiguous(&a, &t, Par::Seq), vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+        let big: Vec<f64> = (0..100_000).map(|v| v as f64).collect();
+        let lbig = Layout::contiguous(Shape::from([400, 250])).permute(&[1, 0]);
+        let seq = map1(&big, &lbig, Par::Seq, |v| v * 2.0);
+        let par = map1(&big, &lbig, Par::Rayon, |v| v * 2.0);
+        assert_eq!(seq, par);
+        assert_eq!(seq[1], 500.0);
+    }
+
+    #[test]
+    fn strided_write() {
+        let mut dst = vec![0i32; 6];
+        let ld = Layout::contiguous(Shape::from([2, 3])).slice(&[0, 1], &[2, 3], &[1, 1]);
+        let src = vec![1, 2, 3, 4];
+        write_strided(&mut dst, &ld, &src, &Layout::contiguous(Shape::from([2, 2])));
+        assert_eq!(dst, vec![0, 1, 2, 0, 3, 4]);
+    }
+}

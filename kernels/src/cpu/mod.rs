@@ -1,0 +1,87 @@
+//! CPU kernels: generic over the element type, any strided layout in,
+//! contiguous row-major out.
+//!
+//! Parallelism is an explicit [`Par`] argument that the caller picks with
+//! [`Par::for_work`]; kernels never decide on their own, and a kernel that
+//! runs a rayon loop never calls faer with `Par::rayon` inside it.
+
+pub mod elementwise;
+pub mod indexing;
+pub mod matmul;
+pub mod random;
+pub mod reduce;
+pub mod shape;
+
+use std::mem::MaybeUninit;
+
+/// Whether a kernel may split its work over the rayon pool.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Par {
+    /// Run on the calling thread.
+    Seq,
+    /// Split over the global rayon pool.
+    Rayon,
+}
+
+/// Below this many "cheap element operations" a kernel runs sequentially:
+/// waking the pool costs a few microseconds, which only pays for itself
+/// above roughly this much work (measured on 2 cores; see benches).
+pub const PAR_MIN_WORK: usize = 1 << 16;
+
+impl Par {
+    /// `Rayon` when `elems * cost` (cost: 1 for an add, ~10 for exp or sin)
+    /// is worth splitting and more than one thread exists.
+    pub fn for_work(elems: usize, cost: usize) -> Par {
+        if elems.saturating_mul(cost) >= PAR_MIN_WORK && rayon::current_num_threads() > 1 {
+            Par::Rayon
+        } else {
+            Par::Seq
+        }
+    }
+}
+
+/// A vector of `n` uninitialized slots that a kernel fills completely.
+pub(crate) fn alloc_uninit<T>(n: usize) -> Vec<MaybeUninit<T>> {
+    let mut v = Vec::with_capacity(n);
+    // SAFETY: MaybeUninit<T> needs no initialization; capacity is n.
+    unsafe { v.set_len(n) };
+    v
+}
+
+/// Converts a completely written vector of slots into a vector of values.
+///
+/// # Safety
+/// Every slot must have been written.
+pub(crate) unsafe fn assume_init<T>(v: Vec<MaybeUninit<T>>) -> Vec<T> {
+    let mut v = std::mem::ManuallyDrop::new(v);
+    // SAFETY: MaybeUninit<T> has the layout of T, every slot is initialized
+    // (the caller's contract), and the allocation is handed over unchanged.
+    unsafe { Vec::from_raw_parts(v.as_mut_ptr() as *mut T, v.len(), v.capacity()) }
+}
+
+/// Splits `out` into chunks of whole runs of `run_len` elements and calls
+/// `body(first_run, chunk)` for each, in parallel under `Par::Rayon`.
+pub(crate) fn for_run_chunks<U: Send>(
+    out: &mut [MaybeUninit<U>],
+    run_len: usize,
+    par: Par,
+    body: impl Fn(usize, &mut [MaybeUninit<U>]) + Sync,
+) {
+    if out.is_empty() || run_len == 0 {
+        return;
+    }
+    let runs = out.len() / run_len;
+    let tasks = match par {
+        Par::Seq => 1,
+        Par::Rayon => (rayon::current_num_threads() * 4).min(runs).max(1),
+    };
+    if tasks == 1 {
+        body(0, out);
+        return;
+    }
+    use rayon::prelude::*;
+    let runs_per_task = runs.div_ceil(tasks);
+    out.par_chunks_mut(runs_per_task * run_len)
+        .enumerate()
+        .for_each(|(i, chunk)| body(i * runs_per_task, chunk));
+}

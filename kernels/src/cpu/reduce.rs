@@ -1,0 +1,233 @@
+//! Reductions over axes, arg-reductions over one axis, and cumulative sums.
+
+use super::{alloc_uninit, assume_init, for_run_chunks, Par};
+use crate::layout::{Coalesced, Dims, Layout, Shape, Strides};
+
+/// How to reduce: an accumulator `A` started at `init`, fed elements with
+/// `fold`, and turned into the result with `finish`.
+pub struct Reducer<A, FF, FO> {
+    /// The accumulator's starting value.
+    pub init: A,
+    /// Adds one element to an accumulator.
+    pub fold: FF,
+    /// Turns an accumulator into a result element.
+    pub finish: FO,
+}
+
+/// Splits a layout into the kept axes (in order) and the reduced axes.
+fn split_axes(lx: &Layout, axes: &[usize]) -> (Dims, Strides, Dims, Strides) {
+    let (mut ks, mut kt, mut rs, mut rt) = (Dims::new(), Strides::new(), Dims::new(), Strides::new());
+    for d in 0..lx.rank() {
+        if axes.contains(&d) {
+            rs.push(lx.shape[d]);
+            rt.push(lx.strides[d]);
+        } else {
+            ks.push(lx.shape[d]);
+            kt.push(lx.strides[d]);
+        }
+    }
+    (ks, kt, rs, rt)
+}
+
+/// Reduces `x` over `axes`; the result has the kept axes, row-major.
+pub fn reduce<T, A, U, FF, FO>(x: &[T], lx: &Layout, axes: &[usize], par: Par, r: Reducer<A, FF, FO>) -> Vec<U>
+where
+    T: Copy + Sync,
+    A: Copy + Send + Sync,
+    U: Send,
+    FF: Fn(A, T) -> A + Sync,
+    FO: Fn(A) -> U + Sync,
+{
+    let (ks, kt, rs, rt) = split_axes(lx, axes);
+    let nout: usize = ks.iter().product();
+    let nred: usize = rs.iter().product();
+    let kept = Coalesced::new(&ks, [(&kt[..], lx.offset)]);
+    let red = Coalesced::new(&rs, [(&rt[..], 0)]);
+    // Iterate in memory order: if the fastest-moving input axis is a kept one
+    // (e.g. summing the rows of a row-major matrix), accumulate whole rows.
+    let kept_inner_unit = nout > 1 && kept.inner_strides()[0] == 1;
+    let red_inner_unit = nred > 1 && red.inner_strides()[0] == 1;
+    if kept_inner_unit && !red_inner_unit {
+        let len = kept.inner_len();
+        let mut acc = vec![r.init; nout];
+        let chunks: Vec<(usize, &mut [A])> = {
+            let runs_per_task = match par {
+                Par::Seq => kept.runs(),
+                Par::Rayon => kept.runs().div_ceil(rayon::current_num_threads() * 2).max(1),
+            };
+            acc.chunks_mut(runs_per_task * len)
+                .enumerate()
+                .map(|(i, c)| (i * runs_per_task, c))
+                .collect()
+        };
+        let work = |(first, chunk): (usize, &mut [A])| {
+            red.for_runs(0, red.runs(), |[ro], rn, [rstride]| {
+                for j in 0..rn {
+                    let roff = ro as isize + j as isize * rstride;
+                    let mut k = 0;
+                    kept.for_runs(first, chunk.len() / len, |[ko], n, _| {
+                        let base = (ko as isize + roff) as usize;
+                        for (a, v) in chunk[k..k + n].iter_mut().zip(&x[base..base + n]) {
+                            *a = (r.fold)(*a, *v);
+                        }
+                        k += n;
+                    });
+                }
+            });
+        };
+        match par {
+            Par::Seq => chunks.into_iter().for_each(work),
+            Par::Rayon => {
+                use rayon::prelude::*;
+                chunks.into_par_iter().for_each(work)
+            }
+        }
+        return acc.into_iter().map(&r.finish).collect();
+    }
+    let mut out = alloc_uninit::<U>(nout);
+    let klen = kept.inner_len();
+    for_run_chunks(&mut out, klen, par, |first, dst| {
+        let mut k = 0;
+        kept.for_runs(first, dst.len() / klen, |[ko], n, [ks]| {
+            for i in 0..n {
+                let base = ko as isize + i as isize * ks;
+                let mut a = r.init;
+                red.for_runs(0, red.runs(), |[ro], rn, [rstride]| {
+                    let start = (base + ro as isize) as usize;
+                    if rstride == 1 {
+                        for v in &x[start..start + rn] {
+                            a = (r.fold)(a, *v);
+                        }
+                    } else {
+                        for j in 0..rn {
+                            a = (r.fold)(a, x[(start as isize + j as isize * rstride) as usize]);
+                        }
+                    }
+                });
+                dst[k + i].write((r.finish)(a));
+            }
+            k += n;
+        });
+    });
+    // SAFETY: every output slot was written above.
+    unsafe { assume_init(out) }
+}
+
+/// Index of the first extreme element along `axis` (`better(a, b)`: a beats
+/// b). NaN counts as extreme, as in numpy. The result has `axis` removed.
+pub fn arg_reduce<T, I, FB>(x: &[T], lx: &Layout, axis: usize, par: Par, better: FB, to_index: fn(usize) -> I) -> Vec<I>
+where
+    T: Copy + Sync + crate::Element,
+    I: Send,
+    FB: Fn(T, T) -> bool + Sync,
+{
+    let (ks, kt, _, _) = split_axes(lx, &[axis]);
+    let n = lx.shape[axis];
+    let s = lx.strides[axis];
+    let nout: usize = ks.iter().product();
+    let kept = Coalesced::new(&ks, [(&kt[..], lx.offset)]);
+    let mut out = alloc_uninit::<I>(nout);
+    let klen = kept.inner_len();
+    for_run_chunks(&mut out, klen, par, |first, dst| {
+        let mut k = 0;
+        kept.for_runs(first, dst.len() / klen, |[ko], m, [ks]| {
+            for i in 0..m {
+                let base = ko as isize + i as isize * ks;
+                let mut best = 0usize;
+                let mut bv = x[base as usize];
+                if !bv.is_nan() {
+                    for j in 1..n {
+                        let v = x[(base + j as isize * s) as usize];
+                        if v.is_nan() {
+                            best = j;
+                            break;
+                        }
+                        if better(v, bv) {
+                            best = j;
+                            bv = v;
+                        }
+                    }
+                }
+                dst[k + i].write(to_index(best));
+            }
+            k += m;
+        });
+    });
+    // SAFETY: every output slot was written above.
+    unsafe { assume_init(out) }
+}
+
+/// Running fold along `axis` (from the end when `reverse`), same shape out.
+pub fn cumulative<T, A, U, FF, FO>(x: &[T], lx: &Layout, axis: usize, reverse: bool, r: Reducer<A, FF, FO>) -> Vec<U>
+where
+    T: Copy,
+    A: Copy,
+    U: Copy + Default,
+    FF: Fn(A, T) -> A,
+    FO: Fn(A) -> U,
+{
+    let shape = &lx.shape;
+    let n = shape[axis];
+    let out_strides = shape.contiguous_strides();
+    let mut out = vec![U::default(); lx.numel()];
+    let mut outer: Dims = shape.0.clone();
+    outer[axis] = 1;
+    crate::layout::for_each_index(&outer, |idx| {
+        let xb = lx.offset_of(idx) as isize;
+        let ob: isize = idx.iter().zip(out_strides.iter()).map(|(&i, &s)| i as isize * s).sum();
+        let mut a = r.init;
+        for jj in 0..n {
+            let j = if reverse { n - 1 - jj } else { jj };
+            a = (r.fold)(a, x[(xb + j as isize * lx.strides[axis]) as usize]);
+            out[(ob + j as isize * out_strides[axis]) as usize] = (r.finish)(a);
+        }
+    });
+    out
+}
+
+/// The shape of a reduction's result (axes removed).
+pub fn reduced_shape(shape: &Shape, axes: &[usize]) -> Shape {
+    Shape(shape.iter().enumerate().filter(|(d, _)| !axes.contains(d)).map(|(_, &n)| n).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sum(x: &[f64], l: &Layout, axes: &[usize], par: Par) -> Vec<f64> {
+        reduce(x, l, axes, par, Reducer { init: 0.0, fold: |a, v| a + v, finish: |a| a })
+    }
+
+    #[test]
+    fn sums_over_each_axis_set_in_both_orders() {
+        let x: Vec<f64> = (0..24).map(|v| v as f64).collect();
+        let l = Layout::contiguous(Shape::from([2, 3, 4]));
+        assert_eq!(sum(&x, &l, &[0, 1, 2], Par::Seq), vec![276.0]);
+        assert_eq!(sum(&x, &l, &[2], Par::Seq), vec![6.0, 22.0, 38.0, 54.0, 70.0, 86.0]);
+        let by0 = sum(&x, &l, &[0], Par::Seq);
+        assert_eq!(by0[0], 12.0);
+        assert_eq!(by0[11], 11.0 + 23.0);
+        assert_eq!(sum(&x, &l, &[0], Par::Rayon), by0);
+        let t = l.permute(&[2, 0, 1]);
+        let r = sum(&x, &t, &[1], Par::Seq); // [4,3]
+        assert_eq!(r[0], 0.0 + 12.0);
+        assert_eq!(r[3 * 1 + 2], 9.0 + 21.0);
+        assert_eq!(sum(&x, &l, &[], Par::Seq), x);
+    }
+
+    #[test]
+    fn argmax_first_and_nan() {
+        let x = vec![1.0f32, 3.0, 3.0, f32::NAN, 0.0, 2.0];
+        let l = Layout::contiguous(Shape::from([2, 3]));
+        let r = arg_reduce(&x, &l, 1, Par::Seq, |a, b| a > b, |i| i as i64);
+        assert_eq!(r, vec![1, 0]);
+    }
+
+    #[test]
+    fn cumsum_reverse() {
+        let x = vec![1i32, 2, 3, 4];
+        let l = Layout::contiguous(Shape::from([2, 2]));
+        let r = cumulative(&x, &l, 0, true, Reducer { init: 0, fold: |a, v| a + v, finish: |a| a });
+        assert_eq!(r, vec![4, 6, 3, 4]);
+    }
+}

@@ -1,0 +1,19 @@
+//! xform-kernels: compute over raw buffers.
+//!
+//! This crate knows no `Tensor`: it has element types ([`DType`],
+//! [`Element`], [`Float`]), typed buffers ([`CpuBuffer`]), strided
+//! [`Layout`]s, and kernels that take slices plus layouts and return fresh
+//! contiguous results (`cpu`), plus the CUDA backend behind the `cuda`
+//! feature (`cuda`).
+
+#![warn(missing_docs)]
+
+pub mod buffer;
+pub mod cpu;
+pub mod dtype;
+pub mod layout;
+
+pub use buffer::CpuBuffer;
+pub use dtype::{DType, Element, Float, Real};
+pub use half;
+pub use layout::{Coalesced, Dims, Layout, Shape, Strides};

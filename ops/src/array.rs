@@ -1,0 +1,197 @@
+//! Concrete arrays: shared storage (CPU or CUDA) plus a strided layout.
+//!
+//! An [`Array`] is a cheap-to-clone, `Send` handle. Views (transpose,
+//! broadcast, slice, reversal, reshape of compatible strides) share the
+//! storage and differ only in their [`Layout`]; a write through one is seen
+//! by all (PyTorch semantics).
+
+use crate::error::{Error, Result};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use xform_kernels::{CpuBuffer, DType, Element, Layout, Shape};
+
+/// Where an array's elements live.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Device {
+    /// Host memory.
+    #[default]
+    Cpu,
+    /// The CUDA device with this ordinal (needs the `cuda` feature).
+    Cuda(usize),
+}
+
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Device::Cpu => f.write_str("cpu"),
+            Device::Cuda(i) => write!(f, "cuda:{i}"),
+        }
+    }
+}
+
+/// The elements of one storage, on its device.
+#[derive(Debug)]
+pub enum Buffer {
+    /// Host elements.
+    Cpu(CpuBuffer),
+    /// Device elements.
+    #[cfg(feature = "cuda")]
+    Cuda(xform_kernels::cuda::CudaBuffer),
+}
+
+impl Buffer {
+    /// The CPU elements, or an error naming `op` for a device buffer.
+    pub fn cpu(&self, op: &str) -> Result<&CpuBuffer> {
+        let _ = op;
+        match self {
+            Buffer::Cpu(b) => Ok(b),
+            #[cfg(feature = "cuda")]
+            Buffer::Cuda(_) => Err(Error::device(op, "expected a CPU array, found a CUDA one")),
+        }
+    }
+
+    /// The CPU elements mutably, or an error naming `op` for a device buffer.
+    pub fn cpu_mut(&mut self, op: &str) -> Result<&mut CpuBuffer> {
+        let _ = op;
+        match self {
+            Buffer::Cpu(b) => Ok(b),
+            #[cfg(feature = "cuda")]
+            Buffer::Cuda(_) => Err(Error::device(op, "expected a CPU array, found a CUDA one")),
+        }
+    }
+}
+
+/// Storage shared by an array and its views.
+#[derive(Debug)]
+pub struct Storage {
+    data: RwLock<Buffer>,
+    device: Device,
+}
+
+/// A concrete array: storage, layout and dtype.
+#[derive(Clone, Debug)]
+pub struct Array {
+    storage: Arc<Storage>,
+    /// Shape, strides and offset into the storage.
+    pub layout: Layout,
+    /// Element type (the storage's).
+    pub dtype: DType,
+}
+
+impl Array {
+    /// A contiguous CPU array over `buf`.
+    ///
+    /// # Panics
+    /// If `buf` does not hold exactly `shape.numel()` elements.
+    pub fn from_cpu(buf: CpuBuffer, shape: Shape) -> Array {
+        assert_eq!(buf.len(), shape.numel(), "buffer length does not match shape {shape}");
+        let dtype = buf.dtype();
+        Array {
+            storage: Arc::new(Storage { data: RwLock::new(Buffer::Cpu(buf)), device: Device::Cpu }),
+            layout: Layout::contiguous(shape),
+            dtype,
+        }
+    }
+
+    /// A contiguous array over a buffer on any device.
+    pub fn from_buffer(buf: Buffer, shape: Shape, dtype: DType, device: Device) -> Array {
+        Array {
+            storage: Arc::new(Storage { data: RwLock::new(buf), device }),
+            layout: Layout::contiguous(shape),
+            dtype,
+        }
+    }
+
+    /// `shape` filled with `value`, stored once and broadcast (stride 0): a
+    /// read-only constant that costs one element however large it is.
+    pub fn full_broadcast(shape: Shape, dtype: DType, value: f64, device: Device) -> Result<Array> {
+        let one = Array::from_cpu(CpuBuffer::full(dtype, 1, value), Shape::scalar()).to_device(device)?;
+        let dims: Vec<usize> = vec![];
+        Ok(one.with_layout(one.layout.broadcast_in_dim(&shape, &dims)))
+    }
+
+    /// The same storage seen through another layout.
+    pub fn with_layout(&self, layout: Layout) -> Array {
+        Array { storage: self.storage.clone(), layout, dtype: self.dtype }
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &Shape {
+        &self.layout.shape
+    }
+
+    /// The device.
+    pub fn device(&self) -> Device {
+        self.storage.device
+    }
+
+    /// True if both arrays are views of one storage.
+    pub fn shares_storage(&self, other: &Array) -> bool {
+        Arc::ptr_eq(&self.storage, &other.storage)
+    }
+
+    /// True if no other array or view holds this storage.
+    pub fn is_unique(&self) -> bool {
+        Arc::strong_count(&self.storage) == 1
+    }
+
+    /// Read access to the storage.
+    pub fn read(&self) -> RwLockReadGuard<'_, Buffer> {
+        self.storage.data.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Write access to the storage.
+    pub fn write(&self) -> RwLockWriteGuard<'_, Buffer> {
+        self.storage.data.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` on the CPU elements and layout.
+    ///
+    /// # Errors
+    /// If the array lives on another device.
+    pub fn with_cpu<R>(&self, op: &str, f: impl FnOnce(&CpuBuffer, &Layout) -> R) -> Result<R> {
+        let guard = self.read();
+        Ok(f(guard.cpu(op)?, &self.layout))
+    }
+
+    /// The logical elements, row-major, as `T` (which must be the dtype).
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        if T::DTYPE != self.dtype {
+            return Err(Error::dtype("to_vec", format!("the array holds {}, not {}", self.dtype, T::DTYPE), &[self.dtype, T::DTYPE]));
+        }
+        let host = self.to_device(Device::Cpu)?;
+        host.with_cpu("to_vec", |b, l| {
+            xform_kernels::cpu::elementwise::to_contiguous(b.as_slice::<T>(), l, xform_kernels::cpu::Par::Seq)
+        })
+    }
+
+    /// A contiguous copy in fresh storage on the same device.
+    pub fn contiguous_copy(&self) -> Result<Array> {
+        match self.device() {
+            Device::Cpu => {
+                let buf = self.with_cpu("copy", |b, l| {
+                    let par = xform_kernels::cpu::Par::for_work(l.numel(), 1);
+                    xform_kernels::match_buffer!(b, v => CpuBuffer::from_vec(xform_kernels::cpu::elementwise::to_contiguous(v, l, par)))
+                })?;
+                Ok(Array::from_cpu(buf, self.layout.shape.clone()))
+            }
+            Device::Cuda(_) => crate::backend::cuda_contiguous_copy(self),
+        }
+    }
+
+    /// This array if its layout is contiguous, else a contiguous copy.
+    pub fn contiguous(&self) -> Result<Array> {
+        if self.layout.is_contiguous() {
+            Ok(self.clone())
+        } else {
+            self.contiguous_copy()
+        }
+    }
+
+    /// A copy on `device` (this array itself if it is there already).
+    pub fn to_device(&self, device: Device) -> Result<Array> {
+        if device == self.device() {
+            return Ok(self.clone());
+        }
+        crate::backend::transfer(self, device)
+    }
+}

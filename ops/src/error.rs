@@ -1,0 +1,259 @@
+//! xform's error type: every failure names the op, the shapes or dtypes
+//! involved, and the transforms in force when it happened.
+
+use crate::Shape;
+use std::fmt;
+use xform_kernels::DType;
+
+/// What went wrong, with the data a user needs to fix the call.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Operand shapes that do not fit the op.
+    Shape {
+        /// What is wrong, in words.
+        message: String,
+        /// The offending shapes.
+        shapes: Vec<Shape>,
+    },
+    /// Operand dtypes that do not fit the op.
+    DType {
+        /// What is wrong, in words.
+        message: String,
+        /// The offending dtypes.
+        dtypes: Vec<DType>,
+    },
+    /// An axis outside `[-rank, rank)`, or repeated.
+    Axis {
+        /// The axis as given.
+        axis: isize,
+        /// The rank of the operand.
+        rank: usize,
+    },
+    /// An index outside `[-size, size)` (gather, scatter, take).
+    IndexOutOfRange {
+        /// The offending index.
+        index: i64,
+        /// The size of the indexed axis.
+        size: usize,
+    },
+    /// A tracer used after the transform that made it returned.
+    EscapedTracer {
+        /// The transform that made the tracer, e.g. "vmap".
+        transform: String,
+    },
+    /// A transform applied to a function or argument it cannot handle.
+    Transform {
+        /// What is wrong, in words.
+        message: String,
+    },
+    /// A bad batch specification (in_axes, out_axes, sizes) for vmap.
+    Batching {
+        /// What is wrong, in words (names the pytree path).
+        message: String,
+    },
+    /// Operands on different devices, or a device that is not available.
+    Device {
+        /// What is wrong, in words.
+        message: String,
+    },
+    /// An in-place op whose target cannot hold the result.
+    InPlace {
+        /// What is wrong, in words.
+        message: String,
+    },
+    /// Any other invalid argument.
+    Invalid {
+        /// What is wrong, in words.
+        message: String,
+    },
+}
+
+/// An xform error: the op, what went wrong, and the transforms in force.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Error {
+    /// The op or transform that failed, e.g. "add" or "grad".
+    pub op: String,
+    /// What went wrong.
+    pub kind: ErrorKind,
+    /// The transforms in force, outermost first, e.g. "vmap(size 8) > grad";
+    /// empty when none.
+    pub transforms: String,
+}
+
+/// `Result` with xform's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// An error in `op`, recording the transforms in force now.
+    pub fn new(op: impl Into<String>, kind: ErrorKind) -> Error {
+        Error { op: op.into(), kind, transforms: crate::interp::describe_transforms() }
+    }
+
+    /// A shape error.
+    pub fn shape(op: impl Into<String>, message: impl Into<String>, shapes: &[&Shape]) -> Error {
+        Error::new(
+            op,
+            ErrorKind::Shape { message: message.into(), shapes: shapes.iter().map(|s| (*s).clone()).collect() },
+        )
+    }
+
+    /// A dtype error.
+    pub fn dtype(op: impl Into<String>, message: impl Into<String>, dtypes: &[DType]) -> Error {
+        Error::new(op, ErrorKind::DType { message: message.into(), dtypes: dtypes.to_vec() })
+    }
+
+    /// An invalid-argument error.
+    pub fn invalid(op: impl Into<String>, message: impl Into<String>) -> Error {
+        Error::new(op, ErrorKind::Invalid { message: message.into() })
+    }
+
+    /// A transform error (non-scalar output to grad, integer input, ...).
+    pub fn transform(op: impl Into<String>, message: impl Into<String>) -> Error {
+        Error::new(op, ErrorKind::Transform { message: message.into() })
+    }
+
+    /// A vmap specification error.
+    pub fn batching(op: impl Into<String>, message: impl Into<String>) -> Error {
+        Error::new(op, ErrorKind::Batching { message: message.into() })
+    }
+
+    /// An in-place error.
+    pub fn in_place(op: impl Into<String>, message: impl Into<String>) -> Error {
+        Error::new(op, ErrorKind::InPlace { message: message.into() })
+    }
+
+    /// A device error.
+    pub fn device(op: impl Into<String>, message: impl Into<String>) -> Error {
+        Error::new(op, ErrorKind::Device { message: message.into() })
+    }
+
+    /// An axis error.
+    pub fn axis(op: impl Into<String>, axis: isize, rank: usize) -> Error {
+        Error::new(op, ErrorKind::Axis { axis, rank })
+    }
+
+    /// Panics with this error's message at the caller's location (or
+    /// returns it as `Err` from an enclosing [`catch`]).
+    #[track_caller]
+    pub fn raise(self) -> ! {
+        raise(self)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: ", self.op)?;
+        match &self.kind {
+            ErrorKind::Shape { message, shapes } => {
+                write!(f, "{message}")?;
+                if !shapes.is_empty() {
+                    f.write_str(" (shapes ")?;
+                    for (i, s) in shapes.iter().enumerate() {
+                        if i > 0 {
+                            f.write_str(", ")?;
+                        }
+                        write!(f, "{s}")?;
+                    }
+                    f.write_str(")")?;
+                }
+            }
+            ErrorKind::DType { message, dtypes } => {
+                write!(f, "{message}")?;
+                if !dtypes.is_empty() {
+                    f.write_str(" (dtypes ")?;
+                    for (i, d) in dtypes.iter().enumerate() {
+                        if i > 0 {
+                            f.write_str(", ")?;
+                        }
+                        write!(f, "{d}")?;
+                    }
+                    f.write_str(")")?;
+                }
+            }
+            ErrorKind::Axis { axis, rank } => {
+                write!(f, "axis {axis} is out of range for an operand of rank {rank}")?
+            }
+            ErrorKind::IndexOutOfRange { index, size } => {
+                write!(f, "index {index} is out of range for an axis of size {size}")?
+            }
+            ErrorKind::EscapedTracer { transform } => write!(
+                f,
+                "a value traced by {transform} was used after {transform} returned (an escaped tracer); \
+                 return it from the transformed function instead of storing it outside"
+            )?,
+            ErrorKind::Transform { message }
+            | ErrorKind::Batching { message }
+            | ErrorKind::Device { message }
+            | ErrorKind::InPlace { message }
+            | ErrorKind::Invalid { message } => f.write_str(message)?,
+        }
+        if !self.transforms.is_empty() {
+            write!(f, " [under {}]", self.transforms)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Unwraps a result, panicking at the caller with the error's message.
+pub trait OrRaise<T> {
+    /// The value, or a panic carrying the [`Error`] at the caller's location.
+    fn or_raise(self) -> T;
+}
+
+impl<T> OrRaise<T> for Result<T> {
+    #[track_caller]
+    #[inline]
+    fn or_raise(self) -> T {
+        match self {
+            Ok(v) => v,
+            Err(e) => raise(e),
+        }
+    }
+}
+
+/// Raises `e`: a panic with its message at the caller, or, inside
+/// [`catch`], a silent unwind that `catch` turns back into `Err(e)`.
+#[track_caller]
+#[cold]
+pub fn raise(e: Error) -> ! {
+    if CATCH_DEPTH.with(|d| d.get()) > 0 {
+        LAST_ERROR.with(|l| *l.borrow_mut() = Some(e));
+        // resume_unwind skips the panic hook: nothing is printed.
+        std::panic::resume_unwind(Box::new(CaughtError));
+    }
+    panic!("{e}")
+}
+
+thread_local! {
+    static CATCH_DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    static LAST_ERROR: std::cell::RefCell<Option<Error>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Unwind payload of an error raised inside `catch`.
+struct CaughtError;
+
+/// Runs `f`, turning an xform error raised inside it into `Err`.
+///
+/// This is the `Result` path for code written with the panicking API:
+/// transforms, methods and operators all raise [`Error`]s that `catch`
+/// recovers, silently. Panics that are not xform errors propagate
+/// unchanged. The interpreter stack is restored either way.
+pub fn catch<T>(f: impl FnOnce() -> T) -> Result<T> {
+    CATCH_DEPTH.with(|d| d.set(d.get() + 1));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    CATCH_DEPTH.with(|d| d.set(d.get() - 1));
+    match r {
+        Ok(v) => Ok(v),
+        Err(payload) => {
+            if payload.is::<CaughtError>() {
+                let e = LAST_ERROR.with(|l| l.borrow_mut().take());
+                Err(e.expect("an xform error was raised"))
+            } else {
+                std::panic::resume_unwind(payload)
+            }
+        }
+    }
+}

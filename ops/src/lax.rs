@@ -1,0 +1,328 @@
+//! One function per primitive, returning `Result`: what rules (and the
+//! user-facing methods) are written with. Operands must already have the
+//! shapes and dtypes the primitive requires; numpy-style broadcasting and
+//! promotion live in `methods`.
+
+use crate::array::{Array, Device};
+use crate::error::{Error, Result};
+use crate::interp::{bind, bind1};
+use crate::prim::{Amounts, ArgOp, Axes, BinaryOp, CompareOp, DotDims, Prim, ReduceOp, UnaryOp};
+use crate::tensor::Tensor;
+use smallvec::{smallvec, SmallVec};
+use xform_kernels::{DType, Shape};
+
+/// Elementwise unary op.
+pub fn unary(op: UnaryOp, x: &Tensor) -> Result<Tensor> {
+    bind1(Prim::Unary(op), std::slice::from_ref(x))
+}
+
+macro_rules! unary_fns {
+    ($($name:ident => $op:ident),* $(,)?) => {
+        $(
+            #[doc = concat!("Elementwise `", stringify!($name), "`.")]
+            pub fn $name(x: &Tensor) -> Result<Tensor> {
+                unary(UnaryOp::$op, x)
+            }
+        )*
+    };
+}
+unary_fns!(
+    neg => Neg, exp => Exp, log => Log, log1p => Log1p, expm1 => Expm1, sin => Sin, cos => Cos,
+    tan => Tan, tanh => Tanh, logistic => Logistic, sqrt => Sqrt, rsqrt => Rsqrt, abs => Abs,
+    sign => Sign, floor => Floor, ceil => Ceil, round => Round, erf => Erf, not => Not,
+);
+
+/// `x ** n` for a static integer `n`.
+pub fn integer_pow(x: &Tensor, n: i32) -> Result<Tensor> {
+    unary(UnaryOp::IntegerPow(n), x)
+}
+
+/// Converts to `dtype` (no-op if already).
+pub fn convert(x: &Tensor, dtype: DType) -> Result<Tensor> {
+    if x.dtype() == dtype {
+        return Ok(x.clone());
+    }
+    bind1(Prim::Convert(dtype), std::slice::from_ref(x))
+}
+
+/// Elementwise binary op on equal shapes and dtypes.
+pub fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    bind1(Prim::Binary(op), &[a.clone(), b.clone()])
+}
+
+macro_rules! binary_fns {
+    ($($name:ident => $op:ident),* $(,)?) => {
+        $(
+            #[doc = concat!("Elementwise `", stringify!($name), "` (equal shapes and dtypes).")]
+            pub fn $name(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+                binary(BinaryOp::$op, a, b)
+            }
+        )*
+    };
+}
+binary_fns!(
+    add => Add, sub => Sub, mul => Mul, div => Div, pow => Pow, max => Max, min => Min,
+    rem => Rem, atan2 => Atan2, and => And, or => Or,
+);
+
+/// Elementwise comparison, bool out.
+pub fn compare(op: CompareOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    bind1(Prim::Compare(op), &[a.clone(), b.clone()])
+}
+
+macro_rules! compare_fns {
+    ($($name:ident => $op:ident),* $(,)?) => {
+        $(
+            #[doc = concat!("Elementwise `", stringify!($name), "`, bool out.")]
+            pub fn $name(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+                compare(CompareOp::$op, a, b)
+            }
+        )*
+    };
+}
+compare_fns!(eq => Eq, ne => Ne, lt => Lt, le => Le, gt => Gt, ge => Ge);
+
+/// `pred ? on_true : on_false`, elementwise.
+pub fn select(pred: &Tensor, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
+    bind1(Prim::Select, &[pred.clone(), on_true.clone(), on_false.clone()])
+}
+
+fn sorted_axes(axes: &[usize]) -> Axes {
+    let mut a: Axes = axes.iter().copied().collect();
+    a.sort_unstable();
+    a.dedup();
+    a
+}
+
+/// Reduction over `axes`.
+pub fn reduce(op: ReduceOp, x: &Tensor, axes: &[usize]) -> Result<Tensor> {
+    if axes.is_empty() {
+        return Ok(x.clone());
+    }
+    bind1(Prim::Reduce { op, axes: sorted_axes(axes) }, std::slice::from_ref(x))
+}
+
+/// Sum over `axes`.
+pub fn reduce_sum(x: &Tensor, axes: &[usize]) -> Result<Tensor> {
+    reduce(ReduceOp::Sum, x, axes)
+}
+
+/// Max over `axes`.
+pub fn reduce_max(x: &Tensor, axes: &[usize]) -> Result<Tensor> {
+    reduce(ReduceOp::Max, x, axes)
+}
+
+/// Min over `axes`.
+pub fn reduce_min(x: &Tensor, axes: &[usize]) -> Result<Tensor> {
+    reduce(ReduceOp::Min, x, axes)
+}
+
+/// Index of the max or min along `axis`.
+pub fn arg_reduce(op: ArgOp, x: &Tensor, axis: usize, index_dtype: DType) -> Result<Tensor> {
+    bind1(Prim::ArgReduce { op, axis, index_dtype }, std::slice::from_ref(x))
+}
+
+/// Cumulative sum along `axis`.
+pub fn cumsum(x: &Tensor, axis: usize, reverse: bool) -> Result<Tensor> {
+    bind1(Prim::Cumsum { axis, reverse }, std::slice::from_ref(x))
+}
+
+/// Broadcast: operand axis `i` becomes axis `dims[i]` of `shape`.
+pub fn broadcast_in_dim(x: &Tensor, shape: &Shape, dims: &[usize]) -> Result<Tensor> {
+    if x.shape() == *shape {
+        return Ok(x.clone());
+    }
+    bind1(Prim::BroadcastInDim { shape: shape.clone(), dims: dims.iter().copied().collect() }, std::slice::from_ref(x))
+}
+
+/// Numpy-style broadcast of `x` to `shape` (trailing axes aligned).
+pub fn broadcast_to(x: &Tensor, shape: &Shape) -> Result<Tensor> {
+    let r = x.rank();
+    if r > shape.rank() {
+        return Err(Error::shape("broadcast_to", "cannot broadcast to a lower rank", &[&x.shape(), shape]));
+    }
+    let dims: Axes = (shape.rank() - r..shape.rank()).collect();
+    broadcast_in_dim(x, shape, &dims)
+}
+
+/// New shape, same elements.
+pub fn reshape(x: &Tensor, shape: &Shape) -> Result<Tensor> {
+    if x.shape() == *shape {
+        return Ok(x.clone());
+    }
+    bind1(Prim::Reshape { shape: shape.clone() }, std::slice::from_ref(x))
+}
+
+/// Axis permutation: output axis `i` is input axis `perm[i]`.
+pub fn transpose(x: &Tensor, perm: &[usize]) -> Result<Tensor> {
+    if perm.iter().enumerate().all(|(i, &p)| i == p) {
+        return Ok(x.clone());
+    }
+    bind1(Prim::Transpose { perm: perm.iter().copied().collect() }, std::slice::from_ref(x))
+}
+
+/// Moves axis `from` to position `to`.
+pub fn moveaxis(x: &Tensor, from: usize, to: usize) -> Result<Tensor> {
+    if from == to {
+        return Ok(x.clone());
+    }
+    let mut perm: Axes = (0..x.rank()).filter(|&d| d != from).collect();
+    perm.insert(to, from);
+    transpose(x, &perm)
+}
+
+/// Strided slice.
+pub fn slice(x: &Tensor, start: &[usize], limit: &[usize], strides: &[usize]) -> Result<Tensor> {
+    bind1(
+        Prim::Slice { start: start.into(), limit: limit.into(), strides: strides.into() },
+        std::slice::from_ref(x),
+    )
+}
+
+/// `start..limit` along one axis (step 1).
+pub fn slice_axis(x: &Tensor, axis: usize, start: usize, limit: usize) -> Result<Tensor> {
+    let shape = x.shape();
+    let mut s: Axes = smallvec![0; shape.rank()];
+    let mut l: Axes = shape.iter().copied().collect();
+    s[axis] = start;
+    l[axis] = limit;
+    slice(x, &s, &l, &smallvec::SmallVec::<[usize; 4]>::from_elem(1, shape.rank()))
+}
+
+/// Pad with the scalar `value`.
+pub fn pad(x: &Tensor, value: &Tensor, low: &[i64], high: &[i64], interior: &[usize]) -> Result<Tensor> {
+    bind1(
+        Prim::Pad { low: Amounts::from_slice(low), high: Amounts::from_slice(high), interior: interior.into() },
+        &[x.clone(), value.clone()],
+    )
+}
+
+/// Join along `axis`.
+pub fn concatenate(xs: &[Tensor], axis: usize) -> Result<Tensor> {
+    if xs.len() == 1 {
+        return Ok(xs[0].clone());
+    }
+    bind1(Prim::Concatenate { axis }, xs)
+}
+
+/// Reverse `axes`.
+pub fn rev(x: &Tensor, axes: &[usize]) -> Result<Tensor> {
+    if axes.is_empty() {
+        return Ok(x.clone());
+    }
+    bind1(Prim::Rev { axes: sorted_axes(axes) }, std::slice::from_ref(x))
+}
+
+/// `out[i] = i[dim]` over `shape`.
+pub fn iota(dtype: DType, shape: &Shape, dim: usize, device: Device) -> Result<Tensor> {
+    bind1(Prim::Iota { shape: shape.clone(), dim, dtype, device }, &[])
+}
+
+/// A copy in fresh storage.
+pub fn copy(x: &Tensor) -> Result<Tensor> {
+    bind1(Prim::Copy, std::slice::from_ref(x))
+}
+
+/// Slice of `sizes` at runtime `starts` (one scalar integer per axis).
+pub fn dynamic_slice(x: &Tensor, starts: &[Tensor], sizes: &[usize]) -> Result<Tensor> {
+    let mut ins: SmallVec<[Tensor; 4]> = smallvec![x.clone()];
+    ins.extend(starts.iter().cloned());
+    bind1(Prim::DynamicSlice { sizes: sizes.into() }, &ins)
+}
+
+/// `x` with the block at runtime `starts` replaced by `update`.
+pub fn dynamic_update_slice(x: &Tensor, update: &Tensor, starts: &[Tensor]) -> Result<Tensor> {
+    let mut ins: SmallVec<[Tensor; 4]> = smallvec![x.clone(), update.clone()];
+    ins.extend(starts.iter().cloned());
+    bind1(Prim::DynamicUpdateSlice, &ins)
+}
+
+/// `tf.gather(x, indices, axis, batch_dims)`.
+pub fn gather(x: &Tensor, indices: &Tensor, axis: usize, batch_dims: usize) -> Result<Tensor> {
+    bind1(Prim::Gather { axis, batch_dims }, &[x.clone(), indices.clone()])
+}
+
+/// Adds `updates` into `x` at `indices` (the transpose of gather).
+pub fn scatter_add(x: &Tensor, indices: &Tensor, updates: &Tensor, axis: usize, batch_dims: usize) -> Result<Tensor> {
+    bind1(Prim::ScatterAdd { axis, batch_dims }, &[x.clone(), indices.clone(), updates.clone()])
+}
+
+/// Generalized matrix product.
+pub fn dot_general(a: &Tensor, b: &Tensor, dims: DotDims) -> Result<Tensor> {
+    bind1(Prim::DotGeneral(dims), &[a.clone(), b.clone()])
+}
+
+/// Threefry-2x32 on u32 operands of one shape.
+pub fn threefry2x32(k0: &Tensor, k1: &Tensor, x0: &Tensor, x1: &Tensor) -> Result<(Tensor, Tensor)> {
+    let mut outs = bind(Prim::Threefry2x32, &[k0.clone(), k1.clone(), x0.clone(), x1.clone()])?;
+    let b = outs.pop().expect("two outputs");
+    let a = outs.pop().expect("two outputs");
+    Ok((a, b))
+}
+
+// ---- constants -------------------------------------------------------------
+
+/// A constant of `shape` filled with `value` (stored once, broadcast).
+pub fn full(shape: &Shape, value: f64, dtype: DType, device: Device) -> Result<Tensor> {
+    Ok(Tensor::from_array(Array::full_broadcast(shape.clone(), dtype, value, device)?))
+}
+
+/// A scalar constant.
+pub fn scalar(value: f64, dtype: DType, device: Device) -> Result<Tensor> {
+    full(&Shape::scalar(), value, dtype, device)
+}
+
+/// A constant shaped, typed and placed like `x`.
+pub fn full_like(x: &Tensor, value: f64) -> Result<Tensor> {
+    let a = x.aval();
+    full(&a.shape, value, a.dtype, a.device)
+}
+
+/// Zeros like `x`.
+pub fn zeros_like(x: &Tensor) -> Result<Tensor> {
+    full_like(x, 0.0)
+}
+
+/// Ones like `x`.
+pub fn ones_like(x: &Tensor) -> Result<Tensor> {
+    full_like(x, 1.0)
+}
+
+/// Zeros of an abstract value.
+pub fn zeros_aval(a: &crate::Aval) -> Result<Tensor> {
+    full(&a.shape, 0.0, a.dtype, a.device)
+}
+
+/// `x * c` for a scalar constant `c` in `x`'s dtype.
+pub fn mul_scalar(x: &Tensor, c: f64) -> Result<Tensor> {
+    mul(x, &full_like(x, c)?)
+}
+
+/// `x + c` for a scalar constant `c` in `x`'s dtype.
+pub fn add_scalar(x: &Tensor, c: f64) -> Result<Tensor> {
+    add(x, &full_like(x, c)?)
+}
+
+/// `x` with a unit axis inserted at `axis`.
+pub fn expand_dims(x: &Tensor, axis: usize) -> Result<Tensor> {
+    let mut s = x.shape();
+    s.0.insert(axis, 1);
+    reshape(x, &s)
+}
+
+/// Sum of optional tangents (`None` is zero).
+pub fn add_any(a: Option<Tensor>, b: Option<Tensor>) -> Result<Option<Tensor>> {
+    Ok(match (a, b) {
+        (Some(a), Some(b)) => Some(add(&a, &b)?),
+        (a, None) => a,
+        (None, b) => b,
+    })
+}
+
+/// The tangent, or zeros shaped like `like` where it is symbolic.
+pub fn instantiate(t: &Option<Tensor>, like: &Tensor) -> Result<Tensor> {
+    match t {
+        Some(t) => Ok(t.clone()),
+        None => zeros_like(like),
+    }
+}

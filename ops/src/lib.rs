@@ -1,0 +1,33 @@
+//! xform-ops: tensors, the interpreter core, the primitives with all their
+//! rules, and the Program IR.
+//!
+//! Everything a user does to a [`Tensor`] becomes a primitive applied
+//! through [`bind`], which hands it to the current interpreter; the bottom
+//! interpreter evaluates kernels. Transforms (in `xform-transforms`) are
+//! interpreters stacked on top. See `ARCHITECTURE.md`.
+
+#![warn(missing_docs)]
+
+pub mod array;
+mod backend;
+mod display;
+pub mod error;
+pub mod interp;
+pub mod lax;
+pub mod methods;
+mod mutation;
+pub mod prim;
+pub mod prims;
+pub mod program;
+pub mod random;
+pub mod tensor;
+
+pub use array::{Array, Device};
+pub use error::{catch, raise, Error, ErrorKind, OrRaise, Result};
+pub use interp::{bind, bind1, Interpreter, Level, Outs, Tag};
+pub use methods::{Idx, Scalar};
+pub use prim::{DotDims, LinearArg, Prim};
+pub use program::{Atom, Eqn, Program, ProgramBuilder, Var};
+pub use random::Key;
+pub use tensor::{Aval, AvalRef, Tensor, Tracer, Value};
+pub use xform_kernels::{half, DType, Element, Shape};

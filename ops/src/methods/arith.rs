@@ -1,0 +1,297 @@
+//! Elementwise math: operators with numpy broadcasting and promotion,
+//! unary functions, comparisons, logic, `where_`, `clamp`.
+
+use super::{align, scalar_for, Scalar};
+use crate::error::{OrRaise, Result};
+use crate::lax;
+use crate::prim::{BinaryOp, CompareOp, UnaryOp};
+use crate::tensor::Tensor;
+use std::ops;
+use xform_kernels::DType;
+
+/// Broadcasting, promoting binary op.
+pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let (a, b) = align(op.name(), a, b)?;
+    lax::binary(op, &a, &b)
+}
+
+/// Broadcasting, promoting comparison.
+pub(crate) fn compare(op: CompareOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let (a, b) = align(op.name(), a, b)?;
+    lax::compare(op, &a, &b)
+}
+
+/// A float version of `x` for float-only math (ints and bools become f32).
+fn as_float(x: &Tensor) -> Result<Tensor> {
+    if x.dtype().is_float() {
+        Ok(x.clone())
+    } else {
+        lax::convert(x, DType::F32)
+    }
+}
+
+macro_rules! float_unary_methods {
+    ($($(#[$doc:meta])* $name:ident => $op:ident),* $(,)?) => {
+        impl Tensor {$(
+            $(#[$doc])*
+            ///
+            /// Integer and bool inputs are converted to f32 first.
+            pub fn $name(&self) -> Tensor {
+                as_float(self).and_then(|x| lax::unary(UnaryOp::$op, &x)).or_raise()
+            }
+        )*}
+    };
+}
+
+float_unary_methods!(
+    /// `e^x`.
+    exp => Exp,
+    /// Natural logarithm.
+    log => Log,
+    /// `ln(1 + x)`, accurate near zero.
+    log1p => Log1p,
+    /// `e^x - 1`, accurate near zero.
+    expm1 => Expm1,
+    /// Sine.
+    sin => Sin,
+    /// Cosine.
+    cos => Cos,
+    /// Tangent.
+    tan => Tan,
+    /// Hyperbolic tangent.
+    tanh => Tanh,
+    /// The logistic sigmoid `1 / (1 + e^-x)`.
+    sigmoid => Logistic,
+    /// Square root.
+    sqrt => Sqrt,
+    /// `1 / sqrt(x)`.
+    rsqrt => Rsqrt,
+    /// The error function.
+    erf => Erf,
+);
+
+impl Tensor {
+    /// `|x|`.
+    pub fn abs(&self) -> Tensor {
+        lax::abs(self).or_raise()
+    }
+
+    /// -1, 0 or 1.
+    pub fn sign(&self) -> Tensor {
+        lax::sign(self).or_raise()
+    }
+
+    /// Round toward -inf (identity for integers).
+    pub fn floor(&self) -> Tensor {
+        self.round_like(UnaryOp::Floor)
+    }
+
+    /// Round toward +inf (identity for integers).
+    pub fn ceil(&self) -> Tensor {
+        self.round_like(UnaryOp::Ceil)
+    }
+
+    /// Round half to even (identity for integers).
+    pub fn round(&self) -> Tensor {
+        self.round_like(UnaryOp::Round)
+    }
+
+    fn round_like(&self, op: UnaryOp) -> Tensor {
+        if self.dtype().is_float() {
+            lax::unary(op, self).or_raise()
+        } else {
+            self.clone()
+        }
+    }
+
+    /// `x^n` for an integer `n` (exact repeated multiplication).
+    pub fn powi(&self, n: i32) -> Tensor {
+        lax::integer_pow(self, n).or_raise()
+    }
+
+    /// `x^y` elementwise, broadcasting.
+    #[track_caller]
+    pub fn pow(&self, y: &Tensor) -> Tensor {
+        binary(BinaryOp::Pow, self, y).or_raise()
+    }
+
+    /// `x^y` for a scalar `y`.
+    #[track_caller]
+    pub fn powf(&self, y: f64) -> Tensor {
+        let x = as_float(self).or_raise();
+        let s = scalar_for(&x, y).or_raise();
+        binary(BinaryOp::Pow, &x, &s).or_raise()
+    }
+
+    /// Logical or bitwise not.
+    pub fn logical_not(&self) -> Tensor {
+        lax::not(self).or_raise()
+    }
+
+    /// Elementwise maximum, broadcasting (NaN propagates).
+    #[track_caller]
+    pub fn maximum(&self, other: &Tensor) -> Tensor {
+        binary(BinaryOp::Max, self, other).or_raise()
+    }
+
+    /// Elementwise minimum, broadcasting (NaN propagates).
+    #[track_caller]
+    pub fn minimum(&self, other: &Tensor) -> Tensor {
+        binary(BinaryOp::Min, self, other).or_raise()
+    }
+
+    /// `atan2(self, other)`, broadcasting.
+    #[track_caller]
+    pub fn atan2(&self, other: &Tensor) -> Tensor {
+        binary(BinaryOp::Atan2, self, other).or_raise()
+    }
+
+    /// Logical (bool) or bitwise (integer) and, broadcasting.
+    #[track_caller]
+    pub fn logical_and(&self, other: &Tensor) -> Tensor {
+        binary(BinaryOp::And, self, other).or_raise()
+    }
+
+    /// Logical (bool) or bitwise (integer) or, broadcasting.
+    #[track_caller]
+    pub fn logical_or(&self, other: &Tensor) -> Tensor {
+        binary(BinaryOp::Or, self, other).or_raise()
+    }
+
+    /// Clamps into `[lo, hi]`.
+    pub fn clamp(&self, lo: f64, hi: f64) -> Tensor {
+        let l = scalar_for(self, lo).or_raise();
+        let h = scalar_for(self, hi).or_raise();
+        self.maximum(&l).minimum(&h)
+    }
+
+    /// `cond ? on_true : on_false`, broadcasting all three.
+    #[track_caller]
+    pub fn where_(cond: &Tensor, on_true: &Tensor, on_false: &Tensor) -> Tensor {
+        Tensor::try_where(cond, on_true, on_false).or_raise()
+    }
+
+    /// [`Tensor::where_`] returning an error instead of panicking.
+    pub fn try_where(cond: &Tensor, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
+        let (t, f) = align("where", on_true, on_false)?;
+        let shape = super::broadcast_shapes("where", &cond.shape(), &t.shape())?;
+        let c = if cond.dtype() == DType::Bool { cond.clone() } else { lax::ne(cond, &lax::zeros_like(cond)?)? };
+        lax::select(&lax::broadcast_to(&c, &shape)?, &lax::broadcast_to(&t, &shape)?, &lax::broadcast_to(&f, &shape)?)
+    }
+}
+
+macro_rules! try_binary {
+    ($($name:ident => $op:ident),*) => {
+        impl Tensor {$(
+            #[doc = concat!("`", stringify!($op), "` with broadcasting and promotion, returning an error on bad shapes.")]
+            pub fn $name(&self, other: &Tensor) -> Result<Tensor> {
+                binary(BinaryOp::$op, self, other)
+            }
+        )*}
+    };
+}
+try_binary!(try_add => Add, try_sub => Sub, try_mul => Mul, try_div => Div, try_rem => Rem);
+
+macro_rules! compare_methods {
+    ($($name:ident, $sname:ident => $op:ident),*) => {
+        impl Tensor {$(
+            #[doc = concat!("Elementwise `", stringify!($name), "` with broadcasting; bool result.")]
+            #[track_caller]
+            pub fn $name(&self, other: &Tensor) -> Tensor {
+                compare(CompareOp::$op, self, other).or_raise()
+            }
+            #[doc = concat!("Elementwise `", stringify!($name), "` against a scalar; bool result.")]
+            pub fn $sname<S: Scalar>(&self, v: S) -> Tensor {
+                let s = scalar_for(self, v).or_raise();
+                compare(CompareOp::$op, self, &s).or_raise()
+            }
+        )*}
+    };
+}
+compare_methods!(eq, eq_scalar => Eq, ne, ne_scalar => Ne, lt, lt_scalar => Lt, le, le_scalar => Le, gt, gt_scalar => Gt, ge, ge_scalar => Ge);
+
+macro_rules! operator {
+    ($trait:ident, $method:ident, $op:ident) => {
+        impl ops::$trait<&Tensor> for &Tensor {
+            type Output = Tensor;
+            #[track_caller]
+            fn $method(self, rhs: &Tensor) -> Tensor {
+                binary(BinaryOp::$op, self, rhs).or_raise()
+            }
+        }
+        impl ops::$trait<Tensor> for &Tensor {
+            type Output = Tensor;
+            #[track_caller]
+            fn $method(self, rhs: Tensor) -> Tensor {
+                binary(BinaryOp::$op, self, &rhs).or_raise()
+            }
+        }
+        impl ops::$trait<&Tensor> for Tensor {
+            type Output = Tensor;
+            #[track_caller]
+            fn $method(self, rhs: &Tensor) -> Tensor {
+                binary(BinaryOp::$op, &self, rhs).or_raise()
+            }
+        }
+        impl ops::$trait<Tensor> for Tensor {
+            type Output = Tensor;
+            #[track_caller]
+            fn $method(self, rhs: Tensor) -> Tensor {
+                binary(BinaryOp::$op, &self, &rhs).or_raise()
+            }
+        }
+        operator!(@scalar $trait, $method, $op, f64, i32);
+    };
+    (@scalar $trait:ident, $method:ident, $op:ident, $($s:ty),*) => {$(
+        impl ops::$trait<$s> for &Tensor {
+            type Output = Tensor;
+            #[track_caller]
+            fn $method(self, rhs: $s) -> Tensor {
+                let r = scalar_for(self, rhs).or_raise();
+                binary(BinaryOp::$op, self, &r).or_raise()
+            }
+        }
+        impl ops::$trait<$s> for Tensor {
+            type Output = Tensor;
+            #[track_caller]
+            fn $method(self, rhs: $s) -> Tensor {
+                (&self).$method(rhs)
+            }
+        }
+        impl ops::$trait<&Tensor> for $s {
+            type Output = Tensor;
+            #[track_caller]
+            fn $method(self, rhs: &Tensor) -> Tensor {
+                let l = scalar_for(rhs, self).or_raise();
+                binary(BinaryOp::$op, &l, rhs).or_raise()
+            }
+        }
+        impl ops::$trait<Tensor> for $s {
+            type Output = Tensor;
+            #[track_caller]
+            fn $method(self, rhs: Tensor) -> Tensor {
+                self.$method(&rhs)
+            }
+        }
+    )*};
+}
+
+operator!(Add, add, Add);
+operator!(Sub, sub, Sub);
+operator!(Mul, mul, Mul);
+operator!(Div, div, Div);
+operator!(Rem, rem, Rem);
+
+impl ops::Neg for &Tensor {
+    type Output = Tensor;
+    fn neg(self) -> Tensor {
+        lax::neg(self).or_raise()
+    }
+}
+
+impl ops::Neg for Tensor {
+    type Output = Tensor;
+    fn neg(self) -> Tensor {
+        lax::neg(&self).or_raise()
+    }
+}

@@ -1,0 +1,228 @@
+//! Constructors, conversions and reading values back.
+
+use crate::array::{Array, Device};
+use crate::error::{Error, OrRaise, Result};
+use crate::lax;
+use crate::tensor::Tensor;
+use xform_kernels::{CpuBuffer, DType, Element, Shape};
+
+impl Tensor {
+    /// A tensor over `data` with `shape` (row-major).
+    ///
+    /// # Panics
+    /// If `data.len()` differs from the number of elements of `shape`.
+    #[track_caller]
+    pub fn from_vec<T: Element>(data: Vec<T>, shape: impl Into<Shape>) -> Tensor {
+        Tensor::try_from_vec(data, shape).or_raise()
+    }
+
+    /// [`Tensor::from_vec`] returning an error instead of panicking.
+    pub fn try_from_vec<T: Element>(data: Vec<T>, shape: impl Into<Shape>) -> Result<Tensor> {
+        let shape = shape.into();
+        if data.len() != shape.numel() {
+            return Err(Error::shape(
+                "from_vec",
+                format!("{} values cannot fill a tensor of {} elements", data.len(), shape.numel()),
+                &[&shape],
+            ));
+        }
+        Ok(Tensor::from_array(Array::from_cpu(CpuBuffer::from_vec(data), shape)))
+    }
+
+    /// A tensor copied from `data` with `shape`.
+    ///
+    /// # Panics
+    /// If the length does not match the shape.
+    #[track_caller]
+    pub fn from_slice<T: Element>(data: &[T], shape: impl Into<Shape>) -> Tensor {
+        Tensor::from_vec(data.to_vec(), shape)
+    }
+
+    /// A rank-0 tensor.
+    pub fn scalar<T: Element>(v: T) -> Tensor {
+        Tensor::from_vec(vec![v], Shape::scalar())
+    }
+
+    /// `shape` filled with `value` (cast to `dtype`), in fresh writable storage.
+    pub fn full(shape: impl Into<Shape>, value: f64, dtype: DType) -> Tensor {
+        let shape = shape.into();
+        Tensor::from_array(Array::from_cpu(CpuBuffer::full(dtype, shape.numel(), value), shape))
+    }
+
+    /// Zeros.
+    pub fn zeros(shape: impl Into<Shape>, dtype: DType) -> Tensor {
+        Tensor::full(shape, 0.0, dtype)
+    }
+
+    /// Ones.
+    pub fn ones(shape: impl Into<Shape>, dtype: DType) -> Tensor {
+        Tensor::full(shape, 1.0, dtype)
+    }
+
+    /// `value` shaped, typed and placed like `self` (fresh storage; under a
+    /// transform, an unbatched constant of the logical shape).
+    pub fn full_like(&self, value: f64) -> Tensor {
+        let a = self.aval();
+        Tensor::full(a.shape, value, a.dtype).to_device(a.device)
+    }
+
+    /// Zeros like `self`.
+    pub fn zeros_like(&self) -> Tensor {
+        self.full_like(0.0)
+    }
+
+    /// Ones like `self`.
+    pub fn ones_like(&self) -> Tensor {
+        self.full_like(1.0)
+    }
+
+    /// `start, start + step, ...` below `end` (numpy's arange).
+    ///
+    /// # Panics
+    /// If `step` is zero.
+    #[track_caller]
+    pub fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Tensor {
+        if step == 0.0 {
+            Error::invalid("arange", "step must not be zero").raise();
+        }
+        let n = ((end - start) / step).ceil().max(0.0) as usize;
+        let data: Vec<f64> = (0..n).map(|i| start + i as f64 * step).collect();
+        Tensor::from_vec(data, [n]).cast(dtype)
+    }
+
+    /// `n` evenly spaced values from `start` to `end` inclusive.
+    pub fn linspace(start: f64, end: f64, n: usize, dtype: DType) -> Tensor {
+        let data: Vec<f64> = match n {
+            0 => vec![],
+            1 => vec![start],
+            _ => (0..n).map(|i| start + (end - start) * i as f64 / (n - 1) as f64).collect(),
+        };
+        Tensor::from_vec(data, [n]).cast(dtype)
+    }
+
+    /// The `n x n` identity matrix.
+    pub fn eye(n: usize, dtype: DType) -> Tensor {
+        let mut data = vec![0.0f64; n * n];
+        for i in 0..n {
+            data[i * n + i] = 1.0;
+        }
+        Tensor::from_vec(data, [n, n]).cast(dtype)
+    }
+
+    /// The elements, row-major, as `T`.
+    ///
+    /// # Panics
+    /// If `T` is not the dtype, or this is a tracer (values do not exist
+    /// inside a transform; return them from the transformed function).
+    #[track_caller]
+    pub fn to_vec<T: Element>(&self) -> Vec<T> {
+        self.try_to_vec().or_raise()
+    }
+
+    /// [`Tensor::to_vec`] returning an error instead of panicking.
+    pub fn try_to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        self.concrete("to_vec")?.to_vec::<T>()
+    }
+
+    /// The elements converted to f64, whatever the dtype.
+    ///
+    /// # Panics
+    /// If this is a tracer.
+    #[track_caller]
+    pub fn to_vec_f64(&self) -> Vec<f64> {
+        let a = self.concrete("to_vec_f64").or_raise();
+        let c = lax::convert(&Tensor::from_array(a), DType::F64).or_raise();
+        c.to_vec::<f64>()
+    }
+
+    /// The single element of a one-element tensor.
+    ///
+    /// # Panics
+    /// If the tensor has more than one element, `T` is not its dtype, or it
+    /// is a tracer.
+    #[track_caller]
+    pub fn item<T: Element>(&self) -> T {
+        if self.numel() != 1 {
+            Error::shape("item", "needs a tensor with exactly one element", &[&self.shape()]).raise();
+        }
+        self.to_vec::<T>()[0]
+    }
+
+    /// The single element as f64, whatever the dtype.
+    ///
+    /// # Panics
+    /// As [`Tensor::item`].
+    #[track_caller]
+    pub fn item_f64(&self) -> f64 {
+        if self.numel() != 1 {
+            Error::shape("item", "needs a tensor with exactly one element", &[&self.shape()]).raise();
+        }
+        self.to_vec_f64()[0]
+    }
+
+    /// Converted to `dtype` (a no-op if it already is).
+    pub fn cast(&self, dtype: DType) -> Tensor {
+        lax::convert(self, dtype).or_raise()
+    }
+
+    /// A copy in fresh, contiguous storage (PyTorch's `clone`): in-place ops
+    /// on the copy leave `self` alone.
+    pub fn copy(&self) -> Tensor {
+        lax::copy(self).or_raise()
+    }
+
+    /// The same values on `device`.
+    ///
+    /// # Panics
+    /// If the device is unavailable (use [`Tensor::try_to_device`]).
+    #[track_caller]
+    pub fn to_device(&self, device: Device) -> Tensor {
+        self.try_to_device(device).or_raise()
+    }
+
+    /// [`Tensor::to_device`] returning an error instead of panicking.
+    pub fn try_to_device(&self, device: Device) -> Result<Tensor> {
+        if self.device() == device {
+            return Ok(self.clone());
+        }
+        let a = self.concrete("to_device")?;
+        Ok(Tensor::from_array(a.to_device(device)?))
+    }
+
+    /// True if the elements are stored row-major without gaps (always true
+    /// for tracers, whose layout is not observable).
+    pub fn is_contiguous(&self) -> bool {
+        self.array().is_none_or(|a| a.layout.is_contiguous())
+    }
+
+    /// True if both tensors are concrete views of one storage.
+    pub fn shares_storage(&self, other: &Tensor) -> bool {
+        match (self.array(), other.array()) {
+            (Some(a), Some(b)) => a.shares_storage(&b),
+            _ => false,
+        }
+    }
+}
+
+impl From<f32> for Tensor {
+    fn from(v: f32) -> Tensor {
+        Tensor::scalar(v)
+    }
+}
+impl From<f64> for Tensor {
+    fn from(v: f64) -> Tensor {
+        Tensor::scalar(v)
+    }
+}
+impl From<Vec<f32>> for Tensor {
+    fn from(v: Vec<f32>) -> Tensor {
+        let n = v.len();
+        Tensor::from_vec(v, [n])
+    }
+}
+impl From<Vec<f64>> for Tensor {
+    fn from(v: Vec<f64>) -> Tensor {
+        let n = v.len();
+        Tensor::from_vec(v, [n])
+    }
+}

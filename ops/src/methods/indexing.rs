@@ -1,0 +1,244 @@
+//! Indexing: numpy-style multi-axis slicing (`x.slice(s![1, 0..2, ..])`),
+//! take, take_along_axis, one_hot, index_add, dynamic slices, and the
+//! general gather / scatter_add.
+
+use super::norm_axis;
+use crate::error::{Error, ErrorKind, OrRaise, Result};
+use crate::lax;
+use crate::mutation::make_view;
+use crate::prim::{Axes, Prim};
+use crate::tensor::Tensor;
+use xform_kernels::{DType, Shape};
+
+/// One entry of a multi-axis index (see the `s!` macro).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Idx {
+    /// The whole axis (`..`).
+    All,
+    /// One element; the axis is removed (`3`, `-1`).
+    At(isize),
+    /// A range with a step; bounds may be negative and clip like Python's.
+    Range {
+        /// First index (default 0).
+        start: Option<isize>,
+        /// One past the last (default: the axis size).
+        end: Option<isize>,
+        /// Step (>= 1).
+        step: usize,
+    },
+    /// A new unit axis (numpy's `None`).
+    NewAxis,
+}
+
+impl Idx {
+    /// A range with a step.
+    pub fn step(r: std::ops::Range<isize>, step: usize) -> Idx {
+        Idx::Range { start: Some(r.start), end: Some(r.end), step }
+    }
+}
+
+macro_rules! idx_from_int {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Idx {
+            fn from(i: $t) -> Idx {
+                Idx::At(i as isize)
+            }
+        }
+        impl From<std::ops::Range<$t>> for Idx {
+            fn from(r: std::ops::Range<$t>) -> Idx {
+                Idx::Range { start: Some(r.start as isize), end: Some(r.end as isize), step: 1 }
+            }
+        }
+        impl From<std::ops::RangeFrom<$t>> for Idx {
+            fn from(r: std::ops::RangeFrom<$t>) -> Idx {
+                Idx::Range { start: Some(r.start as isize), end: None, step: 1 }
+            }
+        }
+        impl From<std::ops::RangeTo<$t>> for Idx {
+            fn from(r: std::ops::RangeTo<$t>) -> Idx {
+                Idx::Range { start: None, end: Some(r.end as isize), step: 1 }
+            }
+        }
+        impl From<std::ops::RangeInclusive<$t>> for Idx {
+            fn from(r: std::ops::RangeInclusive<$t>) -> Idx {
+                Idx::Range { start: Some(*r.start() as isize), end: Some(*r.end() as isize + 1), step: 1 }
+            }
+        }
+    )*};
+}
+idx_from_int!(i32, i64, isize, usize, u32);
+
+impl From<std::ops::RangeFull> for Idx {
+    fn from(_: std::ops::RangeFull) -> Idx {
+        Idx::All
+    }
+}
+
+/// Builds a multi-axis index for [`Tensor::slice`]: `s![1, 0..2, .., -1]`.
+#[macro_export]
+macro_rules! s {
+    ($($e:expr),* $(,)?) => {
+        &[$($crate::Idx::from($e)),*][..]
+    };
+}
+
+impl Tensor {
+    /// Numpy-style basic indexing: one [`Idx`] per leading axis (missing
+    /// trailing axes are kept whole). A view: writes through it reach
+    /// `self`.
+    #[track_caller]
+    pub fn slice(&self, index: &[Idx]) -> Tensor {
+        self.try_slice(index).or_raise()
+    }
+
+    /// [`Tensor::slice`] returning an error instead of panicking.
+    pub fn try_slice(&self, index: &[Idx]) -> Result<Tensor> {
+        let shape = self.shape();
+        let used = index.iter().filter(|i| !matches!(i, Idx::NewAxis)).count();
+        if used > shape.rank() {
+            return Err(Error::shape("slice", format!("{used} indices for a tensor of rank {}", shape.rank()), &[&shape]));
+        }
+        let r = shape.rank();
+        let mut start: Axes = smallvec::smallvec![0; r];
+        let mut limit: Axes = shape.iter().copied().collect();
+        let mut step: Axes = smallvec::smallvec![1; r];
+        let mut out = Vec::new();
+        let mut axis = 0;
+        for i in index {
+            match *i {
+                Idx::NewAxis => {
+                    out.push(1);
+                    continue;
+                }
+                Idx::All => out.push(shape[axis]),
+                Idx::At(k) => {
+                    let n = shape[axis] as isize;
+                    let j = if k < 0 { k + n } else { k };
+                    if j < 0 || j >= n {
+                        return Err(Error::new("slice", ErrorKind::IndexOutOfRange { index: k as i64, size: n as usize }));
+                    }
+                    start[axis] = j as usize;
+                    limit[axis] = j as usize + 1;
+                }
+                Idx::Range { start: s, end: e, step: st } => {
+                    if st == 0 {
+                        return Err(Error::invalid("slice", "step must be at least 1"));
+                    }
+                    let n = shape[axis] as isize;
+                    let clip = |v: isize| -> usize { (if v < 0 { v + n } else { v }).clamp(0, n) as usize };
+                    let b = clip(s.unwrap_or(0));
+                    let e = clip(e.unwrap_or(n)).max(b);
+                    start[axis] = b;
+                    limit[axis] = e;
+                    step[axis] = st;
+                    out.push((e - b).div_ceil(st));
+                }
+            }
+            axis += 1;
+        }
+        out.extend_from_slice(&shape[axis..]);
+        let mut ops = Vec::new();
+        if start.iter().any(|&s| s != 0) || limit[..] != shape[..] || step.iter().any(|&s| s != 1) {
+            ops.push(Prim::Slice { start, limit, strides: step });
+        }
+        let out = Shape::from(out);
+        if out != shape {
+            ops.push(Prim::Reshape { shape: out });
+        }
+        if ops.is_empty() {
+            return Ok(self.clone());
+        }
+        make_view(self, &ops)
+    }
+
+    /// Elements at `indices` along `axis` (numpy's `take`): the result has
+    /// `indices`' axes in place of `axis`. Negative indices count from the
+    /// end; out-of-range indices are an error.
+    #[track_caller]
+    pub fn take(&self, indices: &Tensor, axis: isize) -> Tensor {
+        let a = norm_axis("take", axis, self.rank()).or_raise();
+        lax::gather(self, indices, a, 0).or_raise()
+    }
+
+    /// Numpy's `take_along_axis`: `indices` has `self`'s rank, and picks
+    /// along `axis` per position of the other axes (which broadcast).
+    #[track_caller]
+    pub fn take_along_axis(&self, indices: &Tensor, axis: isize) -> Tensor {
+        self.try_take_along_axis(indices, axis).or_raise()
+    }
+
+    /// [`Tensor::take_along_axis`] returning an error instead of panicking.
+    pub fn try_take_along_axis(&self, indices: &Tensor, axis: isize) -> Result<Tensor> {
+        let r = self.rank();
+        if indices.rank() != r {
+            return Err(Error::shape("take_along_axis", "indices must have the operand's rank", &[&self.shape(), &indices.shape()]));
+        }
+        let a = norm_axis("take_along_axis", axis, r)?;
+        let x = lax::moveaxis(self, a, r - 1)?;
+        let idx = lax::moveaxis(indices, a, r - 1)?;
+        let (xs, is) = (x.shape(), idx.shape());
+        let lead = super::broadcast_shapes("take_along_axis", &Shape::from(&xs[..r - 1]), &Shape::from(&is[..r - 1]))?;
+        let with = |last: usize| {
+            let mut s = lead.clone();
+            s.0.push(last);
+            s
+        };
+        let x = lax::broadcast_to(&x, &with(xs[r - 1]))?;
+        let idx = lax::broadcast_to(&idx, &with(is[r - 1]))?;
+        let g = lax::gather(&x, &idx, r - 1, r - 1)?;
+        lax::moveaxis(&g, r - 1, a)
+    }
+
+    /// `tf.gather(self, indices, axis, batch_dims)`: the first `batch_dims`
+    /// axes of `self` and `indices` are matched, then `axis` is indexed.
+    #[track_caller]
+    pub fn gather(&self, indices: &Tensor, axis: usize, batch_dims: usize) -> Tensor {
+        lax::gather(self, indices, axis, batch_dims).or_raise()
+    }
+
+    /// The transpose of [`Tensor::gather`]: a copy of `self` with `updates`
+    /// added at the gathered positions (repeated indices accumulate).
+    #[track_caller]
+    pub fn scatter_add(&self, indices: &Tensor, updates: &Tensor, axis: usize, batch_dims: usize) -> Tensor {
+        lax::scatter_add(self, indices, updates, axis, batch_dims).or_raise()
+    }
+
+    /// PyTorch's `index_add`: a copy of `self` with `source[.., i, ..]`
+    /// added at `self[.., indices[i], ..]` along `axis`.
+    #[track_caller]
+    pub fn index_add(&self, axis: isize, indices: &Tensor, source: &Tensor) -> Tensor {
+        let a = norm_axis("index_add", axis, self.rank()).or_raise();
+        let src = lax::convert(source, self.dtype()).or_raise();
+        lax::scatter_add(self, indices, &src, a, 0).or_raise()
+    }
+
+    /// One-hot encoding of integer indices: a new last axis of size `n`.
+    #[track_caller]
+    pub fn one_hot(&self, n: usize, dtype: DType) -> Tensor {
+        if !self.dtype().is_int() {
+            Error::dtype("one_hot", "needs integer indices", &[self.dtype()]).raise();
+        }
+        let mut shape = self.shape();
+        shape.0.push(n);
+        let r = shape.rank();
+        let iota = lax::iota(self.dtype(), &Shape::from([n]), 0, self.device()).or_raise();
+        let i = lax::broadcast_in_dim(&iota, &shape, &[r - 1]).or_raise();
+        let dims: Vec<usize> = (0..r - 1).collect();
+        let x = lax::broadcast_in_dim(self, &shape, &dims).or_raise();
+        lax::convert(&lax::eq(&x, &i).or_raise(), dtype).or_raise()
+    }
+
+    /// A block of `sizes` starting at runtime indices `starts` (scalar
+    /// integer tensors, one per axis; clamped so the block fits, as in JAX).
+    #[track_caller]
+    pub fn dynamic_slice(&self, starts: &[Tensor], sizes: &[usize]) -> Tensor {
+        lax::dynamic_slice(self, starts, sizes).or_raise()
+    }
+
+    /// A copy of `self` with the block at runtime `starts` replaced by `update`.
+    #[track_caller]
+    pub fn dynamic_update_slice(&self, update: &Tensor, starts: &[Tensor]) -> Tensor {
+        let u = lax::convert(update, self.dtype()).or_raise();
+        lax::dynamic_update_slice(self, &u, starts).or_raise()
+    }
+}

@@ -1,0 +1,132 @@
+//! In-place ops: `add_`, `sub_`, `mul_`, `div_`, `copy_`, `fill_`, and
+//! assignment through views. See NOTE: [functionalization] in `mutation`.
+//!
+//! Every in-place op validates before it writes: the result must fit the
+//! target's dtype (no float into an integer tensor) and shape (the value
+//! broadcasts to the target, never grows it), and the target must not
+//! overlap itself (a broadcast view) or, for a copy, the source. A failed
+//! op leaves the target unchanged.
+
+use super::{align, scalar_for, Scalar};
+use crate::error::{Error, OrRaise, Result};
+use crate::lax;
+use crate::prim::BinaryOp;
+use crate::tensor::{Tensor, Value};
+use xform_kernels::DType;
+
+/// Checks that `value` may be written into `target` by op `op`: a dtype the
+/// target can hold and a shape that broadcasts to the target's.
+pub fn assign_check(op: &str, target: &Tensor, value: &Tensor) -> Result<()> {
+    let (td, vd) = (target.dtype(), value.dtype());
+    let fits = td == vd || (td.is_float() && vd != DType::Bool) || (td.is_int() && vd.is_int()) || (td.is_int() && vd == DType::Bool);
+    if !fits {
+        return Err(Error::in_place(op, format!("a {vd} result cannot be written into a {td} tensor")));
+    }
+    let (ts, vs) = (target.shape(), value.shape());
+    let b = super::broadcast_shapes(op, &ts, &vs)?;
+    if b != ts {
+        return Err(Error::in_place(
+            op,
+            format!("a value of shape {vs} would grow the target of shape {ts} (it must broadcast to the target)"),
+        ));
+    }
+    if let Some(a) = target.array() {
+        if a.layout.has_internal_overlap() {
+            return Err(Error::in_place(
+                op,
+                format!("the target (shape {ts}) is a broadcast view: several of its elements share one memory location; copy it first"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Writes `value` (already validated) into `target`.
+pub(crate) fn write(op: &str, target: &Tensor, value: &Tensor) -> Result<()> {
+    let v = lax::broadcast_to(&lax::convert(value, target.dtype())?, &target.shape())?;
+    let (tv, vv) = (target.value_cloned(), v.value_cloned());
+    match (tv, vv) {
+        (Value::Array(t), Value::Array(s)) => crate::mutation::write_array(op, &t, &s),
+        _ => crate::mutation::functionalized_write(op, target, &v),
+    }
+}
+
+fn arith_(op: BinaryOp, name: &str, target: &Tensor, other: &Tensor) -> Result<()> {
+    let (a, b) = align(name, target, other)?;
+    let r = lax::binary(op, &a, &b)?;
+    assign_check(name, target, &r)?;
+    write(name, target, &r)
+}
+
+macro_rules! inplace_arith {
+    ($($name:ident, $sname:ident, $try:ident => $op:ident),*) => {
+        impl Tensor {$(
+            #[doc = concat!("In place: `self = self ", stringify!($op), " other` (other broadcasts to self).")]
+            ///
+            /// # Panics
+            /// If the result does not fit `self`'s dtype or shape.
+            #[track_caller]
+            pub fn $name(&self, other: &Tensor) -> &Tensor {
+                self.$try(other).or_raise();
+                self
+            }
+
+            #[doc = concat!("[`Tensor::", stringify!($name), "`] returning an error instead of panicking.")]
+            pub fn $try(&self, other: &Tensor) -> Result<()> {
+                arith_(BinaryOp::$op, stringify!($name), self, other)
+            }
+
+            #[doc = concat!("In place with a scalar: `self = self ", stringify!($op), " v`.")]
+            #[track_caller]
+            pub fn $sname<S: Scalar>(&self, v: S) -> &Tensor {
+                let s = scalar_for(self, v).or_raise();
+                self.$try(&s).or_raise();
+                self
+            }
+        )*}
+    };
+}
+inplace_arith!(
+    add_, add_scalar_, try_add_ => Add,
+    sub_, sub_scalar_, try_sub_ => Sub,
+    mul_, mul_scalar_, try_mul_ => Mul,
+    div_, div_scalar_, try_div_ => Div
+);
+
+impl Tensor {
+    /// In place: `self = value` (value broadcasts to self, and is cast to
+    /// self's dtype if it fits).
+    ///
+    /// # Panics
+    /// If the value does not fit, or overlaps `self` in memory.
+    #[track_caller]
+    pub fn copy_(&self, value: &Tensor) -> &Tensor {
+        self.try_copy_(value).or_raise();
+        self
+    }
+
+    /// [`Tensor::copy_`] returning an error instead of panicking.
+    pub fn try_copy_(&self, value: &Tensor) -> Result<()> {
+        assign_check("copy_", self, value)?;
+        write("copy_", self, value)
+    }
+
+    /// In place: every element set to `v`.
+    #[track_caller]
+    pub fn fill_<S: Scalar>(&self, v: S) -> &Tensor {
+        let s = lax::scalar(v.to_f64(), self.dtype(), self.device()).or_raise();
+        if !self.dtype().is_float() && S::IS_FLOAT && v.to_f64().fract() != 0.0 {
+            Error::in_place("fill_", format!("{} cannot be stored in a {} tensor", v.to_f64(), self.dtype())).raise();
+        }
+        self.try_copy_(&s).or_raise();
+        self
+    }
+
+    /// In place: the part of `self` selected by `index` set to `value`
+    /// (`x.assign(s![0, 1..3], &v)` is numpy's `x[0, 1:3] = v`).
+    #[track_caller]
+    pub fn assign(&self, index: &[super::Idx], value: &Tensor) -> &Tensor {
+        self.slice(index).copy_(value);
+        self
+    }
+}

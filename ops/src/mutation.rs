@@ -1,0 +1,193 @@
+//! Views and in-place ops on tensors (eager) and their functionalization
+//! under transforms.
+//!
+//! NOTE: [functionalization] A concrete tensor outside every transform is
+//! mutated in place: its storage is written, so views that share it see
+//! the write (PyTorch semantics). Otherwise (the target, or the value
+//! written, is a tracer) the write is functionalized: the target's *base*
+//! gets a new value computed with the view's inverse (a scatter of the
+//! view back into the base), the base's version is bumped, and every view
+//! of that base recomputes itself from the base on its next read.
+
+use crate::tensor::{Tensor, Value};
+
+/// Brings a view up to date with its base after a functionalized write.
+pub(crate) fn sync_view(view: &Tensor) {
+    let Some(link) = view.view_link() else {
+        return;
+    };
+    let base_version = link.base.version();
+    if base_version == link.seen_version.get() {
+        return;
+    }
+    // Recompute from the base's current value by replaying the view ops.
+    let mut v = link.base.clone();
+    for op in link.ops.iter() {
+        match crate::interp::bind1(op.clone(), std::slice::from_ref(&v)) {
+            Ok(t) => v = t,
+            Err(e) => e.raise(),
+        }
+    }
+    let new_value: Value = v.value_cloned();
+    *view.0.value.borrow_mut() = new_value;
+    link.seen_version.set(base_version);
+}
+
+/// Applies the view primitives `ops` to `x` and links the result to `x`'s
+/// base, so that functionalized writes through either are seen by both.
+pub(crate) fn make_view(x: &Tensor, ops: &[crate::prim::Prim]) -> crate::Result<Tensor> {
+    let mut v = x.clone();
+    for op in ops {
+        v = crate::interp::bind1(op.clone(), std::slice::from_ref(&v))?;
+    }
+    let (base, chain): (Tensor, Vec<crate::prim::Prim>) = match x.view_link() {
+        Some(l) => (l.base.clone(), l.ops.iter().cloned().chain(ops.iter().cloned()).collect()),
+        None => (x.clone(), ops.to_vec()),
+    };
+    let link = crate::tensor::ViewLink {
+        seen_version: std::cell::Cell::new(base.version()),
+        base,
+        ops: chain.into(),
+    };
+    Ok(Tensor::new_view(v.value_cloned(), link))
+}
+
+/// Eager in-place write of `src` into the storage of `dst` (same shape and
+/// dtype, both concrete).
+pub(crate) fn write_array(op: &str, dst: &crate::Array, src: &crate::Array) -> crate::Result<()> {
+    use crate::error::Error;
+    if dst.layout.has_internal_overlap() {
+        return Err(Error::in_place(op, "the target is a broadcast view: several of its elements share one memory location"));
+    }
+    let src = if src.shares_storage(dst) {
+        if src.layout == dst.layout {
+            return Ok(()); // writing a tensor onto itself
+        }
+        let (a, b) = (src.layout.storage_span(), dst.layout.storage_span());
+        if a.start < b.end && b.start < a.end {
+            return Err(Error::in_place(
+                op,
+                "the source overlaps the target in memory (a view of the same tensor); copy the source first",
+            ));
+        }
+        src.contiguous_copy()?
+    } else {
+        src.clone()
+    };
+    if dst.device() != src.device() {
+        return Err(Error::device(op, format!("cannot write a {} tensor into a {} tensor", src.device(), dst.device())));
+    }
+    if let crate::Device::Cuda(_) = dst.device() {
+        return crate::backend::cuda_write(dst, &src);
+    }
+    let guard_src = src.read();
+    let mut guard_dst = dst.write();
+    let s = guard_src.cpu(op)?;
+    let d = guard_dst.cpu_mut(op)?;
+    xform_kernels::match_buffer!(d, dv => {
+        let sv = s.as_slice();
+        xform_kernels::cpu::elementwise::write_strided(dv, &dst.layout, sv, &src.layout);
+    });
+    Ok(())
+}
+
+/// Functionalized write: `target` (or the value) is a tracer, so instead of
+/// writing storage, the target's base gets a new value through the view's
+/// inverse and every view of the base re-reads it.
+pub(crate) fn functionalized_write(op: &str, target: &Tensor, value: &Tensor) -> crate::Result<()> {
+    crate::mutation::check_scope(op, target, value)?;
+    match target.view_link().cloned() {
+        None => {
+            target.replace_value(value.value_cloned());
+            Ok(())
+        }
+        Some(link) => {
+            let new_base = scatter_into_base(op, &link.base, &link.ops, value)?;
+            crate::mutation::check_scope(op, &link.base, &new_base)?;
+            link.base.replace_value(new_base.value_cloned());
+            *target.0.value.borrow_mut() = value.value_cloned();
+            link.seen_version.set(link.base.version());
+            Ok(())
+        }
+    }
+}
+
+/// The base with the view (reached by `ops`) replaced by `value`.
+fn scatter_into_base(op: &str, base: &Tensor, ops: &[crate::prim::Prim], value: &Tensor) -> crate::Result<Tensor> {
+    use crate::lax;
+    use crate::prim::Prim;
+    // The intermediate values of the view chain, base first.
+    let mut chain = vec![base.clone()];
+    for p in ops {
+        let next = crate::interp::bind1(p.clone(), std::slice::from_ref(chain.last().expect("nonempty")))?;
+        chain.push(next);
+    }
+    let mut v = value.clone();
+    for (p, prev) in ops.iter().zip(&chain).rev() {
+        v = match p {
+            Prim::Reshape { .. } => lax::reshape(&v, &prev.shape())?,
+            Prim::Transpose { perm } => {
+                let mut inv = vec![0; perm.len()];
+                for (i, &a) in perm.iter().enumerate() {
+                    inv[a] = i;
+                }
+                lax::transpose(&v, &inv)?
+            }
+            Prim::Rev { axes } => lax::rev(&v, axes)?,
+            Prim::Slice { start, limit, strides } => {
+                let shape = prev.shape();
+                let low: Vec<i64> = start.iter().map(|&s| s as i64).collect();
+                let high: Vec<i64> = (0..shape.rank())
+                    .map(|d| {
+                        let k = v.shape()[d] as i64;
+                        let n = shape[d] as i64;
+                        if k == 0 {
+                            n - start[d] as i64
+                        } else {
+                            n - start[d] as i64 - (k - 1) * strides[d] as i64 - 1
+                        }
+                    })
+                    .collect();
+                let _ = limit;
+                let interior: Vec<usize> = strides.iter().map(|s| s - 1).collect();
+                let zero = lax::scalar(0.0, v.dtype(), v.device())?;
+                let placed = lax::pad(&v, &zero, &low, &high, &interior)?;
+                let ones = lax::full(&v.shape(), 1.0, xform_kernels::DType::Bool, v.device())?;
+                let f = lax::scalar(0.0, xform_kernels::DType::Bool, v.device())?;
+                let mask = lax::pad(&ones, &f, &low, &high, &interior)?;
+                lax::select(&mask, &placed, prev)?
+            }
+            Prim::BroadcastInDim { .. } => {
+                return Err(crate::Error::in_place(
+                    op,
+                    "the target is a broadcast view: several of its elements share one memory location; copy it first",
+                ))
+            }
+            other => {
+                return Err(crate::Error::in_place(op, format!("{} is not a view op, so it cannot be written through", other.name())))
+            }
+        };
+    }
+    Ok(v)
+}
+
+/// Refuses a functionalized write that would let a value of an inner
+/// transform leak into a tensor created outside it.
+pub(crate) fn check_scope(op: &str, target: &Tensor, value: &Tensor) -> crate::Result<()> {
+    let Some(tag) = value.tag() else {
+        return Ok(());
+    };
+    let born = crate::interp::pushed_after(target.birth(), tag);
+    if born {
+        return Err(crate::Error::in_place(
+            op,
+            format!(
+                "this in-place op would store a value traced by {} into a tensor created outside that transform, \
+                 where it would outlive the transform; copy the tensor inside the transformed function \
+                 (or return the new value) instead",
+                tag.name
+            ),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,425 @@
+//! Indexing primitives: dynamic_slice and dynamic_update_slice (runtime
+//! start indices, clamped so the block fits, as in XLA), gather and
+//! scatter_add (`tf.gather` semantics with matched batch axes; indices out
+//! of range are an error, not a clamp).
+
+use super::batching::{batch_size, to_front, to_position};
+use super::{check_arity, check_axis, check_int};
+use crate::array::{Array, Device};
+use crate::error::{Error, ErrorKind, Result};
+use crate::interp::{bind1, Outs};
+use crate::lax;
+use crate::prim::{Avals, Axes, BDims, Cotangents, LinearArg, Prim, Tangents};
+use crate::tensor::{Aval, AvalRef, Tensor};
+use smallvec::{smallvec, SmallVec};
+use xform_kernels::cpu::indexing::{self as k, GatherExtents};
+use xform_kernels::{match_buffer, CpuBuffer, DType, Element, Shape};
+
+// ---- shape rules -----------------------------------------------------------
+
+fn check_starts(op: &str, starts: &[AvalRef<'_>], rank: usize) -> Result<()> {
+    if starts.len() != rank {
+        return Err(Error::invalid(op, format!("needs {rank} start indices (one per axis), got {}", starts.len())));
+    }
+    for s in starts {
+        if s.rank() != 0 {
+            return Err(Error::shape(op, "start indices must be scalars", &[s.shape]));
+        }
+        check_int(op, "start indices", s)?;
+    }
+    Ok(())
+}
+
+pub(crate) fn shape_dynamic_slice(sizes: &[usize], ins: &[AvalRef<'_>]) -> Result<Avals> {
+    let op = "dynamic_slice";
+    if ins.is_empty() {
+        return Err(Error::invalid(op, "needs an operand"));
+    }
+    let x = &ins[0];
+    check_starts(op, &ins[1..], x.rank())?;
+    if sizes.len() != x.rank() || sizes.iter().zip(x.shape.iter()).any(|(s, n)| s > n) {
+        return Err(Error::shape(op, format!("slice sizes {sizes:?} do not fit the operand"), &[x.shape]));
+    }
+    Ok(smallvec![Aval { shape: Shape::from(sizes.to_vec()), dtype: x.dtype, device: x.device }])
+}
+
+pub(crate) fn shape_dynamic_update_slice(ins: &[AvalRef<'_>]) -> Result<Avals> {
+    let op = "dynamic_update_slice";
+    if ins.len() < 2 {
+        return Err(Error::invalid(op, "needs an operand and an update"));
+    }
+    let (x, u) = (&ins[0], &ins[1]);
+    check_starts(op, &ins[2..], x.rank())?;
+    if u.rank() != x.rank() || u.shape.iter().zip(x.shape.iter()).any(|(a, b)| a > b) {
+        return Err(Error::shape(op, "the update must have the operand's rank and fit inside it", &[x.shape, u.shape]));
+    }
+    if u.dtype != x.dtype {
+        return Err(Error::dtype(op, "the update must have the operand's dtype", &[x.dtype, u.dtype]));
+    }
+    Ok(smallvec![x.to_owned()])
+}
+
+/// Output shape of a gather: `x[:axis] + idx[batch_dims:] + x[axis+1:]`.
+fn gather_shape(op: &str, x: &AvalRef<'_>, idx: &AvalRef<'_>, axis: usize, batch_dims: usize) -> Result<Shape> {
+    check_axis(op, axis, x.rank())?;
+    check_int(op, "indices", idx)?;
+    if batch_dims > axis || batch_dims > idx.rank() {
+        return Err(Error::invalid(op, format!("batch_dims {batch_dims} must be at most the axis ({axis}) and the index rank ({})", idx.rank())));
+    }
+    if x.shape[..batch_dims] != idx.shape[..batch_dims] {
+        return Err(Error::shape(op, format!("the first {batch_dims} axes of operand and indices must match"), &[x.shape, idx.shape]));
+    }
+    let mut s: Vec<usize> = x.shape[..axis].to_vec();
+    s.extend_from_slice(&idx.shape[batch_dims..]);
+    s.extend_from_slice(&x.shape[axis + 1..]);
+    Ok(Shape::from(s))
+}
+
+pub(crate) fn shape_gather(axis: usize, batch_dims: usize, ins: &[AvalRef<'_>]) -> Result<Avals> {
+    check_arity("gather", ins, 2)?;
+    let shape = gather_shape("gather", &ins[0], &ins[1], axis, batch_dims)?;
+    Ok(smallvec![Aval { shape, dtype: ins[0].dtype, device: ins[0].device }])
+}
+
+pub(crate) fn shape_scatter_add(axis: usize, batch_dims: usize, ins: &[AvalRef<'_>]) -> Result<Avals> {
+    let op = "scatter_add";
+    check_arity(op, ins, 3)?;
+    let (x, idx, u) = (&ins[0], &ins[1], &ins[2]);
+    let want = gather_shape(op, x, idx, axis, batch_dims)?;
+    if *u.shape != want {
+        return Err(Error::shape(op, format!("updates must have shape {want}"), &[x.shape, idx.shape, u.shape]));
+    }
+    if u.dtype != x.dtype || x.dtype == DType::Bool {
+        return Err(Error::dtype(op, "operand and updates must share one numeric dtype", &[x.dtype, u.dtype]));
+    }
+    Ok(smallvec![x.to_owned()])
+}
+
+// ---- lowering --------------------------------------------------------------
+
+/// The value of a scalar integer array.
+pub(crate) fn scalar_i64(a: &Array) -> Result<i64> {
+    let host = a.to_device(Device::Cpu)?;
+    host.with_cpu("index", |b, l| match_buffer!(b, v => v[l.offset].to_i64()))
+}
+
+/// Start indices clamped so that a block of `sizes` fits in `shape`.
+fn clamped_starts(shape: &Shape, sizes: &[usize], starts: &[&Array]) -> Result<Vec<usize>> {
+    starts
+        .iter()
+        .enumerate()
+        .map(|(d, s)| Ok(scalar_i64(s)?.clamp(0, (shape[d] - sizes[d]) as i64) as usize))
+        .collect()
+}
+
+pub(crate) fn lower_dynamic_slice(sizes: &[usize], ins: &[&Array]) -> Result<Array> {
+    let x = ins[0];
+    let start = clamped_starts(x.shape(), sizes, &ins[1..])?;
+    let limit: Vec<usize> = start.iter().zip(sizes).map(|(s, n)| s + n).collect();
+    let view = x.with_layout(x.layout.slice(&start, &limit, &vec![1; sizes.len()]));
+    view.contiguous_copy()
+}
+
+pub(crate) fn lower_dynamic_update_slice(ins: &[&Array]) -> Result<Array> {
+    let (x, u) = (ins[0], ins[1]);
+    if let Device::Cuda(_) = x.device() {
+        return crate::backend::cuda_dynamic_update_slice(ins);
+    }
+    let start = clamped_starts(x.shape(), u.shape(), &ins[2..])?;
+    let gu = u.read();
+    let bu = gu.cpu("dynamic_update_slice")?;
+    let out = x.with_cpu("dynamic_update_slice", |b, l| {
+        match_buffer!(b, xs => CpuBuffer::from_vec(xform_kernels::cpu::shape::dynamic_update_slice(xs, l, bu.as_slice(), &u.layout, &start)))
+    })?;
+    Ok(Array::from_cpu(out, x.shape().clone()))
+}
+
+pub(crate) fn gather_extents(x: &Shape, idx: &Shape, axis: usize, batch_dims: usize) -> GatherExtents {
+    GatherExtents {
+        batch: x[..batch_dims].iter().product(),
+        pre: x[batch_dims..axis].iter().product(),
+        n: x[axis],
+        post: x[axis + 1..].iter().product(),
+        count: idx[batch_dims..].iter().product(),
+    }
+}
+
+/// Indices as a contiguous host vector of i64.
+pub(crate) fn indices_i64(idx: &Array) -> Result<Vec<i64>> {
+    let host = idx.to_device(Device::Cpu)?;
+    host.with_cpu("gather", |b, l| {
+        match_buffer!(b, v => xform_kernels::cpu::elementwise::map1(v, l, xform_kernels::cpu::Par::Seq, |x| x.to_i64()))
+    })
+}
+
+fn index_error(op: &str, e: k::IndexOutOfRange) -> Error {
+    Error::new(op, ErrorKind::IndexOutOfRange { index: e.index, size: e.size })
+}
+
+pub(crate) fn lower_gather(axis: usize, batch_dims: usize, x: &Array, idx: &Array) -> Result<Array> {
+    if let Device::Cuda(_) = x.device() {
+        return crate::backend::cuda_gather(axis, batch_dims, x, idx);
+    }
+    let e = gather_extents(x.shape(), idx.shape(), axis, batch_dims);
+    let iv = indices_i64(idx)?;
+    let xc = x.contiguous()?;
+    let out = xc.with_cpu("gather", |b, l| {
+        let r = l.contiguous_range().expect("contiguous");
+        match_buffer!(b, v => k::gather(&v[r], &iv, e).map(CpuBuffer::from_vec))
+    })?;
+    let shape = gather_shape("gather", &x_aval(x), &x_aval(idx), axis, batch_dims)?;
+    Ok(Array::from_cpu(out.map_err(|e| index_error("gather", e))?, shape))
+}
+
+fn x_aval(a: &Array) -> AvalRef<'_> {
+    AvalRef { shape: a.shape(), dtype: a.dtype, device: a.device() }
+}
+
+fn scatter_typed<T: Element>(x: Vec<T>, iv: &[i64], u: &[T], e: GatherExtents) -> Result<Vec<T>, k::IndexOutOfRange> {
+    if T::DTYPE.is_float() {
+        k::scatter_add(x, iv, u, e, |a, b| T::from_f64(a.to_f64() + b.to_f64()))
+    } else {
+        k::scatter_add(x, iv, u, e, |a, b| T::from_i64(a.to_i64().wrapping_add(b.to_i64())))
+    }
+}
+
+pub(crate) fn lower_scatter_add(axis: usize, batch_dims: usize, x: &Array, idx: &Array, u: &Array) -> Result<Array> {
+    if let Device::Cuda(_) = x.device() {
+        return crate::backend::cuda_scatter_add(axis, batch_dims, x, idx, u);
+    }
+    let e = gather_extents(x.shape(), idx.shape(), axis, batch_dims);
+    let iv = indices_i64(idx)?;
+    let xc = x.contiguous_copy()?;
+    let uc = u.contiguous()?;
+    let gu = uc.read();
+    let bu = gu.cpu("scatter_add")?;
+    let ur = uc.layout.contiguous_range().expect("contiguous");
+    let taken = {
+        let mut g = xc.write();
+        let bx = g.cpu_mut("scatter_add")?;
+        std::mem::replace(bx, CpuBuffer::Bool(vec![]))
+    };
+    let out = match_buffer!(taken, v => scatter_typed(v, &iv, &bu.as_slice()[ur.clone()], e).map(CpuBuffer::from_vec));
+    Ok(Array::from_cpu(out.map_err(|e| index_error("scatter_add", e))?, x.shape().clone()))
+}
+
+// ---- JVP ---------------------------------------------------------------------
+
+pub(crate) fn jvp_dynamic_slice(prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+    let out = bind1(prim.clone(), primals)?;
+    let t = match &tangents[0] {
+        Some(t) => {
+            let mut ins: SmallVec<[Tensor; 4]> = smallvec![t.clone()];
+            ins.extend(primals[1..].iter().cloned());
+            Some(bind1(prim.clone(), &ins)?)
+        }
+        None => None,
+    };
+    Ok((smallvec![out], smallvec![t]))
+}
+
+pub(crate) fn jvp_dynamic_update_slice(primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+    let out = bind1(Prim::DynamicUpdateSlice, primals)?;
+    let t = match (&tangents[0], &tangents[1]) {
+        (None, None) => None,
+        (tx, tu) => {
+            let tx = lax::instantiate(tx, &primals[0])?;
+            let tu = lax::instantiate(tu, &primals[1])?;
+            Some(lax::dynamic_update_slice(&tx, &tu, &primals[2..])?)
+        }
+    };
+    Ok((smallvec![out], smallvec![t]))
+}
+
+pub(crate) fn jvp_gather(prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+    let out = bind1(prim.clone(), primals)?;
+    let t = match &tangents[0] {
+        Some(t) => Some(bind1(prim.clone(), &[t.clone(), primals[1].clone()])?),
+        None => None,
+    };
+    Ok((smallvec![out], smallvec![t]))
+}
+
+pub(crate) fn jvp_scatter_add(prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+    let out = bind1(prim.clone(), primals)?;
+    let t = match (&tangents[0], &tangents[2]) {
+        (None, None) => None,
+        (tx, tu) => {
+            let tx = lax::instantiate(tx, &primals[0])?;
+            let tu = lax::instantiate(tu, &primals[2])?;
+            Some(bind1(prim.clone(), &[tx, primals[1].clone(), tu])?)
+        }
+    };
+    Ok((smallvec![out], smallvec![t]))
+}
+
+// ---- transpose ---------------------------------------------------------------
+
+fn consts(args: &[LinearArg]) -> Result<Vec<Tensor>> {
+    args.iter()
+        .map(|a| a.constant().cloned().ok_or_else(|| Error::transform("index", "indices cannot be linear")))
+        .collect()
+}
+
+pub(crate) fn transpose_dynamic_slice(cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
+    let starts = consts(&args[1..])?;
+    let mut out: Cotangents = smallvec![None; args.len()];
+    if let Some(ct) = &cts[0] {
+        let zeros = lax::zeros_aval(&args[0].aval())?;
+        out[0] = Some(lax::dynamic_update_slice(&zeros, ct, &starts)?);
+    }
+    Ok(out)
+}
+
+pub(crate) fn transpose_dynamic_update_slice(cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
+    let starts = consts(&args[2..])?;
+    let mut out: Cotangents = smallvec![None; args.len()];
+    if let Some(ct) = &cts[0] {
+        let ua = args[1].aval();
+        if args[0].is_linear() {
+            out[0] = Some(lax::dynamic_update_slice(ct, &lax::zeros_aval(&ua)?, &starts)?);
+        }
+        if args[1].is_linear() {
+            out[1] = Some(lax::dynamic_slice(ct, &starts, &ua.shape)?);
+        }
+    }
+    Ok(out)
+}
+
+pub(crate) fn transpose_gather(axis: usize, batch_dims: usize, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
+    let idx = consts(&args[1..2])?.remove(0);
+    let ct_x = match &cts[0] {
+        Some(ct) => Some(lax::scatter_add(&lax::zeros_aval(&args[0].aval())?, &idx, ct, axis, batch_dims)?),
+        None => None,
+    };
+    Ok(smallvec![ct_x, None])
+}
+
+pub(crate) fn transpose_scatter_add(axis: usize, batch_dims: usize, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
+    let idx = consts(&args[1..2])?.remove(0);
+    let Some(ct) = &cts[0] else {
+        return Ok(smallvec![None, None, None]);
+    };
+    let ct_x = args[0].is_linear().then(|| ct.clone());
+    let ct_u = if args[2].is_linear() { Some(lax::gather(ct, &idx, axis, batch_dims)?) } else { None };
+    Ok(smallvec![ct_x, None, ct_u])
+}
+
+// ---- batching ----------------------------------------------------------------
+
+/// A scalar zero index of the given dtype.
+fn zero_index(like: &Tensor) -> Result<Tensor> {
+    lax::scalar(0.0, like.dtype(), like.device())
+}
+
+/// Per-example start `[B]` (as i32), clamped to `0..=n - size`.
+fn clamped_batched_start(s: &Tensor, bdim: Option<usize>, size: usize, n: usize, block: usize) -> Result<Tensor> {
+    let s = lax::convert(s, DType::I32)?;
+    let s = to_front(&s, bdim, size)?;
+    let lo = lax::zeros_like(&s)?;
+    let hi = lax::full_like(&s, (n - block) as f64)?;
+    lax::min(&lax::max(&s, &lo)?, &hi)
+}
+
+/// `[B, block]` indices `start[b] + i`.
+fn block_indices(start: &Tensor, block: usize) -> Result<Tensor> {
+    let b = start.shape()[0];
+    let shape = Shape::from([b, block]);
+    let iota = lax::iota(DType::I32, &Shape::from([block]), 0, start.device())?;
+    lax::add(&lax::broadcast_in_dim(start, &shape, &[0])?, &lax::broadcast_in_dim(&iota, &shape, &[1])?)
+}
+
+pub(crate) fn batch_dynamic_slice(sizes: &[usize], ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+    let size = batch_size(ins, bdims)?;
+    if bdims[1..].iter().all(Option::is_none) {
+        let b = bdims[0].expect("batched operand");
+        let mut starts: SmallVec<[Tensor; 4]> = ins[1..].iter().cloned().collect();
+        starts.insert(b, zero_index(&ins[1])?);
+        let mut sz: Axes = sizes.iter().copied().collect();
+        sz.insert(b, size);
+        return Ok((smallvec![lax::dynamic_slice(&ins[0], &starts, &sz)?], smallvec![Some(b)]));
+    }
+    // Per-example starts: one batched gather per axis.
+    let mut x = to_front(&ins[0], bdims[0], size)?;
+    let logical = {
+        let mut s = x.shape();
+        s.0.remove(0);
+        s
+    };
+    for d in 0..sizes.len() {
+        if sizes[d] == logical[d] {
+            continue; // the start clamps to 0: the whole axis
+        }
+        let start = clamped_batched_start(&ins[1 + d], bdims[1 + d], size, logical[d], sizes[d])?;
+        x = lax::gather(&x, &block_indices(&start, sizes[d])?, d + 1, 1)?;
+    }
+    Ok((smallvec![x], smallvec![Some(0)]))
+}
+
+pub(crate) fn batch_dynamic_update_slice(ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+    let size = batch_size(ins, bdims)?;
+    let x = to_front(&ins[0], bdims[0], size)?;
+    let u = to_front(&ins[1], bdims[1], size)?;
+    if bdims[2..].iter().all(Option::is_none) {
+        let mut starts: SmallVec<[Tensor; 4]> = ins[2..].iter().cloned().collect();
+        starts.insert(0, zero_index(&ins[2])?);
+        return Ok((smallvec![lax::dynamic_update_slice(&x, &u, &starts)?], smallvec![Some(0)]));
+    }
+    // Per-example starts: scatter the update (and a mask) into place one
+    // axis at a time, from the last axis to the first, then select.
+    let logical: Vec<usize> = x.shape()[1..].to_vec();
+    let block: Vec<usize> = u.shape()[1..].to_vec();
+    let is_bool = x.dtype() == DType::Bool;
+    let mut e = if is_bool { lax::convert(&u, DType::I32)? } else { u.clone() };
+    let mut m = lax::ones_like(&lax::convert(&u, DType::I32)?)?;
+    for d in (0..logical.len()).rev() {
+        let start = clamped_batched_start(&ins[2 + d], bdims[2 + d], size, logical[d], block[d])?;
+        let idx = block_indices(&start, block[d])?;
+        let mut shape = e.shape();
+        shape[d + 1] = logical[d];
+        e = lax::scatter_add(&lax::full(&shape, 0.0, e.dtype(), e.device())?, &idx, &e, d + 1, 1)?;
+        m = lax::scatter_add(&lax::full(&shape, 0.0, DType::I32, m.device())?, &idx, &m, d + 1, 1)?;
+    }
+    let hit = lax::ne(&m, &lax::zeros_like(&m)?)?;
+    let e = if is_bool { lax::convert(&e, DType::Bool)? } else { e };
+    Ok((smallvec![lax::select(&hit, &e, &x)?], smallvec![Some(0)]))
+}
+
+pub(crate) fn batch_gather(axis: usize, batch_dims: usize, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+    let size = batch_size(ins, bdims)?;
+    let (x, idx) = (&ins[0], &ins[1]);
+    match (bdims[0], bdims[1]) {
+        // The batch axis becomes an operand axis just after the batch dims.
+        (Some(b), None) => {
+            let x = lax::moveaxis(x, b, batch_dims)?;
+            Ok((smallvec![lax::gather(&x, idx, axis + 1, batch_dims)?], smallvec![Some(batch_dims)]))
+        }
+        // The batch axis becomes the first index axis after the batch dims.
+        (None, Some(b)) => {
+            let idx = lax::moveaxis(idx, b, batch_dims)?;
+            Ok((smallvec![lax::gather(x, &idx, axis, batch_dims)?], smallvec![Some(axis)]))
+        }
+        _ => {
+            let x = to_front(x, bdims[0], size)?;
+            let idx = to_front(idx, bdims[1], size)?;
+            Ok((smallvec![lax::gather(&x, &idx, axis + 1, batch_dims + 1)?], smallvec![Some(0)]))
+        }
+    }
+}
+
+pub(crate) fn batch_scatter_add(axis: usize, batch_dims: usize, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+    let size = batch_size(ins, bdims)?;
+    let (x, idx, u) = (&ins[0], &ins[1], &ins[2]);
+    if bdims[1].is_none() {
+        // Indices shared: the batch axis is an operand axis after the batch dims.
+        let xb = to_position(x, bdims[0], batch_dims, size)?;
+        let ub = to_position(u, bdims[2], batch_dims, size)?;
+        let out = lax::scatter_add(&xb, idx, &ub, axis + 1, batch_dims)?;
+        return Ok((smallvec![out], smallvec![Some(batch_dims)]));
+    }
+    let xb = to_front(x, bdims[0], size)?;
+    let ib = to_front(idx, bdims[1], size)?;
+    let ub = to_front(u, bdims[2], size)?;
+    Ok((smallvec![lax::scatter_add(&xb, &ib, &ub, axis + 1, batch_dims + 1)?], smallvec![Some(0)]))
+}
+

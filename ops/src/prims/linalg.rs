@@ -1,0 +1,244 @@
+//! `dot_general`: contraction over paired axes with paired batch axes. The
+//! output axes are `[batch..., lhs free..., rhs free...]`.
+//!
+//! Lowering permutes both operands (views) to `[B, M, K]` and `[B, K, N]`,
+//! merging axes without a copy where the strides allow, and runs one
+//! batched GEMM. The batch rule turns a batched operand whose partner is
+//! unbatched into a free axis, so `vmap(x @ W)` is a single GEMM.
+
+use super::batching::physical;
+use super::{check_arity, check_axes};
+use crate::array::{Array, Device};
+use crate::error::{Error, Result};
+use crate::interp::Outs;
+use crate::lax;
+use crate::prim::{Avals, Axes, BDims, Cotangents, LinearArg, Tangents};
+use crate::tensor::{Aval, AvalRef, Tensor};
+use smallvec::smallvec;
+use std::fmt;
+use xform_kernels::cpu::matmul::{gemm, gemm_half, gemm_int};
+use xform_kernels::cpu::Par;
+use xform_kernels::{CpuBuffer, DType, Layout, Shape};
+
+/// Which axes of `dot_general` contract and which are batch axes.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct DotDims {
+    /// Contracted axes of the lhs.
+    pub lhs_contract: Axes,
+    /// Contracted axes of the rhs (paired with `lhs_contract`).
+    pub rhs_contract: Axes,
+    /// Batch axes of the lhs.
+    pub lhs_batch: Axes,
+    /// Batch axes of the rhs (paired with `lhs_batch`).
+    pub rhs_batch: Axes,
+}
+
+impl DotDims {
+    /// A matrix product `[m, k] @ [k, n]`.
+    pub fn matmul() -> DotDims {
+        DotDims { lhs_contract: smallvec![1], rhs_contract: smallvec![0], ..Default::default() }
+    }
+
+    /// The lhs (or rhs) free axes: neither contracted nor batch.
+    pub fn free(&self, rank: usize, lhs: bool) -> Axes {
+        let (c, b) = if lhs { (&self.lhs_contract, &self.lhs_batch) } else { (&self.rhs_contract, &self.rhs_batch) };
+        (0..rank).filter(|a| !c.contains(a) && !b.contains(a)).collect()
+    }
+}
+
+impl fmt::Display for DotDims {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "contract=({:?},{:?}) batch=({:?},{:?})",
+            self.lhs_contract.as_slice(),
+            self.rhs_contract.as_slice(),
+            self.lhs_batch.as_slice(),
+            self.rhs_batch.as_slice()
+        )
+    }
+}
+
+// ---- shape rule ----------------------------------------------------------------
+
+pub(crate) fn shape_dot_general(d: &DotDims, ins: &[AvalRef<'_>]) -> Result<Avals> {
+    let op = "dot_general";
+    check_arity(op, ins, 2)?;
+    let (a, b) = (&ins[0], &ins[1]);
+    if a.dtype != b.dtype || a.dtype == DType::Bool {
+        return Err(Error::dtype(op, "operands must share one numeric dtype", &[a.dtype, b.dtype]));
+    }
+    if d.lhs_contract.len() != d.rhs_contract.len() || d.lhs_batch.len() != d.rhs_batch.len() {
+        return Err(Error::invalid(op, format!("unpaired axes in {d}")));
+    }
+    let la: Axes = d.lhs_contract.iter().chain(d.lhs_batch.iter()).copied().collect();
+    let ra: Axes = d.rhs_contract.iter().chain(d.rhs_batch.iter()).copied().collect();
+    check_axes(op, &la, a.rank())?;
+    check_axes(op, &ra, b.rank())?;
+    for (x, y) in d.lhs_contract.iter().zip(&d.rhs_contract).chain(d.lhs_batch.iter().zip(&d.rhs_batch)) {
+        if a.shape[*x] != b.shape[*y] {
+            return Err(Error::shape(op, format!("lhs axis {x} (size {}) does not match rhs axis {y} (size {})", a.shape[*x], b.shape[*y]), &[a.shape, b.shape]));
+        }
+    }
+    let mut shape: Vec<usize> = d.lhs_batch.iter().map(|&x| a.shape[x]).collect();
+    shape.extend(d.free(a.rank(), true).iter().map(|&x| a.shape[x]));
+    shape.extend(d.free(b.rank(), false).iter().map(|&x| b.shape[x]));
+    Ok(smallvec![Aval { shape: Shape::from(shape), dtype: a.dtype, device: a.device }])
+}
+
+// ---- lowering --------------------------------------------------------------------
+
+/// `x` permuted by `perm` and merged into a 3-d `[p, q, r]` layout, as a
+/// view when possible.
+fn as_3d(x: &Array, perm: &[usize], p: usize, q: usize, r: usize) -> Result<Array> {
+    let v = x.with_layout(x.layout.permute(perm));
+    let target = Shape::from([p, q, r]);
+    if let Some(l) = v.layout.reshape(&target) {
+        return Ok(v.with_layout(l));
+    }
+    let c = v.contiguous_copy()?;
+    Ok(c.with_layout(Layout::contiguous(target)))
+}
+
+pub(crate) fn lower_dot_general(d: &DotDims, a: &Array, b: &Array) -> Result<Array> {
+    let sa = a.shape();
+    let sb = b.shape();
+    let lf = d.free(sa.rank(), true);
+    let rf = d.free(sb.rank(), false);
+    let size = |s: &Shape, ax: &[usize]| ax.iter().map(|&x| s[x]).product::<usize>();
+    let (bt, m, k, n) = (size(sa, &d.lhs_batch), size(sa, &lf), size(sa, &d.lhs_contract), size(sb, &rf));
+    let pa: Axes = d.lhs_batch.iter().chain(lf.iter()).chain(d.lhs_contract.iter()).copied().collect();
+    let pb: Axes = d.rhs_batch.iter().chain(d.rhs_contract.iter()).chain(rf.iter()).copied().collect();
+    let a3 = as_3d(a, &pa, bt, m, k)?;
+    let b3 = as_3d(b, &pb, bt, k, n)?;
+    let mut shape: Vec<usize> = d.lhs_batch.iter().map(|&x| sa[x]).collect();
+    shape.extend(lf.iter().map(|&x| sa[x]));
+    shape.extend(rf.iter().map(|&x| sb[x]));
+    let shape = Shape::from(shape);
+    if let Device::Cuda(_) = a.device() {
+        return crate::backend::cuda_gemm(&a3, &b3, shape);
+    }
+    let par = Par::for_work(bt * m * n * k, 1);
+    let ga = a3.read();
+    let gb = b3.read();
+    let (ba, bb) = (ga.cpu("dot_general")?, gb.cpu("dot_general")?);
+    let (la, lb) = (&a3.layout, &b3.layout);
+    let out = match (ba, bb) {
+        (CpuBuffer::F32(x), CpuBuffer::F32(y)) => CpuBuffer::F32(gemm(x, la, y, lb, par)),
+        (CpuBuffer::F64(x), CpuBuffer::F64(y)) => CpuBuffer::F64(gemm(x, la, y, lb, par)),
+        (CpuBuffer::F16(x), CpuBuffer::F16(y)) => CpuBuffer::F16(gemm_half(x, la, y, lb, par)),
+        (CpuBuffer::BF16(x), CpuBuffer::BF16(y)) => CpuBuffer::BF16(gemm_half(x, la, y, lb, par)),
+        (CpuBuffer::I32(x), CpuBuffer::I32(y)) => CpuBuffer::I32(gemm_int(x, la, y, lb, |acc: i32, p, q| acc.wrapping_add(p.wrapping_mul(q)))),
+        (CpuBuffer::I64(x), CpuBuffer::I64(y)) => CpuBuffer::I64(gemm_int(x, la, y, lb, |acc: i64, p, q| acc.wrapping_add(p.wrapping_mul(q)))),
+        (CpuBuffer::U32(x), CpuBuffer::U32(y)) => CpuBuffer::U32(gemm_int(x, la, y, lb, |acc: u32, p, q| acc.wrapping_add(p.wrapping_mul(q)))),
+        _ => unreachable!("checked by the shape rule"),
+    };
+    Ok(Array::from_cpu(out, shape))
+}
+
+// ---- JVP -----------------------------------------------------------------------------
+
+pub(crate) fn jvp_dot_general(d: &DotDims, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+    let (a, b) = (&primals[0], &primals[1]);
+    let out = lax::dot_general(a, b, d.clone())?;
+    if !a.dtype().is_float() {
+        return Ok((smallvec![out], smallvec![None]));
+    }
+    let ta = tangents[0].as_ref().map(|t| lax::dot_general(t, b, d.clone())).transpose()?;
+    let tb = tangents[1].as_ref().map(|t| lax::dot_general(a, t, d.clone())).transpose()?;
+    Ok((smallvec![out], smallvec![lax::add_any(ta, tb)?]))
+}
+
+// ---- transpose -------------------------------------------------------------------------
+
+/// The cotangent of one operand: contract `ct` with the other operand over
+/// the other's free axes, then permute into the operand's axis order.
+fn transpose_operand(d: &DotDims, ct: &Tensor, other: &Tensor, this: &Aval, lhs: bool) -> Result<Tensor> {
+    let other_rank = other.rank();
+    let nb = d.lhs_batch.len();
+    let (this_c, this_b, other_c, other_b) = if lhs {
+        (&d.lhs_contract, &d.lhs_batch, &d.rhs_contract, &d.rhs_batch)
+    } else {
+        (&d.rhs_contract, &d.rhs_batch, &d.lhs_contract, &d.lhs_batch)
+    };
+    let this_free: Axes = (0..this.shape.rank()).filter(|a| !this_c.contains(a) && !this_b.contains(a)).collect();
+    let other_free: Axes = (0..other_rank).filter(|a| !other_c.contains(a) && !other_b.contains(a)).collect();
+    // ct axes: [batch, lhs free, rhs free]
+    let lf = if lhs { this_free.len() } else { other_free.len() };
+    let ct_other_free: Axes = if lhs { (nb + lf..nb + lf + other_free.len()).collect() } else { (nb..nb + lf).collect() };
+    let dims = DotDims {
+        lhs_contract: ct_other_free,
+        rhs_contract: other_free,
+        lhs_batch: (0..nb).collect(),
+        rhs_batch: other_b.clone(),
+    };
+    let r = lax::dot_general(ct, other, dims)?;
+    // Result axes: [batch, this free, other's contracted axes in increasing order].
+    let mut src: Axes = this_b.clone();
+    src.extend(this_free.iter().copied());
+    let mut oc: Axes = other_c.clone();
+    oc.sort_unstable();
+    for o in oc {
+        let pos = other_c.iter().position(|&x| x == o).expect("paired axis");
+        src.push(this_c[pos]);
+    }
+    let mut perm: Axes = smallvec![0; src.len()];
+    for (k, &axis) in src.iter().enumerate() {
+        perm[axis] = k;
+    }
+    lax::transpose(&r, &perm)
+}
+
+pub(crate) fn transpose_dot_general(d: &DotDims, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
+    let Some(ct) = &cts[0] else {
+        return Ok(smallvec![None, None]);
+    };
+    match (&args[0], &args[1]) {
+        (LinearArg::Linear(a), LinearArg::Const(b)) => Ok(smallvec![Some(transpose_operand(d, ct, b, a, true)?), None]),
+        (LinearArg::Const(a), LinearArg::Linear(b)) => Ok(smallvec![None, Some(transpose_operand(d, ct, a, b, false)?)]),
+        _ => Err(Error::transform("dot_general", "dot_general is linear in one operand at a time, so it cannot be transposed in both")),
+    }
+}
+
+// ---- batching ------------------------------------------------------------------------
+
+pub(crate) fn batch_dot_general(d: &DotDims, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+    let (a, b) = (&ins[0], &ins[1]);
+    let nb = d.lhs_batch.len();
+    let shift = |ax: &Axes, bd: usize| -> Axes { ax.iter().map(|&x| physical(x, bd)).collect() };
+    match (bdims[0], bdims[1]) {
+        (Some(ba), Some(bb)) => {
+            let a = lax::moveaxis(a, ba, 0)?;
+            let b = lax::moveaxis(b, bb, 0)?;
+            let dims = DotDims {
+                lhs_contract: shift(&d.lhs_contract, 0),
+                rhs_contract: shift(&d.rhs_contract, 0),
+                lhs_batch: std::iter::once(0).chain(shift(&d.lhs_batch, 0)).collect(),
+                rhs_batch: std::iter::once(0).chain(shift(&d.rhs_batch, 0)).collect(),
+            };
+            Ok((smallvec![lax::dot_general(&a, &b, dims)?], smallvec![Some(0)]))
+        }
+        (Some(ba), None) => {
+            let dims = DotDims {
+                lhs_contract: shift(&d.lhs_contract, ba),
+                lhs_batch: shift(&d.lhs_batch, ba),
+                ..d.clone()
+            };
+            let free = dims.free(a.rank(), true);
+            let pos = free.iter().position(|&x| x == ba).expect("batch axis is free");
+            Ok((smallvec![lax::dot_general(a, b, dims)?], smallvec![Some(nb + pos)]))
+        }
+        (None, Some(bb)) => {
+            let dims = DotDims {
+                rhs_contract: shift(&d.rhs_contract, bb),
+                rhs_batch: shift(&d.rhs_batch, bb),
+                ..d.clone()
+            };
+            let lf = dims.free(a.rank(), true).len();
+            let free = dims.free(b.rank(), false);
+            let pos = free.iter().position(|&x| x == bb).expect("batch axis is free");
+            Ok((smallvec![lax::dot_general(a, b, dims)?], smallvec![Some(nb + lf + pos)]))
+        }
+        (None, None) => Err(Error::invalid("dot_general", "batch rule called with no batched operand")),
+    }
+}

@@ -1,0 +1,402 @@
+//! Structural primitives: broadcast_in_dim, reshape, transpose, slice, pad,
+//! concatenate, rev, iota, copy. Broadcast, transpose, slice, rev and
+//! reshape (of compatible strides) lower to views that share storage.
+
+use super::batching::{batch_size, physical, to_front};
+use super::{check_arity, check_axes, check_axis, check_same_dtypes};
+use crate::array::{Array, Device};
+use crate::error::{Error, Result};
+use crate::interp::{bind1, Outs};
+use crate::lax;
+use crate::prim::{Amounts, Avals, Axes, BDims, Cotangents, LinearArg, Prim, Tangents};
+use crate::tensor::{Aval, AvalRef, Tensor};
+use smallvec::{smallvec, SmallVec};
+use xform_kernels::cpu::shape as k;
+use xform_kernels::{match_buffer, CpuBuffer, DType, Element, Shape};
+
+// ---- shape rules -----------------------------------------------------------
+
+pub(crate) fn shape_broadcast_in_dim(shape: &Shape, dims: &[usize], ins: &[AvalRef<'_>]) -> Result<Avals> {
+    let op = "broadcast_in_dim";
+    check_arity(op, ins, 1)?;
+    let x = &ins[0];
+    if dims.len() != x.rank() {
+        return Err(Error::shape(op, format!("needs one output axis per operand axis, got dims {dims:?}"), &[x.shape, shape]));
+    }
+    for (i, &d) in dims.iter().enumerate() {
+        check_axis(op, d, shape.rank())?;
+        if i > 0 && dims[i - 1] >= d {
+            return Err(Error::invalid(op, format!("dims must be strictly increasing, got {dims:?}")));
+        }
+        if x.shape[i] != 1 && x.shape[i] != shape[d] {
+            return Err(Error::shape(
+                op,
+                format!("operand axis {i} (size {}) cannot broadcast to output axis {d} (size {})", x.shape[i], shape[d]),
+                &[x.shape, shape],
+            ));
+        }
+    }
+    Ok(smallvec![Aval { shape: shape.clone(), dtype: x.dtype, device: x.device }])
+}
+
+pub(crate) fn shape_reshape(shape: &Shape, ins: &[AvalRef<'_>]) -> Result<Avals> {
+    check_arity("reshape", ins, 1)?;
+    let x = &ins[0];
+    if x.shape.numel() != shape.numel() {
+        return Err(Error::shape("reshape", "the element counts differ", &[x.shape, shape]));
+    }
+    Ok(smallvec![Aval { shape: shape.clone(), dtype: x.dtype, device: x.device }])
+}
+
+pub(crate) fn shape_transpose(perm: &[usize], ins: &[AvalRef<'_>]) -> Result<Avals> {
+    check_arity("transpose", ins, 1)?;
+    let x = &ins[0];
+    if perm.len() != x.rank() {
+        return Err(Error::shape("transpose", format!("permutation {perm:?} does not match the rank"), &[x.shape]));
+    }
+    check_axes("transpose", perm, x.rank())?;
+    let shape = Shape(perm.iter().map(|&p| x.shape[p]).collect());
+    Ok(smallvec![Aval { shape, dtype: x.dtype, device: x.device }])
+}
+
+pub(crate) fn shape_slice(start: &[usize], limit: &[usize], strides: &[usize], ins: &[AvalRef<'_>]) -> Result<Avals> {
+    check_arity("slice", ins, 1)?;
+    let x = &ins[0];
+    let r = x.rank();
+    if start.len() != r || limit.len() != r || strides.len() != r {
+        return Err(Error::shape("slice", "start, limit and strides need one entry per axis", &[x.shape]));
+    }
+    let mut out = Shape::scalar();
+    for d in 0..r {
+        if start[d] > limit[d] || limit[d] > x.shape[d] || strides[d] == 0 {
+            return Err(Error::shape(
+                "slice",
+                format!("axis {d}: {}..{} step {} does not fit an axis of size {}", start[d], limit[d], strides[d], x.shape[d]),
+                &[x.shape],
+            ));
+        }
+        out.0.push((limit[d] - start[d]).div_ceil(strides[d]));
+    }
+    Ok(smallvec![Aval { shape: out, dtype: x.dtype, device: x.device }])
+}
+
+pub(crate) fn shape_pad(low: &[i64], high: &[i64], interior: &[usize], ins: &[AvalRef<'_>]) -> Result<Avals> {
+    check_arity("pad", ins, 2)?;
+    let (x, v) = (&ins[0], &ins[1]);
+    if v.rank() != 0 {
+        return Err(Error::shape("pad", "the padding value must be a scalar", &[x.shape, v.shape]));
+    }
+    check_same_dtypes("pad", ins)?;
+    let r = x.rank();
+    if low.len() != r || high.len() != r || interior.len() != r {
+        return Err(Error::shape("pad", "low, high and interior need one entry per axis", &[x.shape]));
+    }
+    let shape = k::pad_shape(x.shape, low, high, interior)
+        .ok_or_else(|| Error::shape("pad", format!("negative padding {low:?}/{high:?} removes more than the axis holds"), &[x.shape]))?;
+    Ok(smallvec![Aval { shape, dtype: x.dtype, device: x.device }])
+}
+
+pub(crate) fn shape_concatenate(axis: usize, ins: &[AvalRef<'_>]) -> Result<Avals> {
+    if ins.is_empty() {
+        return Err(Error::invalid("concatenate", "needs at least one operand"));
+    }
+    check_same_dtypes("concatenate", ins)?;
+    let first = &ins[0];
+    check_axis("concatenate", axis, first.rank())?;
+    let mut shape = first.shape.clone();
+    shape[axis] = 0;
+    for x in ins {
+        let fits = x.rank() == first.rank() && (0..x.rank()).all(|d| d == axis || x.shape[d] == first.shape[d]);
+        if !fits {
+            let shapes: Vec<&Shape> = ins.iter().map(|a| a.shape).collect();
+            return Err(Error::shape("concatenate", format!("operands must agree on every axis but {axis}"), &shapes));
+        }
+        shape[axis] += x.shape[axis];
+    }
+    Ok(smallvec![Aval { shape, dtype: first.dtype, device: first.device }])
+}
+
+pub(crate) fn shape_rev(axes: &[usize], ins: &[AvalRef<'_>]) -> Result<Avals> {
+    check_arity("rev", ins, 1)?;
+    check_axes("rev", axes, ins[0].rank())?;
+    Ok(smallvec![ins[0].to_owned()])
+}
+
+pub(crate) fn shape_iota(shape: &Shape, dim: usize, dtype: DType, device: Device, ins: &[AvalRef<'_>]) -> Result<Avals> {
+    check_arity("iota", ins, 0)?;
+    check_axis("iota", dim, shape.rank())?;
+    if dtype == DType::Bool {
+        return Err(Error::dtype("iota", "cannot count in bool", &[dtype]));
+    }
+    Ok(smallvec![Aval { shape: shape.clone(), dtype, device }])
+}
+
+pub(crate) fn shape_copy(ins: &[AvalRef<'_>]) -> Result<Avals> {
+    check_arity("copy", ins, 1)?;
+    Ok(smallvec![ins[0].to_owned()])
+}
+
+// ---- lowering --------------------------------------------------------------
+
+pub(crate) fn lower_broadcast_in_dim(shape: &Shape, dims: &[usize], x: &Array) -> Result<Array> {
+    Ok(x.with_layout(x.layout.broadcast_in_dim(shape, dims)))
+}
+
+pub(crate) fn lower_reshape(shape: &Shape, x: &Array) -> Result<Array> {
+    if let Some(l) = x.layout.reshape(shape) {
+        return Ok(x.with_layout(l));
+    }
+    let c = x.contiguous_copy()?;
+    Ok(c.with_layout(xform_kernels::Layout::contiguous(shape.clone())))
+}
+
+pub(crate) fn lower_transpose(perm: &[usize], x: &Array) -> Result<Array> {
+    Ok(x.with_layout(x.layout.permute(perm)))
+}
+
+pub(crate) fn lower_slice(start: &[usize], limit: &[usize], strides: &[usize], x: &Array) -> Result<Array> {
+    Ok(x.with_layout(x.layout.slice(start, limit, strides)))
+}
+
+pub(crate) fn lower_rev(axes: &[usize], x: &Array) -> Result<Array> {
+    Ok(x.with_layout(x.layout.rev(axes)))
+}
+
+pub(crate) fn lower_pad(low: &[i64], high: &[i64], interior: &[usize], x: &Array, v: &Array) -> Result<Array> {
+    if let Device::Cuda(_) = x.device() {
+        return crate::backend::cuda_pad(low, high, interior, x, v);
+    }
+    let shape = k::pad_shape(x.shape(), low, high, interior).expect("checked by the shape rule");
+    let gv = v.read();
+    let bv = gv.cpu("pad")?;
+    let out = x.with_cpu("pad", |b, l| {
+        match_buffer!(b, xs => {
+            let value = bv.as_slice()[v.layout.offset];
+            CpuBuffer::from_vec(k::pad(xs, l, low, high, interior, value))
+        })
+    })?;
+    Ok(Array::from_cpu(out, shape))
+}
+
+pub(crate) fn lower_concatenate(axis: usize, ins: &[&Array]) -> Result<Array> {
+    if let Device::Cuda(_) = ins[0].device() {
+        return crate::backend::cuda_concatenate(axis, ins);
+    }
+    let mut shape = ins[0].shape().clone();
+    shape[axis] = ins.iter().map(|a| a.shape()[axis]).sum();
+    let guards: Vec<_> = ins.iter().map(|a| a.read()).collect();
+    let bufs: Vec<&CpuBuffer> = guards.iter().map(|g| g.cpu("concatenate")).collect::<Result<_>>()?;
+    fn run<T: Element + Default>(bufs: &[&CpuBuffer], ins: &[&Array], axis: usize, shape: &Shape) -> Vec<T> {
+        let parts: Vec<(&[T], &xform_kernels::Layout)> = bufs.iter().zip(ins).map(|(b, a)| (b.as_slice::<T>(), &a.layout)).collect();
+        k::concatenate(&parts, axis, shape)
+    }
+    let out = xform_kernels::with_dtype!(ins[0].dtype, T => CpuBuffer::from_vec(run::<T>(&bufs, ins, axis, &shape)));
+    Ok(Array::from_cpu(out, shape))
+}
+
+pub(crate) fn lower_iota(shape: &Shape, dim: usize, dtype: DType, device: Device) -> Result<Array> {
+    let out = xform_kernels::with_dtype!(dtype, T => CpuBuffer::from_vec(k::iota(shape, dim, |i| T::from_i64(i as i64))));
+    Array::from_cpu(out, shape.clone()).to_device(device)
+}
+
+// ---- JVP ---------------------------------------------------------------------
+
+pub(crate) fn jvp_pad(prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+    let out = bind1(prim.clone(), primals)?;
+    let t = match (&tangents[0], &tangents[1]) {
+        (None, None) => None,
+        (tx, tv) => {
+            let tx = lax::instantiate(tx, &primals[0])?;
+            let tv = lax::instantiate(tv, &primals[1])?;
+            Some(bind1(prim.clone(), &[tx, tv])?)
+        }
+    };
+    Ok((smallvec![out], smallvec![t]))
+}
+
+pub(crate) fn jvp_concatenate(prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+    let out = bind1(prim.clone(), primals)?;
+    if tangents.iter().all(Option::is_none) || !primals[0].dtype().is_float() {
+        return Ok((smallvec![out], smallvec![None]));
+    }
+    let ts: Vec<Tensor> = tangents.iter().zip(primals).map(|(t, p)| lax::instantiate(t, p)).collect::<Result<_>>()?;
+    Ok((smallvec![out], smallvec![Some(bind1(prim.clone(), &ts)?)]))
+}
+
+// ---- transpose ---------------------------------------------------------------
+
+fn map_ct(cts: &[Option<Tensor>], f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Cotangents> {
+    Ok(smallvec![cts[0].as_ref().map(f).transpose()?])
+}
+
+pub(crate) fn transpose_broadcast_in_dim(dims: &[usize], cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
+    let in_shape = args[0].aval().shape;
+    map_ct(cts, |ct| {
+        let out_shape = ct.shape();
+        // Sum the new axes and the axes that were size 1 in the operand.
+        let mut sum_axes: Axes = (0..out_shape.rank()).filter(|d| !dims.contains(d)).collect();
+        for (i, &d) in dims.iter().enumerate() {
+            if in_shape[i] == 1 && out_shape[d] != 1 {
+                sum_axes.push(d);
+            }
+        }
+        let s = lax::reduce_sum(ct, &sum_axes)?;
+        lax::reshape(&s, &in_shape)
+    })
+}
+
+pub(crate) fn transpose_reshape(cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
+    let shape = args[0].aval().shape;
+    map_ct(cts, |ct| lax::reshape(ct, &shape))
+}
+
+pub(crate) fn transpose_transpose(perm: &[usize], cts: &[Option<Tensor>], _args: &[LinearArg]) -> Result<Cotangents> {
+    let mut inv: Axes = smallvec![0; perm.len()];
+    for (i, &p) in perm.iter().enumerate() {
+        inv[p] = i;
+    }
+    map_ct(cts, |ct| lax::transpose(ct, &inv))
+}
+
+pub(crate) fn transpose_slice(start: &[usize], limit: &[usize], strides: &[usize], cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
+    let shape = args[0].aval().shape;
+    map_ct(cts, |ct| {
+        let mut low = Amounts::new();
+        let mut high = Amounts::new();
+        let mut interior = Axes::new();
+        for d in 0..shape.rank() {
+            let n = shape[d] as i64;
+            let k = ((limit[d] - start[d]).div_ceil(strides[d])) as i64;
+            let s = strides[d] as i64;
+            low.push(start[d] as i64);
+            high.push(if k == 0 { n - start[d] as i64 } else { n - start[d] as i64 - (k - 1) * s - 1 });
+            interior.push(strides[d] - 1);
+        }
+        lax::pad(ct, &lax::scalar(0.0, ct.dtype(), ct.device())?, &low, &high, &interior)
+    })
+}
+
+pub(crate) fn transpose_pad(low: &[i64], high: &[i64], interior: &[usize], cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
+    let Some(ct) = &cts[0] else {
+        return Ok(smallvec![None, None]);
+    };
+    // Undo the outer padding, then keep every (interior + 1)-th element.
+    let neg = |v: &[i64]| -> Amounts { v.iter().map(|x| -x).collect() };
+    let zero = lax::scalar(0.0, ct.dtype(), ct.device())?;
+    let r = ct.rank();
+    let unpadded = lax::pad(ct, &zero, &neg(low), &neg(high), &vec![0; r])?;
+    let limit: Vec<usize> = unpadded.shape().to_vec();
+    let steps: Vec<usize> = interior.iter().map(|i| i + 1).collect();
+    let ct_x = lax::slice(&unpadded, &vec![0; r], &limit, &steps)?;
+    let ct_v = if args[1].is_linear() {
+        let all: Vec<usize> = (0..r).collect();
+        Some(lax::sub(&lax::reduce_sum(ct, &all)?, &lax::reduce_sum(&ct_x, &all)?)?)
+    } else {
+        None
+    };
+    Ok(smallvec![args[0].is_linear().then_some(ct_x), ct_v])
+}
+
+pub(crate) fn transpose_concatenate(axis: usize, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
+    let mut out = Cotangents::new();
+    let mut at = 0;
+    for a in args {
+        let n = a.aval().shape[axis];
+        out.push(match (&cts[0], a.is_linear()) {
+            (Some(ct), true) => Some(lax::slice_axis(ct, axis, at, at + n)?),
+            _ => None,
+        });
+        at += n;
+    }
+    Ok(out)
+}
+
+pub(crate) fn transpose_rev(axes: &[usize], cts: &[Option<Tensor>], _args: &[LinearArg]) -> Result<Cotangents> {
+    map_ct(cts, |ct| lax::rev(ct, axes))
+}
+
+pub(crate) fn transpose_copy(cts: &[Option<Tensor>], _args: &[LinearArg]) -> Result<Cotangents> {
+    Ok(smallvec![cts[0].clone()])
+}
+
+// ---- batching ----------------------------------------------------------------
+
+fn one(x: Tensor, b: usize) -> Result<(Outs, BDims)> {
+    Ok((smallvec![x], smallvec![Some(b)]))
+}
+
+pub(crate) fn batch_broadcast_in_dim(shape: &Shape, dims: &[usize], ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+    let b = bdims[0].expect("batched operand");
+    let x = lax::moveaxis(&ins[0], b, 0)?;
+    let mut s = shape.clone();
+    s.0.insert(0, x.shape()[0]);
+    let d: Axes = std::iter::once(0).chain(dims.iter().map(|d| d + 1)).collect();
+    one(lax::broadcast_in_dim(&x, &s, &d)?, 0)
+}
+
+pub(crate) fn batch_reshape(shape: &Shape, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+    let b = bdims[0].expect("batched operand");
+    let x = lax::moveaxis(&ins[0], b, 0)?;
+    let mut s = shape.clone();
+    s.0.insert(0, x.shape()[0]);
+    one(lax::reshape(&x, &s)?, 0)
+}
+
+pub(crate) fn batch_transpose(perm: &[usize], ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+    let b = bdims[0].expect("batched operand");
+    let p: Axes = std::iter::once(b).chain(perm.iter().map(|&a| physical(a, b))).collect();
+    one(lax::transpose(&ins[0], &p)?, 0)
+}
+
+pub(crate) fn batch_slice(start: &[usize], limit: &[usize], strides: &[usize], ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+    let b = bdims[0].expect("batched operand");
+    let n = ins[0].shape()[b];
+    let ins_at = |v: &[usize], x: usize| -> Axes {
+        let mut a: Axes = v.iter().copied().collect();
+        a.insert(b, x);
+        a
+    };
+    one(lax::slice(&ins[0], &ins_at(start, 0), &ins_at(limit, n), &ins_at(strides, 1))?, b)
+}
+
+pub(crate) fn batch_pad(low: &[i64], high: &[i64], interior: &[usize], ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+    let size = batch_size(ins, bdims)?;
+    let x = to_front(&ins[0], bdims[0], size)?;
+    let lo: Amounts = std::iter::once(0).chain(low.iter().copied()).collect();
+    let hi: Amounts = std::iter::once(0).chain(high.iter().copied()).collect();
+    let it: Axes = std::iter::once(0).chain(interior.iter().copied()).collect();
+    match bdims[1] {
+        None => one(lax::pad(&x, &ins[1], &lo, &hi, &it)?, 0),
+        Some(_) => {
+            // A batched padding value: pad with anything, then select the
+            // per-example value wherever the (unbatched) mask says "padding".
+            let v = &ins[1]; // [B]
+            let zero = lax::scalar(0.0, x.dtype(), x.device())?;
+            let padded = lax::pad(&x, &zero, &lo, &hi, &it)?;
+            let logical = ins[0].shape();
+            let mut lshape = logical.clone();
+            if let Some(bd) = bdims[0] {
+                lshape.0.remove(bd);
+            }
+            let inner = lax::full(&lshape, 1.0, DType::Bool, x.device())?;
+            let f = lax::scalar(0.0, DType::Bool, x.device())?;
+            let mask = lax::pad(&inner, &f, low, high, interior)?;
+            let out_shape = padded.shape();
+            let mask_b = lax::broadcast_in_dim(&mask, &out_shape, &(1..out_shape.rank()).collect::<Vec<_>>())?;
+            let v_b = lax::broadcast_in_dim(&lax::moveaxis(v, bdims[1].unwrap(), 0)?, &out_shape, &[0])?;
+            one(lax::select(&mask_b, &padded, &v_b)?, 0)
+        }
+    }
+}
+
+pub(crate) fn batch_concatenate(axis: usize, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+    let size = batch_size(ins, bdims)?;
+    let moved: SmallVec<[Tensor; 4]> = ins.iter().zip(bdims).map(|(x, b)| to_front(x, *b, size)).collect::<Result<_>>()?;
+    one(lax::concatenate(&moved, axis + 1)?, 0)
+}
+
+pub(crate) fn batch_rev(axes: &[usize], ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+    let b = bdims[0].expect("batched operand");
+    let phys: Axes = axes.iter().map(|&a| physical(a, b)).collect();
+    one(lax::rev(&ins[0], &phys)?, b)
+}

@@ -1,0 +1,296 @@
+//! [`Tensor`]: the one array type users and rules see. It is a cheap handle
+//! (an `Rc`) to a node that holds either a concrete [`Array`] or a
+//! [`Tracer`] of one interpreter instance.
+//!
+//! NOTE: [tensor identity] Cloning a `Tensor` copies the handle, like
+//! assigning a variable in Python: an in-place op through one clone is seen
+//! through all of them. `Tensor::copy` makes a fresh buffer (PyTorch's
+//! `clone`). Under a transform an in-place op replaces the node's value
+//! (functionalization), which is why the value sits in a `RefCell`.
+
+use crate::array::{Array, Device};
+use crate::error::{Error, Result};
+use crate::interp::Tag;
+use std::any::Any;
+use std::cell::{Cell, Ref, RefCell};
+use std::rc::Rc;
+use xform_kernels::{DType, Shape};
+
+/// An abstract value: what every interpreter knows of a tensor without
+/// looking at its elements.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Aval {
+    /// Logical shape.
+    pub shape: Shape,
+    /// Element type.
+    pub dtype: DType,
+    /// Device.
+    pub device: Device,
+}
+
+impl Aval {
+    /// Borrowed form.
+    pub fn as_ref(&self) -> AvalRef<'_> {
+        AvalRef { shape: &self.shape, dtype: self.dtype, device: self.device }
+    }
+}
+
+impl std::fmt::Display for Aval {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let short = match self.dtype {
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::I32 => "i32",
+            DType::I64 => "i64",
+            DType::U32 => "u32",
+            DType::Bool => "bool",
+        };
+        write!(f, "{short}{}", self.shape)
+    }
+}
+
+/// A borrowed abstract value (what shape rules take).
+#[derive(Copy, Clone, Debug)]
+pub struct AvalRef<'a> {
+    /// Logical shape.
+    pub shape: &'a Shape,
+    /// Element type.
+    pub dtype: DType,
+    /// Device.
+    pub device: Device,
+}
+
+impl AvalRef<'_> {
+    /// Owned form.
+    pub fn to_owned(&self) -> Aval {
+        Aval { shape: self.shape.clone(), dtype: self.dtype, device: self.device }
+    }
+    /// Rank.
+    pub fn rank(&self) -> usize {
+        self.shape.rank()
+    }
+}
+
+/// A value under a transform: the interpreter instance that owns it (by
+/// tag), its abstract value, and the interpreter's own payload.
+#[derive(Clone)]
+pub struct Tracer {
+    /// The owning interpreter instance.
+    pub tag: Tag,
+    /// Logical shape, dtype and device, as the user's code sees them.
+    pub aval: Aval,
+    /// The interpreter's data (e.g. primal and tangent for jvp).
+    pub payload: Rc<dyn Any>,
+}
+
+impl std::fmt::Debug for Tracer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tracer({} of {}#{})", self.aval, self.tag.name, self.tag.id)
+    }
+}
+
+/// What a tensor node holds.
+#[derive(Clone, Debug)]
+pub enum Value {
+    /// Concrete elements.
+    Array(Array),
+    /// A value of an interpreter instance.
+    Tracer(Tracer),
+}
+
+/// How a view tensor was derived from its base, for functionalization.
+#[derive(Clone)]
+pub struct ViewLink {
+    /// The tensor this one is a view of (the root of the view chain).
+    pub base: Tensor,
+    /// The view ops from `base` to this tensor, in order.
+    pub ops: Rc<[crate::prim::Prim]>,
+    /// The base's version when this view's value was last computed.
+    pub seen_version: Cell<u64>,
+}
+
+pub(crate) struct Node {
+    pub(crate) value: RefCell<Value>,
+    /// Set for tensors made by a view method (reshape, slice, ...).
+    pub(crate) view: Option<ViewLink>,
+    /// Bumped whenever `value` is replaced by a functionalized write.
+    pub(crate) version: Cell<u64>,
+    /// When the node was made, on the thread's epoch clock (see
+    /// `interp::next_epoch`), to tell tensors made outside a transform.
+    pub(crate) birth: u64,
+}
+
+/// A tensor: a cheap-to-clone handle to a concrete array or a tracer.
+///
+/// Operations go through [`bind`](crate::bind), so every method works the
+/// same eagerly and under any stack of transforms.
+#[derive(Clone)]
+pub struct Tensor(pub(crate) Rc<Node>);
+
+impl Tensor {
+    /// A tensor holding `value`.
+    pub fn from_value(value: Value) -> Tensor {
+        Tensor(Rc::new(Node { value: RefCell::new(value), view: None, version: Cell::new(0), birth: crate::interp::next_epoch() }))
+    }
+
+    /// A tensor over a concrete array.
+    pub fn from_array(a: Array) -> Tensor {
+        Tensor::from_value(Value::Array(a))
+    }
+
+    /// A tracer tensor.
+    pub fn from_tracer(t: Tracer) -> Tensor {
+        Tensor::from_value(Value::Tracer(t))
+    }
+
+    /// A view tensor of `base` (see [`ViewLink`]).
+    pub(crate) fn new_view(value: Value, link: ViewLink) -> Tensor {
+        Tensor(Rc::new(Node {
+            value: RefCell::new(value),
+            view: Some(link),
+            version: Cell::new(0),
+            birth: crate::interp::next_epoch(),
+        }))
+    }
+
+    /// The current value. For a view whose base was replaced by a
+    /// functionalized write, the view is recomputed from the base first.
+    pub fn value(&self) -> Ref<'_, Value> {
+        if self.0.view.is_some() {
+            crate::mutation::sync_view(self);
+        }
+        self.0.value.borrow()
+    }
+
+    /// The current value (a clone of the handle inside).
+    pub fn value_cloned(&self) -> Value {
+        self.value().clone()
+    }
+
+    /// The concrete array, if this tensor is not a tracer.
+    pub fn array(&self) -> Option<Array> {
+        match &*self.value() {
+            Value::Array(a) => Some(a.clone()),
+            Value::Tracer(_) => None,
+        }
+    }
+
+    /// The concrete array, or an error naming `op` if this is a tracer.
+    pub fn concrete(&self, op: &str) -> Result<Array> {
+        match &*self.value() {
+            Value::Array(a) => Ok(a.clone()),
+            Value::Tracer(t) => Err(Error::transform(
+                op,
+                format!(
+                    "needs a concrete value, but got a tracer of {} with shape {}; \
+                     read values outside the transformed function",
+                    t.tag.name, t.aval.shape
+                ),
+            )),
+        }
+    }
+
+    /// True if this is a tracer.
+    pub fn is_tracer(&self) -> bool {
+        matches!(&*self.value(), Value::Tracer(_))
+    }
+
+    /// The tag of the interpreter that owns this tensor, if it is a tracer.
+    pub fn tag(&self) -> Option<Tag> {
+        match &*self.value() {
+            Value::Tracer(t) => Some(t.tag),
+            Value::Array(_) => None,
+        }
+    }
+
+    /// Shape, dtype and device.
+    pub fn aval(&self) -> Aval {
+        match &*self.value() {
+            Value::Array(a) => Aval { shape: a.layout.shape.clone(), dtype: a.dtype, device: a.device() },
+            Value::Tracer(t) => t.aval.clone(),
+        }
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> Shape {
+        match &*self.value() {
+            Value::Array(a) => a.layout.shape.clone(),
+            Value::Tracer(t) => t.aval.shape.clone(),
+        }
+    }
+
+    /// The size of one axis (negative counts from the end).
+    ///
+    /// # Panics
+    /// If the axis is out of range.
+    #[track_caller]
+    pub fn dim(&self, axis: isize) -> usize {
+        let s = self.shape();
+        let a = crate::methods::norm_axis("dim", axis, s.rank()).unwrap_or_else(|e| e.raise());
+        s[a]
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        match &*self.value() {
+            Value::Array(a) => a.dtype,
+            Value::Tracer(t) => t.aval.dtype,
+        }
+    }
+
+    /// The device.
+    pub fn device(&self) -> Device {
+        match &*self.value() {
+            Value::Array(a) => a.device(),
+            Value::Tracer(t) => t.aval.device,
+        }
+    }
+
+    /// The number of axes.
+    pub fn rank(&self) -> usize {
+        self.shape().rank()
+    }
+
+    /// The number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape().numel()
+    }
+
+    /// True if both handles point at the same tensor node.
+    pub fn same_node(&self, other: &Tensor) -> bool {
+        Rc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// Replaces this node's value (functionalized mutation) and bumps its
+    /// version so that views of it re-read.
+    pub(crate) fn replace_value(&self, v: Value) {
+        *self.0.value.borrow_mut() = v;
+        self.0.version.set(self.0.version.get() + 1);
+    }
+
+    /// The node's version counter.
+    pub(crate) fn version(&self) -> u64 {
+        self.0.version.get()
+    }
+
+    /// When the node was made (thread epoch clock).
+    pub(crate) fn birth(&self) -> u64 {
+        self.0.birth
+    }
+
+    /// The view link, if this tensor was made by a view method.
+    pub(crate) fn view_link(&self) -> Option<&ViewLink> {
+        self.0.view.as_ref()
+    }
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &*self.value() {
+            Value::Array(_) => write!(f, "{self}"),
+            Value::Tracer(t) => write!(f, "{t:?}"),
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! Gradients: `grad`, `value_and_grad` and their `_with_aux` forms, all
+//! vjp with a ones cotangent.
+
+use crate::linearize::linearize_flat;
+use crate::tree::Tree;
+use xform_ops::{lax, Error, OrRaise, Result, Tensor};
+
+fn check_inputs<X: Tree>(op: &str, x: &X) -> Result<()> {
+    for (leaf, path) in x.leaves().iter().zip(x.paths()) {
+        if !leaf.dtype().is_float() {
+            return Err(Error::transform(
+                op,
+                format!(
+                    "argument {path} has dtype {}; only floating-point arguments can be differentiated \
+                     (capture integer data in the closure instead)",
+                    leaf.dtype()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_scalar(op: &str, y: &Tensor) -> Result<()> {
+    if y.rank() != 0 {
+        return Err(Error::transform(
+            op,
+            format!("the function must return a scalar, but it returned shape {}; use vjp or jacrev for other outputs", y.shape()),
+        ));
+    }
+    if !y.dtype().is_float() {
+        return Err(Error::transform(op, format!("the function must return a float, but it returned {}", y.dtype())));
+    }
+    Ok(())
+}
+
+/// Value, aux and gradient, all at once.
+fn value_grad_aux<X: Tree, A: Tree>(op: &'static str, f: impl FnOnce(&X) -> (Tensor, A), x: &X) -> Result<((Tensor, A), X)> {
+    check_inputs(op, x)?;
+    let lin = linearize_flat(op, f, x);
+    let y = lin.out_leaves[0].clone();
+    check_scalar(op, &y)?;
+    let mut cts = vec![lax::ones_like(&y)?];
+    for o in &lin.out_leaves[1..] {
+        cts.push(lax::zeros_like(o)?);
+    }
+    let g = lin.pull(op, &cts)?;
+    Ok((lin.out, x.with_leaves(g)))
+}
+
+/// The gradient of a scalar function, as a tree like its argument.
+///
+/// ```
+/// use xform_ops::Tensor;
+/// let f = |x: &Tensor| (x.sin() * x).sum();
+/// let x = Tensor::from_vec(vec![0.5f64, 1.0], [2]);
+/// let g = xform_transforms::grad(f)(&x);
+/// let want = 0.5f64.cos() * 0.5 + 0.5f64.sin();
+/// assert!((g.to_vec::<f64>()[0] - want).abs() < 1e-12);
+/// ```
+///
+/// # Panics
+/// If `f` returns a non-scalar or non-float value, or an argument leaf is
+/// not a float.
+pub fn grad<X: Tree>(f: impl Fn(&X) -> Tensor) -> impl Fn(&X) -> X {
+    move |x: &X| value_grad_aux("grad", |x: &X| (f(x), ()), x).or_raise().1
+}
+
+/// The value and gradient of a scalar function.
+///
+/// ```
+/// use xform_ops::Tensor;
+/// let x = Tensor::from_vec(vec![3.0f32], [1]);
+/// let (v, g) = xform_transforms::value_and_grad(|x: &Tensor| (x * x).sum())(&x);
+/// assert_eq!((v.item::<f32>(), g.to_vec::<f32>()), (9.0, vec![6.0]));
+/// ```
+pub fn value_and_grad<X: Tree>(f: impl Fn(&X) -> Tensor) -> impl Fn(&X) -> (Tensor, X) {
+    move |x: &X| {
+        let ((v, ()), g) = value_grad_aux("value_and_grad", |x: &X| (f(x), ()), x).or_raise();
+        (v, g)
+    }
+}
+
+/// The gradient of the first output of `f`, and its second output (the
+/// "aux" data, not differentiated), like JAX's `has_aux=True`.
+///
+/// ```
+/// use xform_ops::Tensor;
+/// let x = Tensor::from_vec(vec![2.0f64], [1]);
+/// let (g, aux) = xform_transforms::grad_with_aux(|x: &Tensor| ((x * x).sum(), x * 10.0))(&x);
+/// assert_eq!(g.to_vec::<f64>(), vec![4.0]);
+/// assert_eq!(aux.to_vec::<f64>(), vec![20.0]);
+/// ```
+pub fn grad_with_aux<X: Tree, A: Tree>(f: impl Fn(&X) -> (Tensor, A)) -> impl Fn(&X) -> (X, A) {
+    move |x: &X| {
+        let ((_, aux), g) = value_grad_aux("grad", &f, x).or_raise();
+        (g, aux)
+    }
+}
+
+/// Value, aux and gradient of the first output of `f`.
+///
+/// ```
+/// use xform_ops::Tensor;
+/// let x = Tensor::from_vec(vec![2.0f64], [1]);
+/// let ((v, aux), g) = xform_transforms::value_and_grad_with_aux(|x: &Tensor| ((x * x).sum(), x.exp()))(&x);
+/// assert_eq!((v.item::<f64>(), g.to_vec::<f64>()), (4.0, vec![4.0]));
+/// # let _ = aux;
+/// ```
+pub fn value_and_grad_with_aux<X: Tree, A: Tree>(f: impl Fn(&X) -> (Tensor, A)) -> impl Fn(&X) -> ((Tensor, A), X) {
+    move |x: &X| value_grad_aux("value_and_grad", &f, x).or_raise()
+}

@@ -1,0 +1,148 @@
+//! Forward mode: the JVP interpreter and `jvp`.
+//!
+//! A JVP tracer carries a primal (a value of the parent level) and a
+//! tangent (`None` is a symbolic zero, which skips work). The interpreter
+//! runs each primitive's JVP rule with the parent current, so primal work
+//! goes to the parent and tangent work too, unless a staging interpreter
+//! sits between (that is how `linearize` records the tangent program).
+
+use crate::tree::Tree;
+use smallvec::SmallVec;
+use std::rc::Rc;
+use xform_ops::interp::{push_interpreter, run_at_parent};
+use xform_ops::prim::jvp_rule;
+use xform_ops::{Error, Interpreter, Level, OrRaise, Outs, Prim, Result, Tag, Tensor, Tracer, Value};
+
+/// The payload of a JVP tracer.
+pub(crate) struct JvpTracer {
+    pub(crate) primal: Tensor,
+    pub(crate) tangent: Option<Tensor>,
+}
+
+/// The JVP interpreter (one instance per transform call).
+pub(crate) struct JvpInterp {
+    pub(crate) tag: Tag,
+    /// How errors name it: "jvp", "grad", "jacfwd", ...
+    pub(crate) label: &'static str,
+}
+
+impl JvpInterp {
+    pub(crate) fn new(label: &'static str) -> Rc<JvpInterp> {
+        Rc::new(JvpInterp { tag: Tag::fresh(label), label })
+    }
+
+    /// A tracer of this interpreter (or the primal itself if the tangent is
+    /// a symbolic zero).
+    pub(crate) fn wrap(&self, primal: Tensor, tangent: Option<Tensor>) -> Tensor {
+        match tangent {
+            None => primal,
+            Some(t) => {
+                let aval = primal.aval();
+                Tensor::from_tracer(Tracer { tag: self.tag, aval, payload: Rc::new(JvpTracer { primal, tangent: Some(t) }) })
+            }
+        }
+    }
+
+    /// Primal and tangent of `t` at this level.
+    pub(crate) fn unwrap(&self, t: &Tensor) -> (Tensor, Option<Tensor>) {
+        if let Value::Tracer(tr) = &*t.value() {
+            if tr.tag.id == self.tag.id {
+                let p = tr.payload.downcast_ref::<JvpTracer>().expect("jvp tracer payload");
+                return (p.primal.clone(), p.tangent.clone());
+            }
+        }
+        (t.clone(), None)
+    }
+}
+
+impl Interpreter for JvpInterp {
+    fn tag(&self) -> Tag {
+        self.tag
+    }
+
+    fn describe(&self) -> Option<String> {
+        Some(self.label.to_string())
+    }
+
+    fn process(&self, level: Level, prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
+        let mut primals: SmallVec<[Tensor; 4]> = SmallVec::new();
+        let mut tangents: SmallVec<[Option<Tensor>; 4]> = SmallVec::new();
+        for t in inputs {
+            let (p, d) = self.unwrap(t);
+            primals.push(p);
+            tangents.push(d);
+        }
+        let (outs, touts) = run_at_parent(level, || jvp_rule(prim, &primals, &tangents))?;
+        Ok(outs.into_iter().zip(touts).map(|(o, t)| self.wrap(o, t)).collect())
+    }
+}
+
+/// Checks that a tangent matches its primal (shape and float dtype).
+pub(crate) fn check_tangent(op: &str, path: &str, primal: &Tensor, tangent: &Tensor) -> Result<()> {
+    let (ps, ts) = (primal.shape(), tangent.shape());
+    if ps != ts {
+        return Err(Error::shape(op, format!("the tangent for {path} must have its primal's shape"), &[&ps, &ts]));
+    }
+    if primal.dtype() != tangent.dtype() {
+        return Err(Error::dtype(op, format!("the tangent for {path} must have its primal's dtype"), &[primal.dtype(), tangent.dtype()]));
+    }
+    Ok(())
+}
+
+/// Runs `f` under a fresh JVP interpreter on `(primal, tangent)` leaves and
+/// returns the output leaves' primals and tangents (`None`: zero).
+pub(crate) fn jvp_flat<X: Tree, Y: Tree>(
+    label: &'static str,
+    f: impl FnOnce(&X) -> Y,
+    primals: &X,
+    tangents: Vec<Option<Tensor>>,
+) -> (Y, Vec<Tensor>, Vec<Option<Tensor>>) {
+    let interp = JvpInterp::new(label);
+    let guard = push_interpreter(interp.clone());
+    let leaves = primals.leaves();
+    let wrapped: Vec<Tensor> = leaves
+        .into_iter()
+        .zip(tangents)
+        .map(|(p, t)| if p.dtype().is_float() { interp.wrap(p, t) } else { p })
+        .collect();
+    let out = f(&primals.with_leaves(wrapped));
+    let outs = out.leaves();
+    let (ps, ts): (Vec<Tensor>, Vec<Option<Tensor>>) = outs.iter().map(|o| interp.unwrap(o)).unzip();
+    drop(guard);
+    (out.with_leaves(ps.clone()), ps, ts)
+}
+
+/// Forward-mode derivative: `f(primals)` and the directional derivative
+/// of `f` at `primals` along `tangents` (a tree like `primals`).
+///
+/// ```
+/// use xform_ops::{DType, Tensor};
+/// let x = Tensor::from_vec(vec![0.0f64, 1.0], [2]);
+/// let v = Tensor::ones([2], DType::F64);
+/// let (y, dy) = xform_transforms::jvp(|x: &Tensor| x.sin(), &x, &v);
+/// assert!((dy.to_vec::<f64>()[1] - 1f64.cos()).abs() < 1e-12);
+/// # let _ = y;
+/// ```
+///
+/// # Panics
+/// If a tangent's shape or dtype differs from its primal's.
+#[track_caller]
+pub fn jvp<X: Tree, Y: Tree>(f: impl FnOnce(&X) -> Y, primals: &X, tangents: &X) -> (Y, Y) {
+    try_jvp(f, primals, tangents).or_raise()
+}
+
+/// [`jvp`] returning an error for mismatched tangents instead of panicking.
+pub fn try_jvp<X: Tree, Y: Tree>(f: impl FnOnce(&X) -> Y, primals: &X, tangents: &X) -> Result<(Y, Y)> {
+    let (pl, tl) = (primals.leaves(), tangents.leaves());
+    if pl.len() != tl.len() {
+        return Err(Error::invalid("jvp", format!("{} primal leaves but {} tangent leaves", pl.len(), tl.len())));
+    }
+    let paths = primals.paths();
+    for ((p, t), path) in pl.iter().zip(&tl).zip(&paths) {
+        check_tangent("jvp", path, p, t)?;
+    }
+    let (out, ps, ts) = jvp_flat("jvp", f, primals, tl.into_iter().map(Some).collect());
+    let tangents_out: Vec<Tensor> =
+        ts.into_iter().zip(&ps).map(|(t, p)| t.map_or_else(|| xform_ops::lax::zeros_like(p), Ok)).collect::<Result<_>>()?;
+    Ok((out.with_leaves(ps), out.with_leaves(tangents_out)))
+}

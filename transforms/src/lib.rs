@@ -1,0 +1,28 @@
+//! xform-transforms: the interpreters (jvp, vmap, trace, linearize and
+//! transpose) and the transforms derived from them (vjp, grad,
+//! value_and_grad, jacfwd, jacrev, hessian), over pytrees.
+//!
+//! Each transform call pushes an interpreter instance with a fresh tag on
+//! the thread's stack (see NOTE: [interpreter stack] in xform-ops), so all
+//! of them compose, at any depth, with no special cases.
+
+#![warn(missing_docs)]
+
+mod grad;
+mod jac;
+mod jvp;
+mod linearize;
+mod trace;
+pub mod tree;
+mod vmap;
+
+pub use grad::{grad, grad_with_aux, value_and_grad, value_and_grad_with_aux};
+pub use jac::{hessian, jacfwd, jacfwd_with, jacrev, jacrev_with, JacOptions};
+pub use jvp::{jvp, try_jvp};
+pub use linearize::{backward_pass, linearize, vjp};
+pub use trace::trace;
+pub use tree::Tree;
+pub use vmap::{try_vmap_call, vmap, vmap_with, Axes, VmapOptions};
+
+#[doc(hidden)]
+pub use xform_ops::Tensor as __Tensor;

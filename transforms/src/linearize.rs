@@ -1,0 +1,192 @@
+//! Reverse mode by linearize and transpose.
+//!
+//! NOTE: [linearize] `f` runs under a JVP interpreter whose tangents are
+//! tracers of a staging interpreter placed just below it. Primal work has
+//! no staged inputs, so it falls through to the parent and runs eagerly;
+//! tangent work is recorded into a linear [`Program`] whose constants are
+//! the primal residuals. Transposing that program (equations backwards,
+//! each linear primitive's transpose rule, cotangents accumulated, zero
+//! cotangents skipped) gives the pullback. Every op goes through the
+//! current interpreter, so `grad(grad(f))`, `vmap(grad(f))` and
+//! `jacfwd(jacrev(f))` need no special case.
+
+use crate::jvp::JvpInterp;
+use crate::trace::TraceInterp;
+use crate::tree::Tree;
+use smallvec::SmallVec;
+use xform_ops::interp::push_interpreter;
+use xform_ops::prim::{transpose_rule, LinearArg};
+use xform_ops::{lax, Atom, Error, OrRaise, Program, Result, Tensor};
+
+/// A function linearized at a point.
+pub(crate) struct Linearized<Y> {
+    /// The primal output tree.
+    pub(crate) out: Y,
+    /// The primal output leaves.
+    pub(crate) out_leaves: Vec<Tensor>,
+    /// The primal input leaves.
+    pub(crate) in_leaves: Vec<Tensor>,
+    /// Which input leaves are differentiable (float); the program has one
+    /// input per such leaf, in order.
+    pub(crate) diff: Vec<bool>,
+    /// Tangents in (of the differentiable leaves) to tangents out (one per
+    /// output leaf).
+    pub(crate) program: Program,
+}
+
+/// Linearizes `f` at `x` (see NOTE: [linearize]).
+pub(crate) fn linearize_flat<X: Tree, Y: Tree>(label: &'static str, f: impl FnOnce(&X) -> Y, x: &X) -> Linearized<Y> {
+    let tracer = TraceInterp::new(label, false);
+    let g_trace = push_interpreter(tracer.clone());
+    let jvp = JvpInterp::new(label);
+    let g_jvp = push_interpreter(jvp.clone());
+    let in_leaves = x.leaves();
+    let diff: Vec<bool> = in_leaves.iter().map(|l| l.dtype().is_float()).collect();
+    let wrapped: Vec<Tensor> = in_leaves
+        .iter()
+        .zip(&diff)
+        .map(|(l, &d)| if d { jvp.wrap(l.clone(), Some(tracer.new_input(l.aval()))) } else { l.clone() })
+        .collect();
+    let out = f(&x.with_leaves(wrapped));
+    let (out_leaves, tangents): (Vec<Tensor>, Vec<Option<Tensor>>) = out.leaves().iter().map(|o| jvp.unwrap(o)).unzip();
+    drop(g_jvp);
+    let tangent_outs: Vec<Tensor> = tangents
+        .into_iter()
+        .zip(&out_leaves)
+        .map(|(t, p)| t.map_or_else(|| lax::zeros_like(p).or_raise(), |t| t))
+        .collect();
+    let program = tracer.finish(&tangent_outs);
+    drop(g_trace);
+    Linearized { out: out.with_leaves(out_leaves.clone()), out_leaves, in_leaves, diff, program }
+}
+
+fn accumulate(slot: &mut Option<Tensor>, ct: Tensor) -> Result<()> {
+    *slot = Some(match slot.take() {
+        None => ct,
+        Some(prev) => lax::add(&prev, &ct)?,
+    });
+    Ok(())
+}
+
+/// Transposes a linear program: cotangents of its inputs from cotangents of
+/// its outputs (`None`: zero).
+pub fn backward_pass(program: &Program, cts: &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>> {
+    let mut env: Vec<Option<Tensor>> = vec![None; program.avals.len()];
+    for (atom, ct) in program.outputs.iter().zip(cts) {
+        if let (Atom::Var(v), Some(ct)) = (atom, ct) {
+            accumulate(&mut env[v.0 as usize], ct.clone())?;
+        }
+    }
+    for eqn in program.eqns.iter().rev() {
+        let outs: SmallVec<[Option<Tensor>; 2]> = eqn.outputs.iter().map(|v| env[v.0 as usize].take()).collect();
+        if outs.iter().all(Option::is_none) {
+            continue;
+        }
+        let args: SmallVec<[LinearArg; 4]> = eqn
+            .inputs
+            .iter()
+            .map(|a| match a {
+                Atom::Var(v) => LinearArg::Linear(program.aval(*v).clone()),
+                Atom::Const(i) => LinearArg::Const(program.consts[*i].clone()),
+            })
+            .collect();
+        let cts_in = transpose_rule(&eqn.prim, &outs, &args)?;
+        for (a, ct) in eqn.inputs.iter().zip(cts_in) {
+            if let (Atom::Var(v), Some(ct)) = (a, ct) {
+                accumulate(&mut env[v.0 as usize], ct)?;
+            }
+        }
+    }
+    Ok(program.inputs.iter().map(|v| env[v.0 as usize].take()).collect())
+}
+
+impl<Y> Linearized<Y> {
+    /// Input cotangent leaves (zeros for non-differentiable leaves) from
+    /// output cotangent leaves.
+    pub(crate) fn pull(&self, op: &str, cts: &[Tensor]) -> Result<Vec<Tensor>> {
+        if cts.len() != self.out_leaves.len() {
+            return Err(Error::invalid(op, format!("expects {} cotangent leaves, got {}", self.out_leaves.len(), cts.len())));
+        }
+        for (i, (ct, o)) in cts.iter().zip(&self.out_leaves).enumerate() {
+            if ct.shape() != o.shape() || ct.dtype() != o.dtype() {
+                return Err(Error::shape(
+                    op,
+                    format!("cotangent {i} must match output {i} ({} {}), got {}", o.dtype(), o.shape(), ct.dtype()),
+                    &[&o.shape(), &ct.shape()],
+                ));
+            }
+        }
+        let cts: Vec<Option<Tensor>> =
+            cts.iter().zip(&self.out_leaves).map(|(c, o)| o.dtype().is_float().then(|| c.clone())).collect();
+        let mut ins = backward_pass(&self.program, &cts)?.into_iter();
+        self.in_leaves
+            .iter()
+            .zip(&self.diff)
+            .map(|(l, &d)| {
+                let ct = if d { ins.next().flatten() } else { None };
+                ct.map_or_else(|| lax::zeros_like(l), Ok)
+            })
+            .collect()
+    }
+
+    /// Output tangent leaves from input tangent leaves (forward, linear).
+    pub(crate) fn push(&self, op: &str, ts: &[Tensor]) -> Result<Vec<Tensor>> {
+        if ts.len() != self.in_leaves.len() {
+            return Err(Error::invalid(op, format!("expects {} tangent leaves, got {}", self.in_leaves.len(), ts.len())));
+        }
+        let mut args = Vec::new();
+        for ((t, l), &d) in ts.iter().zip(&self.in_leaves).zip(&self.diff) {
+            crate::jvp::check_tangent(op, "the argument", l, t)?;
+            if d {
+                args.push(t.clone());
+            }
+        }
+        self.program.eval(&args)
+    }
+}
+
+/// `f(x)` and its pullback: the function taking a cotangent of the output
+/// (a tree like it) to the cotangent of `x` (`J^T ct`). The pullback can be
+/// called any number of times.
+///
+/// ```
+/// use xform_ops::Tensor;
+/// let x = Tensor::from_vec(vec![1.0f64, 2.0], [2]);
+/// let (y, pullback) = xform_transforms::vjp(|x: &Tensor| x * x, &x);
+/// let g = pullback(&Tensor::from_vec(vec![1.0f64, 1.0], [2]));
+/// assert_eq!(g.to_vec::<f64>(), vec![2.0, 4.0]);
+/// # let _ = y;
+/// ```
+pub fn vjp<X: Tree, Y: Tree>(f: impl FnOnce(&X) -> Y, x: &X) -> (Y, impl Fn(&Y) -> X) {
+    let lin = linearize_flat("vjp", f, x);
+    let out = lin.out.with_leaves(lin.out_leaves.clone());
+    let template = x.with_leaves(lin.in_leaves.clone());
+    let pullback = move |ct: &Y| {
+        let leaves = lin.pull("vjp pullback", &ct.leaves()).or_raise();
+        template.with_leaves(leaves)
+    };
+    (out, pullback)
+}
+
+/// `f(x)` and its linear approximation at `x`: the function taking a
+/// tangent of `x` to the tangent of the output (`J t`), evaluated from a
+/// recorded linear program (no re-run of `f`).
+///
+/// ```
+/// use xform_ops::Tensor;
+/// let x = Tensor::from_vec(vec![0.5f64], [1]);
+/// let (y, f_lin) = xform_transforms::linearize(|x: &Tensor| x.exp(), &x);
+/// let t = f_lin(&Tensor::from_vec(vec![2.0f64], [1]));
+/// assert!((t.to_vec::<f64>()[0] - 2.0 * 0.5f64.exp()).abs() < 1e-12);
+/// # let _ = y;
+/// ```
+pub fn linearize<X: Tree, Y: Tree>(f: impl FnOnce(&X) -> Y, x: &X) -> (Y, impl Fn(&X) -> Y) {
+    let lin = linearize_flat("linearize", f, x);
+    let out = lin.out.with_leaves(lin.out_leaves.clone());
+    let template = lin.out.with_leaves(lin.out_leaves.clone());
+    let f_lin = move |t: &X| {
+        let leaves = lin.push("linearize", &t.leaves()).or_raise();
+        template.with_leaves(leaves)
+    };
+    (out, f_lin)
+}

@@ -1,0 +1,105 @@
+//! Staging: the trace interpreter records primitive applications on its
+//! tracers into a [`Program`]; everything that does not depend on them is
+//! computed eagerly by the parent and enters the program as a constant
+//! (constant folding comes free). `trace(f, &x)` stages a whole function;
+//! `linearize` uses the same interpreter to record tangent work.
+
+use crate::tree::Tree;
+use smallvec::SmallVec;
+use std::cell::RefCell;
+use std::rc::Rc;
+use xform_ops::interp::push_interpreter;
+use xform_ops::prim::shape_rule;
+use xform_ops::{Atom, Aval, AvalRef, Interpreter, Level, Outs, Prim, Program, ProgramBuilder, Result, Tag, Tensor, Tracer, Value, Var};
+
+/// The payload of a trace tracer: its program variable.
+pub(crate) struct TraceTracer {
+    pub(crate) var: Var,
+}
+
+/// The staging interpreter.
+pub(crate) struct TraceInterp {
+    pub(crate) tag: Tag,
+    pub(crate) builder: RefCell<ProgramBuilder>,
+    /// Shown in errors, or hidden (linearize's internal recorder).
+    visible: Option<&'static str>,
+}
+
+impl TraceInterp {
+    pub(crate) fn new(name: &'static str, visible: bool) -> Rc<TraceInterp> {
+        Rc::new(TraceInterp { tag: Tag::fresh(name), builder: RefCell::new(ProgramBuilder::new()), visible: visible.then_some(name) })
+    }
+
+    /// A new program input and its tracer.
+    pub(crate) fn new_input(&self, aval: Aval) -> Tensor {
+        let var = self.builder.borrow_mut().new_input(aval.clone());
+        Tensor::from_tracer(Tracer { tag: self.tag, aval, payload: Rc::new(TraceTracer { var }) })
+    }
+
+    /// The atom for `t`: its variable if it is this level's tracer, else a constant.
+    pub(crate) fn atom(&self, t: &Tensor) -> Atom {
+        if let Value::Tracer(tr) = &*t.value() {
+            if tr.tag.id == self.tag.id {
+                return Atom::Var(tr.payload.downcast_ref::<TraceTracer>().expect("trace payload").var);
+            }
+        }
+        self.builder.borrow_mut().constant(t)
+    }
+
+    /// The finished program with these outputs.
+    pub(crate) fn finish(&self, outputs: &[Tensor]) -> Program {
+        let atoms: Vec<Atom> = outputs.iter().map(|t| self.atom(t)).collect();
+        let b = std::mem::take(&mut *self.builder.borrow_mut());
+        b.finish(atoms)
+    }
+}
+
+impl Interpreter for TraceInterp {
+    fn tag(&self) -> Tag {
+        self.tag
+    }
+
+    fn describe(&self) -> Option<String> {
+        self.visible.map(str::to_string)
+    }
+
+    fn process(&self, _level: Level, prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
+        let avals: SmallVec<[Aval; 4]> = inputs.iter().map(|t| t.aval()).collect();
+        let refs: SmallVec<[AvalRef<'_>; 4]> = avals.iter().map(|a| a.as_ref()).collect();
+        let out_avals = shape_rule(prim, &refs)?;
+        let ins: SmallVec<[Atom; 4]> = inputs.iter().map(|t| self.atom(t)).collect();
+        let mut b = self.builder.borrow_mut();
+        let outs: SmallVec<[Var; 2]> = out_avals.iter().map(|a| b.new_var(a.clone())).collect();
+        b.push(prim.clone(), ins, outs.clone());
+        drop(b);
+        Ok(outs
+            .into_iter()
+            .zip(out_avals)
+            .map(|(var, aval)| Tensor::from_tracer(Tracer { tag: self.tag, aval, payload: Rc::new(TraceTracer { var }) }))
+            .collect())
+    }
+}
+
+/// Stages `f` at the shapes and dtypes of `example` into a [`Program`] that
+/// prints like a jaxpr and can be evaluated (and transformed) later with
+/// [`Program::eval`] on the flattened leaves.
+///
+/// Operations that do not depend on the inputs are computed now and appear
+/// as constants.
+///
+/// ```
+/// use xform_ops::Tensor;
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0], [2]);
+/// let prog = xform_transforms::trace(|x: &Tensor| (x.sin() * x).sum(), &x);
+/// assert_eq!(prog.eqns.len(), 3);
+/// println!("{prog}");
+/// ```
+pub fn trace<X: Tree, Y: Tree>(f: impl FnOnce(&X) -> Y, example: &X) -> Program {
+    let interp = TraceInterp::new("trace", true);
+    let guard = push_interpreter(interp.clone());
+    let inputs: Vec<Tensor> = example.leaves().iter().map(|l| interp.new_input(l.aval())).collect();
+    let y = f(&example.with_leaves(inputs));
+    let prog = interp.finish(&y.leaves());
+    drop(guard);
+    prog
+}

@@ -1,0 +1,355 @@
+//! Vectorization: the batching interpreter and `vmap`.
+//!
+//! A batch tracer carries a value of the parent level with one extra axis,
+//! the batch dim, at a recorded position. Each primitive's batch rule works
+//! on whole batches (no loop over examples); values without a batch dim
+//! stay plain values of the parent level. Shape errors are reported with
+//! the per-example (logical) shapes the user's code sees.
+
+use crate::tree::Tree;
+use smallvec::SmallVec;
+use std::rc::Rc;
+use xform_ops::interp::{push_interpreter, run_at_parent};
+use xform_ops::prim::{batch_rule, shape_rule};
+use xform_ops::{lax, AvalRef, Error, Interpreter, Level, OrRaise, Outs, Prim, Result, Shape, Tag, Tensor, Tracer, Value};
+
+/// The payload of a batch tracer.
+pub(crate) struct BatchTracer {
+    pub(crate) val: Tensor,
+    pub(crate) bdim: usize,
+}
+
+/// The batching interpreter (one instance per vmap call).
+pub(crate) struct BatchInterp {
+    tag: Tag,
+    size: usize,
+}
+
+impl BatchInterp {
+    fn wrap(&self, val: Tensor, bdim: Option<usize>, aval: Option<xform_ops::Aval>) -> Tensor {
+        match bdim {
+            None => val,
+            Some(d) => {
+                let aval = aval.unwrap_or_else(|| {
+                    let mut a = val.aval();
+                    a.shape.0.remove(d);
+                    a
+                });
+                Tensor::from_tracer(Tracer { tag: self.tag, aval, payload: Rc::new(BatchTracer { val, bdim: d }) })
+            }
+        }
+    }
+
+    fn unwrap(&self, t: &Tensor) -> (Tensor, Option<usize>) {
+        if let Value::Tracer(tr) = &*t.value() {
+            if tr.tag.id == self.tag.id {
+                let p = tr.payload.downcast_ref::<BatchTracer>().expect("batch tracer payload");
+                return (p.val.clone(), Some(p.bdim));
+            }
+        }
+        (t.clone(), None)
+    }
+}
+
+impl Interpreter for BatchInterp {
+    fn tag(&self) -> Tag {
+        self.tag
+    }
+
+    fn describe(&self) -> Option<String> {
+        Some(format!("vmap(size {})", self.size))
+    }
+
+    fn process(&self, level: Level, prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
+        // Check with the per-example shapes first, for errors users can read.
+        let avals: SmallVec<[xform_ops::Aval; 4]> = inputs.iter().map(|t| t.aval()).collect();
+        let refs: SmallVec<[AvalRef<'_>; 4]> = avals.iter().map(|a| a.as_ref()).collect();
+        let out_avals = shape_rule(prim, &refs)?;
+        let mut vals: SmallVec<[Tensor; 4]> = SmallVec::new();
+        let mut bdims: SmallVec<[Option<usize>; 4]> = SmallVec::new();
+        for t in inputs {
+            let (v, b) = self.unwrap(t);
+            vals.push(v);
+            bdims.push(b);
+        }
+        let (outs, obdims) = run_at_parent(level, || batch_rule(prim, &vals, &bdims))?;
+        Ok(outs
+            .into_iter()
+            .zip(obdims)
+            .zip(out_avals)
+            .map(|((o, b), a)| self.wrap(o, b, Some(a)))
+            .collect())
+    }
+}
+
+/// Where the batch axis of each leaf is (`None`: not batched).
+#[derive(Clone, Debug, PartialEq, Default)]
+pub enum Axes {
+    /// Axis 0 of every leaf.
+    #[default]
+    Zero,
+    /// The same axis (negative counts from the end) for every leaf, or
+    /// `None` for none.
+    All(Option<isize>),
+    /// One entry per top-level child of the tree (tuple element, struct
+    /// field, vector element), applying to every leaf under it, like a
+    /// JAX in_axes tuple.
+    Args(Vec<Option<isize>>),
+    /// One entry per leaf, in flattening order.
+    Leaves(Vec<Option<isize>>),
+}
+
+impl From<isize> for Axes {
+    fn from(a: isize) -> Axes {
+        Axes::All(Some(a))
+    }
+}
+
+impl From<Option<isize>> for Axes {
+    fn from(a: Option<isize>) -> Axes {
+        Axes::All(a)
+    }
+}
+
+impl From<Vec<Option<isize>>> for Axes {
+    fn from(a: Vec<Option<isize>>) -> Axes {
+        Axes::Args(a)
+    }
+}
+
+/// Options of [`vmap_with`].
+#[derive(Clone, Debug, Default)]
+pub struct VmapOptions {
+    /// Batch axis of each input leaf (default: 0 for all).
+    pub in_axes: Axes,
+    /// Where the batch axis goes in each output leaf (default: 0 for all);
+    /// `None` requires the output to be the same for every example.
+    pub out_axes: Axes,
+    /// The batch size, required when no input is batched.
+    pub axis_size: Option<usize>,
+    /// Process at most this many examples at a time (bounds memory; the
+    /// chunks' results are concatenated).
+    pub chunk_size: Option<usize>,
+}
+
+/// The top-level child of a leaf path (".0.w" -> ".0", "[3]" -> "[3]").
+fn top_segment(path: &str) -> &str {
+    let rest = &path[1.min(path.len())..];
+    let end = rest.find(['.', '[']).map_or(path.len(), |i| i + 1);
+    &path[..end]
+}
+
+/// Resolves an axes spec to one entry per leaf.
+fn resolve_axes(what: &str, spec: &Axes, paths: &[String]) -> Result<Vec<Option<isize>>> {
+    match spec {
+        Axes::Zero => Ok(vec![Some(0); paths.len()]),
+        Axes::All(a) => Ok(vec![*a; paths.len()]),
+        Axes::Leaves(v) => {
+            if v.len() != paths.len() {
+                return Err(Error::batching(
+                    "vmap",
+                    format!("{what} lists {} axes but the tree has {} leaves ({})", v.len(), paths.len(), paths.join(", ")),
+                ));
+            }
+            Ok(v.clone())
+        }
+        Axes::Args(v) => {
+            let mut tops: Vec<&str> = Vec::new();
+            for p in paths {
+                let t = top_segment(p);
+                if tops.last() != Some(&t) {
+                    tops.push(t);
+                }
+            }
+            if v.len() != tops.len() {
+                return Err(Error::batching(
+                    "vmap",
+                    format!(
+                        "{what} has {} entries but the argument tree has {} top-level parts ({})",
+                        v.len(),
+                        tops.len(),
+                        tops.join(", ")
+                    ),
+                ));
+            }
+            let mut out = Vec::with_capacity(paths.len());
+            let mut k = 0;
+            let mut last = None;
+            for p in paths {
+                let t = top_segment(p);
+                if let Some(l) = last {
+                    if l != t {
+                        k += 1;
+                    }
+                }
+                last = Some(t);
+                out.push(v[k]);
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// Vectorizes `f` over axis 0 of every input leaf: `vmap(f)(xs)` equals
+/// stacking `f(x)` over the examples, without a loop.
+///
+/// ```
+/// use xform_ops::Tensor;
+/// let xs = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2]);
+/// let norms = xform_transforms::vmap(|x: &Tensor| (x * x).sum())(&xs);
+/// assert_eq!(norms.to_vec::<f32>(), vec![5.0, 25.0]);
+/// ```
+pub fn vmap<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y) -> impl Fn(&X) -> Y {
+    vmap_with(f, VmapOptions::default())
+}
+
+/// [`vmap`] with in_axes, out_axes, axis_size and chunk_size.
+pub fn vmap_with<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y, opts: VmapOptions) -> impl Fn(&X) -> Y {
+    move |x: &X| try_vmap_call(&f, &opts, x).or_raise()
+}
+
+/// Calls `vmap_with(f, opts)` on `x`, returning errors instead of panicking.
+pub fn try_vmap_call<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &VmapOptions, x: &X) -> Result<Y> {
+    let leaves = x.leaves();
+    let paths = x.paths();
+    let axes = resolve_axes("in_axes", &opts.in_axes, &paths)?;
+    let mut batch_axes: Vec<Option<usize>> = Vec::with_capacity(leaves.len());
+    let mut sizes: Vec<(String, usize)> = Vec::new();
+    for ((leaf, ax), path) in leaves.iter().zip(&axes).zip(&paths) {
+        match ax {
+            None => batch_axes.push(None),
+            Some(a) => {
+                let shape = leaf.shape();
+                let r = shape.rank() as isize;
+                let n = if *a < 0 { a + r } else { *a };
+                if n < 0 || n >= r {
+                    return Err(Error::batching(
+                        "vmap",
+                        format!("in_axes {a} is out of range for argument {path} of shape {shape} (rank {r})"),
+                    ));
+                }
+                batch_axes.push(Some(n as usize));
+                sizes.push((path.clone(), shape[n as usize]));
+            }
+        }
+    }
+    let size = match (sizes.first(), opts.axis_size) {
+        (None, None) => {
+            return Err(Error::batching("vmap", "no argument is batched (all in_axes are None); give axis_size"));
+        }
+        (None, Some(s)) => s,
+        (Some((_, s)), given) => {
+            let consistent = sizes.iter().all(|(_, n)| n == s) && given.is_none_or(|g| g == *s);
+            if !consistent {
+                let list: Vec<String> = sizes.iter().map(|(p, n)| format!("{p}: {n}")).collect();
+                let extra = given.map_or(String::new(), |g| format!(", axis_size: {g}"));
+                return Err(Error::batching(
+                    "vmap",
+                    format!("inconsistent batch sizes along the mapped axes ({}{extra})", list.join(", ")),
+                ));
+            }
+            *s
+        }
+    };
+    match opts.chunk_size {
+        Some(c) if c > 0 && c < size => {
+            let mut parts: Vec<Vec<Tensor>> = Vec::new();
+            let mut out_tree = None;
+            let mut start = 0;
+            while start < size {
+                let end = (start + c).min(size);
+                let chunk: Vec<Tensor> = leaves
+                    .iter()
+                    .zip(&batch_axes)
+                    .map(|(l, b)| match b {
+                        Some(d) => lax::slice_axis(l, *d, start, end),
+                        None => Ok(l.clone()),
+                    })
+                    .collect::<Result<_>>()?;
+                let (y, outs) = vmap_once(f, opts, x, chunk, &batch_axes, end - start)?;
+                parts.push(outs);
+                out_tree.get_or_insert(y);
+                start = end;
+            }
+            let y = out_tree.expect("at least one chunk");
+            let out_paths = y.paths();
+            let out_axes = resolve_axes("out_axes", &opts.out_axes, &out_paths)?;
+            let joined: Vec<Tensor> = (0..parts[0].len())
+                .map(|i| {
+                    let pieces: Vec<Tensor> = parts.iter().map(|p| p[i].clone()).collect();
+                    match out_axes[i] {
+                        None => Ok(pieces[0].clone()),
+                        Some(a) => {
+                            let r = pieces[0].rank() as isize;
+                            lax::concatenate(&pieces, if a < 0 { (a + r) as usize } else { a as usize })
+                        }
+                    }
+                })
+                .collect::<Result<_>>()?;
+            Ok(y.with_leaves(joined))
+        }
+        _ => vmap_once(f, opts, x, leaves, &batch_axes, size).map(|(y, outs)| y.with_leaves(outs)),
+    }
+}
+
+fn vmap_once<X: Tree, Y: Tree>(
+    f: &impl Fn(&X) -> Y,
+    opts: &VmapOptions,
+    x: &X,
+    leaves: Vec<Tensor>,
+    batch_axes: &[Option<usize>],
+    size: usize,
+) -> Result<(Y, Vec<Tensor>)> {
+    let interp = Rc::new(BatchInterp { tag: Tag::fresh("vmap"), size });
+    let guard = push_interpreter(interp.clone());
+    let wrapped: Vec<Tensor> = leaves.into_iter().zip(batch_axes).map(|(l, b)| interp.wrap(l, *b, None)).collect();
+    let y = f(&x.with_leaves(wrapped));
+    let outs: Vec<(Tensor, Option<usize>)> = y.leaves().iter().map(|o| interp.unwrap(o)).collect();
+    drop(guard);
+    let out_paths = y.paths();
+    let out_axes = resolve_axes("out_axes", &opts.out_axes, &out_paths)?;
+    let moved: Vec<Tensor> = outs
+        .into_iter()
+        .zip(&out_axes)
+        .zip(&out_paths)
+        .map(|(((v, b), oa), path)| match (b, oa) {
+            (None, None) => Ok(v),
+            (Some(_), None) => Err(Error::batching(
+                "vmap",
+                format!("output {path} varies across the batch, but its out_axes is None"),
+            )),
+            (b, Some(a)) => {
+                let r = v.rank() as isize + if b.is_some() { 0 } else { 1 };
+                let to = if *a < 0 { a + r } else { *a };
+                if to < 0 || to >= r {
+                    return Err(Error::batching("vmap", format!("out_axes {a} is out of range for output {path} (rank {r})")));
+                }
+                let to = to as usize;
+                match b {
+                    Some(d) => lax::moveaxis(&v, d, to),
+                    None => {
+                        let mut shape: Shape = v.shape();
+                        shape.0.insert(to, size);
+                        let dims: Vec<usize> = (0..shape.rank()).filter(|&d| d != to).collect();
+                        // Materialized, so the result is writable like any other.
+                        lax::copy(&lax::broadcast_in_dim(&v, &shape, &dims)?)
+                    }
+                }
+            }
+        })
+        .collect::<Result<_>>()?;
+    Ok((y, moved))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::top_segment;
+
+    #[test]
+    fn top_segments() {
+        assert_eq!(top_segment(".0.w"), ".0");
+        assert_eq!(top_segment(".w1"), ".w1");
+        assert_eq!(top_segment("[3][1]"), "[3]");
+        assert_eq!(top_segment("<root>"), "<root>");
+    }
+}
