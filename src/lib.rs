@@ -1,1 +1,55 @@
-//! placeholder
+//! # xform
+//!
+//! Composable function transforms over tensors, in the spirit of JAX and
+//! torch.func: [`vmap`], [`grad`], [`value_and_grad`], [`vjp`], [`jvp`],
+//! [`linearize`], [`jacfwd`], [`jacrev`], [`hessian`] and [`trace`],
+//! composable at any depth, over a small closed set of primitives. Every
+//! primitive carries its own batching and differentiation rules (a missing
+//! rule does not compile) and lowers to CPU kernels (faer, rayon) or, with
+//! the `cuda` feature, CUDA kernels.
+//!
+//! ```
+//! use xform::prelude::*;
+//!
+//! let f = |x: &Tensor| (x.sin() * x).sum();
+//! let x = Tensor::from_vec(vec![0.5f64, 1.0, 1.5], [3]);
+//! let g = grad(f)(&x);                               // df/dx
+//! let h = hessian(f)(&x);                            // [3, 3]
+//! let per_row = vmap(grad(f))(&x.reshape(&[3, 1])); // one gradient per row
+//! assert_eq!(h.shape().dims(), &[3, 3]);
+//! assert_eq!(per_row.shape().dims(), &[3, 1]);
+//! # let _ = g;
+//! ```
+//!
+//! See the README for the three main uses (per-sample gradients, model
+//! ensembles, property-based testing) and ARCHITECTURE.md for the design.
+
+#![warn(missing_docs)]
+
+pub mod testing;
+
+pub use xform_ops::{
+    catch, lax, s, Array, Aval, DType, Device, DotDims, Error, ErrorKind, Idx, Key, OrRaise, Prim, Program, Result, Scalar,
+    Shape, Tensor,
+};
+pub use xform_transforms::{
+    grad, grad_with_aux, hessian, impl_tree, jacfwd, jacfwd_with, jacrev, jacrev_with, jvp, linearize, trace, try_jvp,
+    value_and_grad, value_and_grad_with_aux, vjp, vmap, vmap_with, Axes, JacOptions, Tree, VmapOptions,
+};
+
+/// Lower layers, for extension and inspection: the interpreter core, the
+/// primitives' rules, and the kernels.
+pub mod core {
+    pub use xform_kernels as kernels;
+    pub use xform_ops::{interp, prim, prims, program, tensor};
+    pub use xform_transforms::backward_pass;
+}
+
+/// Everything a typical program needs: `use xform::prelude::*;`.
+pub mod prelude {
+    pub use crate::{
+        catch, grad, grad_with_aux, hessian, impl_tree, jacfwd, jacrev, jvp, linearize, s, trace, value_and_grad,
+        value_and_grad_with_aux, vjp, vmap, vmap_with, Axes, DType, Device, Idx, Key, Program, Shape, Tensor, Tree,
+        VmapOptions,
+    };
+}

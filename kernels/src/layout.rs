@@ -167,6 +167,9 @@ impl Layout {
 
     /// The storage range `offset..offset+numel` if the layout is contiguous.
     pub fn contiguous_range(&self) -> Option<std::ops::Range<usize>> {
+        if self.numel() == 0 {
+            return Some(0..0);
+        }
         self.is_contiguous().then(|| self.offset..self.offset + self.numel())
     }
 
@@ -239,7 +242,8 @@ impl Layout {
             shape.push(n);
             strides.push(self.strides[d] * step[d] as isize);
         }
-        Layout { shape: Shape(shape), strides, offset: offset.max(0) as usize }
+        let empty = shape.contains(&0);
+        Layout { shape: Shape(shape), strides, offset: if empty { 0 } else { offset.max(0) as usize } }
     }
 
     /// The given axes reversed (a view with negative strides).
@@ -399,6 +403,9 @@ impl<const N: usize> Coalesced<N> {
     pub fn for_runs(&self, first: usize, count: usize, mut f: impl FnMut([usize; N], usize, [isize; N])) {
         let outer = &self.shape[..self.shape.len() - 1];
         let len = self.inner_len();
+        if len == 0 || count == 0 {
+            return;
+        }
         let inner = self.inner_strides();
         // Odometer over the outer axes, started at `first`.
         let mut idx: Dims = smallvec::smallvec![0; outer.len()];

@@ -22,6 +22,13 @@ fn format_values(vals: &[f64], dtype: DType) -> Vec<String> {
     let min_nz = finite.iter().filter(|v| **v != 0.0).fold(f64::INFINITY, |m, v| m.min(v.abs()));
     let integral = finite.iter().all(|v| v.fract() == 0.0) && max < 1e16;
     let scientific = max >= 1e8 || (min_nz < 1e-4 && min_nz.is_finite());
+    // Fixed notation: the fewest decimals (at most 4) that show every value.
+    let decimals = (1..=4)
+        .find(|&d| {
+            let scale = 10f64.powi(d);
+            finite.iter().all(|v| ((v * scale).round() / scale - v).abs() <= 1e-9 * v.abs().max(1.0))
+        })
+        .unwrap_or(4) as usize;
     vals.iter()
         .map(|&v| {
             if v.is_nan() {
@@ -33,9 +40,7 @@ fn format_values(vals: &[f64], dtype: DType) -> Vec<String> {
             } else if scientific {
                 format!("{v:.4e}")
             } else {
-                let s = format!("{v:.4}");
-                let s = s.trim_end_matches('0');
-                s.to_string()
+                format!("{v:.decimals$}")
             }
         })
         .collect()

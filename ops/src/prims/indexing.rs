@@ -187,6 +187,12 @@ pub(crate) fn lower_scatter_add(axis: usize, batch_dims: usize, x: &Array, idx: 
     if let Device::Cuda(_) = x.device() {
         return crate::backend::cuda_scatter_add(axis, batch_dims, x, idx, u);
     }
+    if matches!(x.dtype, DType::F16 | DType::BF16) {
+        // Accumulate in f32 and round once, as the half types compute.
+        let wide = |a: &Array| super::unary::lower_convert(DType::F32, a);
+        let out = lower_scatter_add(axis, batch_dims, &wide(x)?, idx, &wide(u)?)?;
+        return super::unary::lower_convert(x.dtype, &out);
+    }
     let e = gather_extents(x.shape(), idx.shape(), axis, batch_dims);
     let iv = indices_i64(idx)?;
     let xc = x.contiguous_copy()?;

@@ -1,0 +1,54 @@
+//! Running registry cases under proptest, and comparing results.
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use xform::{DType, Tensor};
+
+/// Number of cases per registry entry and dtype (PROPTEST_CASES overrides).
+pub fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// Runs `body(seed)` for `n` proptest-chosen seeds; panics with the first
+/// failure and its seed.
+pub fn run(name: &str, n: u32, body: impl Fn(u64) -> Result<(), String>) {
+    let mut runner = TestRunner::new(Config { cases: n, failure_persistence: None, max_shrink_iters: 0, ..Config::default() });
+    let r = runner.run(&any::<u64>(), |seed| body(seed).map_err(TestCaseError::fail));
+    if let Err(e) = r {
+        panic!("{name}: {e}");
+    }
+    assert_eq!(xform::core::interp::stack_depth(), 0, "{name}: interpreter stack not restored");
+}
+
+/// Absolute-and-relative tolerance for comparing results in `dtype`.
+pub fn tol(dtype: DType) -> f64 {
+    match dtype {
+        DType::F64 => 1e-9,
+        DType::F32 => 2e-5,
+        DType::F16 => 2e-3,
+        DType::BF16 => 1.6e-2,
+        _ => 0.0,
+    }
+}
+
+/// Compares values with a tolerance; names the first bad element.
+pub fn close(what: &str, got: &[f64], want: &[f64], t: f64) -> Result<(), String> {
+    if got.len() != want.len() {
+        return Err(format!("{what}: {} values, expected {}", got.len(), want.len()));
+    }
+    for (k, (g, w)) in got.iter().zip(want).enumerate() {
+        let ok = (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= t * (1.0 + w.abs());
+        if !ok {
+            return Err(format!("{what}: element {k}: got {g}, expected {w} (tolerance {t})"));
+        }
+    }
+    Ok(())
+}
+
+/// Compares two tensors' shapes, dtypes and values.
+pub fn same(what: &str, got: &Tensor, want: &Tensor, t: f64) -> Result<(), String> {
+    if got.shape() != want.shape() || got.dtype() != want.dtype() {
+        return Err(format!("{what}: got {} {}, expected {} {}", got.dtype(), got.shape(), want.dtype(), want.shape()));
+    }
+    close(what, &got.to_vec_f64(), &want.to_vec_f64(), t)
+}

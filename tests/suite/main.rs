@@ -1,0 +1,11 @@
+//! xform's test suite: one binary (built once) holding the generic rule
+//! tests over the primitive registry and the facade's integration tests.
+
+mod harness;
+mod reference;
+mod registry;
+
+mod prims_eval;
+mod errors;
+mod views;
+mod methods;
