@@ -29,8 +29,8 @@
 pub mod testing;
 
 pub use xform_ops::{
-    catch, lax, s, Array, Aval, DType, Device, DotDims, Error, ErrorKind, Idx, Key, OrRaise, Prim, Program, Result, Scalar,
-    Shape, Tensor,
+    catch, lax, s, Array, Aval, DType, Device, DotDims, Error, ErrorKind, Idx, Key, OrRaise, Prim, Program, Result,
+    Scalar, Shape, Tensor,
 };
 pub use xform_transforms::{
     grad, grad_with_aux, hessian, impl_tree, jacfwd, jacfwd_with, jacrev, jacrev_with, jvp, linearize, trace, try_jvp,
@@ -53,3 +53,8 @@ pub mod prelude {
         VmapOptions,
     };
 }
+
+/// The README's examples, compiled and run as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -31,16 +31,8 @@ pub enum DType {
 
 impl DType {
     /// Every dtype, in a fixed order (handy for tests).
-    pub const ALL: [DType; 8] = [
-        DType::F32,
-        DType::F64,
-        DType::F16,
-        DType::BF16,
-        DType::I32,
-        DType::I64,
-        DType::U32,
-        DType::Bool,
-    ];
+    pub const ALL: [DType; 8] =
+        [DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64, DType::U32, DType::Bool];
 
     /// True for f32, f64, f16 and bf16.
     pub fn is_float(self) -> bool {

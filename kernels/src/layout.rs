@@ -176,10 +176,7 @@ impl Layout {
     /// True if two different indices can reach the same element (a broadcast
     /// axis of size > 1). Writes through such a layout are refused.
     pub fn has_internal_overlap(&self) -> bool {
-        self.shape
-            .iter()
-            .zip(self.strides.iter())
-            .any(|(&n, &s)| n > 1 && s == 0)
+        self.shape.iter().zip(self.strides.iter()).any(|(&n, &s)| n > 1 && s == 0)
     }
 
     /// The smallest and one-past-largest storage offsets this layout touches
@@ -274,13 +271,8 @@ impl Layout {
         }
         // Group old axes into runs that are contiguous among themselves and
         // split each run into the new axes that cover the same elements.
-        let old: Vec<(usize, isize)> = self
-            .shape
-            .iter()
-            .zip(self.strides.iter())
-            .filter(|(&n, _)| n != 1)
-            .map(|(&n, &s)| (n, s))
-            .collect();
+        let old: Vec<(usize, isize)> =
+            self.shape.iter().zip(self.strides.iter()).filter(|(&n, _)| n != 1).map(|(&n, &s)| (n, s)).collect();
         let new: Vec<usize> = new_shape.iter().copied().collect();
         let mut strides: Strides = smallvec::smallvec![0; new.len()];
         let (mut oi, mut ni) = (0usize, 0usize);
@@ -484,7 +476,7 @@ mod tests {
     fn reshape_views_match_copy_order() {
         let base = Layout::contiguous(Shape::from([2, 3, 4]));
         let t = base.slice(&[0, 0, 0], &[2, 3, 2], &[1, 1, 1]); // [2,3,2], strides [12,4,1]
-        // merging the first two axes works without a copy
+                                                                // merging the first two axes works without a copy
         let r = t.reshape(&Shape::from([6, 2])).unwrap();
         assert_eq!(offsets(&r), offsets(&t));
         // merging the last two does not
@@ -501,7 +493,9 @@ mod tests {
     #[test]
     fn coalesced_runs_visit_row_major_offsets() {
         let base = Layout::contiguous(Shape::from([4, 5, 6]));
-        for l in [base.clone(), base.permute(&[2, 0, 1]), base.slice(&[1, 0, 2], &[4, 5, 6], &[2, 2, 1]), base.rev(&[1])] {
+        for l in
+            [base.clone(), base.permute(&[2, 0, 1]), base.slice(&[1, 0, 2], &[4, 5, 6], &[2, 2, 1]), base.rev(&[1])]
+        {
             let c = Coalesced::new(&l.shape, [(&l.strides[..], l.offset)]);
             let mut got = vec![];
             c.for_runs(0, c.runs(), |[o], n, [s]| {

@@ -156,7 +156,11 @@ impl Array {
     /// The logical elements, row-major, as `T` (which must be the dtype).
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         if T::DTYPE != self.dtype {
-            return Err(Error::dtype("to_vec", format!("the array holds {}, not {}", self.dtype, T::DTYPE), &[self.dtype, T::DTYPE]));
+            return Err(Error::dtype(
+                "to_vec",
+                format!("the array holds {}, not {}", self.dtype, T::DTYPE),
+                &[self.dtype, T::DTYPE],
+            ));
         }
         let host = self.to_device(Device::Cpu)?;
         host.with_cpu("to_vec", |b, l| {

@@ -34,7 +34,11 @@ fn format_values(vals: &[f64], dtype: DType) -> Vec<String> {
             if v.is_nan() {
                 "nan".into()
             } else if v.is_infinite() {
-                if v > 0.0 { "inf".into() } else { "-inf".into() }
+                if v > 0.0 {
+                    "inf".into()
+                } else {
+                    "-inf".into()
+                }
             } else if integral {
                 format!("{v:.0}.")
             } else if scientific {

@@ -171,9 +171,7 @@ impl fmt::Display for Error {
                     f.write_str(")")?;
                 }
             }
-            ErrorKind::Axis { axis, rank } => {
-                write!(f, "axis {axis} is out of range for an operand of rank {rank}")?
-            }
+            ErrorKind::Axis { axis, rank } => write!(f, "axis {axis} is out of range for an operand of rank {rank}")?,
             ErrorKind::IndexOutOfRange { index, size } => {
                 write!(f, "index {index} is out of range for an axis of size {size}")?
             }

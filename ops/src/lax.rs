@@ -173,10 +173,7 @@ pub fn moveaxis(x: &Tensor, from: usize, to: usize) -> Result<Tensor> {
 
 /// Strided slice.
 pub fn slice(x: &Tensor, start: &[usize], limit: &[usize], strides: &[usize]) -> Result<Tensor> {
-    bind1(
-        Prim::Slice { start: start.into(), limit: limit.into(), strides: strides.into() },
-        std::slice::from_ref(x),
-    )
+    bind1(Prim::Slice { start: start.into(), limit: limit.into(), strides: strides.into() }, std::slice::from_ref(x))
 }
 
 /// `start..limit` along one axis (step 1).

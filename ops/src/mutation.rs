@@ -44,11 +44,7 @@ pub(crate) fn make_view(x: &Tensor, ops: &[crate::prim::Prim]) -> crate::Result<
         Some(l) => (l.base.clone(), l.ops.iter().cloned().chain(ops.iter().cloned()).collect()),
         None => (x.clone(), ops.to_vec()),
     };
-    let link = crate::tensor::ViewLink {
-        seen_version: std::cell::Cell::new(base.version()),
-        base,
-        ops: chain.into(),
-    };
+    let link = crate::tensor::ViewLink { seen_version: std::cell::Cell::new(base.version()), base, ops: chain.into() };
     Ok(Tensor::new_view(v.value_cloned(), link))
 }
 
@@ -57,7 +53,10 @@ pub(crate) fn make_view(x: &Tensor, ops: &[crate::prim::Prim]) -> crate::Result<
 pub(crate) fn write_array(op: &str, dst: &crate::Array, src: &crate::Array) -> crate::Result<()> {
     use crate::error::Error;
     if dst.layout.has_internal_overlap() {
-        return Err(Error::in_place(op, "the target is a broadcast view: several of its elements share one memory location"));
+        return Err(Error::in_place(
+            op,
+            "the target is a broadcast view: several of its elements share one memory location",
+        ));
     }
     let src = if src.shares_storage(dst) {
         if src.layout == dst.layout {
@@ -75,7 +74,10 @@ pub(crate) fn write_array(op: &str, dst: &crate::Array, src: &crate::Array) -> c
         src.clone()
     };
     if dst.device() != src.device() {
-        return Err(Error::device(op, format!("cannot write a {} tensor into a {} tensor", src.device(), dst.device())));
+        return Err(Error::device(
+            op,
+            format!("cannot write a {} tensor into a {} tensor", src.device(), dst.device()),
+        ));
     }
     if let crate::Device::Cuda(_) = dst.device() {
         return crate::backend::cuda_write(dst, &src);
@@ -124,49 +126,51 @@ fn scatter_into_base(op: &str, base: &Tensor, ops: &[crate::prim::Prim], value: 
     }
     let mut v = value.clone();
     for (p, prev) in ops.iter().zip(&chain).rev() {
-        v = match p {
-            Prim::Reshape { .. } => lax::reshape(&v, &prev.shape())?,
-            Prim::Transpose { perm } => {
-                let mut inv = vec![0; perm.len()];
-                for (i, &a) in perm.iter().enumerate() {
-                    inv[a] = i;
+        v =
+            match p {
+                Prim::Reshape { .. } => lax::reshape(&v, &prev.shape())?,
+                Prim::Transpose { perm } => {
+                    let mut inv = vec![0; perm.len()];
+                    for (i, &a) in perm.iter().enumerate() {
+                        inv[a] = i;
+                    }
+                    lax::transpose(&v, &inv)?
                 }
-                lax::transpose(&v, &inv)?
-            }
-            Prim::Rev { axes } => lax::rev(&v, axes)?,
-            Prim::Slice { start, limit, strides } => {
-                let shape = prev.shape();
-                let low: Vec<i64> = start.iter().map(|&s| s as i64).collect();
-                let high: Vec<i64> = (0..shape.rank())
-                    .map(|d| {
-                        let k = v.shape()[d] as i64;
-                        let n = shape[d] as i64;
-                        if k == 0 {
-                            n - start[d] as i64
-                        } else {
-                            n - start[d] as i64 - (k - 1) * strides[d] as i64 - 1
-                        }
-                    })
-                    .collect();
-                let _ = limit;
-                let interior: Vec<usize> = strides.iter().map(|s| s - 1).collect();
-                let zero = lax::scalar(0.0, v.dtype(), v.device())?;
-                let placed = lax::pad(&v, &zero, &low, &high, &interior)?;
-                let ones = lax::full(&v.shape(), 1.0, xform_kernels::DType::Bool, v.device())?;
-                let f = lax::scalar(0.0, xform_kernels::DType::Bool, v.device())?;
-                let mask = lax::pad(&ones, &f, &low, &high, &interior)?;
-                lax::select(&mask, &placed, prev)?
-            }
-            Prim::BroadcastInDim { .. } => {
-                return Err(crate::Error::in_place(
+                Prim::Rev { axes } => lax::rev(&v, axes)?,
+                Prim::Slice { start, limit, strides } => {
+                    let shape = prev.shape();
+                    let low: Vec<i64> = start.iter().map(|&s| s as i64).collect();
+                    let high: Vec<i64> = (0..shape.rank())
+                        .map(|d| {
+                            let k = v.shape()[d] as i64;
+                            let n = shape[d] as i64;
+                            if k == 0 {
+                                n - start[d] as i64
+                            } else {
+                                n - start[d] as i64 - (k - 1) * strides[d] as i64 - 1
+                            }
+                        })
+                        .collect();
+                    let _ = limit;
+                    let interior: Vec<usize> = strides.iter().map(|s| s - 1).collect();
+                    let zero = lax::scalar(0.0, v.dtype(), v.device())?;
+                    let placed = lax::pad(&v, &zero, &low, &high, &interior)?;
+                    let ones = lax::full(&v.shape(), 1.0, xform_kernels::DType::Bool, v.device())?;
+                    let f = lax::scalar(0.0, xform_kernels::DType::Bool, v.device())?;
+                    let mask = lax::pad(&ones, &f, &low, &high, &interior)?;
+                    lax::select(&mask, &placed, prev)?
+                }
+                Prim::BroadcastInDim { .. } => return Err(crate::Error::in_place(
                     op,
                     "the target is a broadcast view: several of its elements share one memory location; copy it first",
-                ))
-            }
-            other => {
-                return Err(crate::Error::in_place(op, format!("{} is not a view op, so it cannot be written through", other.name())))
-            }
-        };
+                )),
+                other => {
+                    return Err(crate::Error::in_place(
+                        op,
+                        format!("{} is not a view op, so it cannot be written through", other.name()),
+                    ))
+                }
+            };
     }
     Ok(v)
 }

@@ -193,7 +193,11 @@ impl Prim {
     pub fn is_view(&self) -> bool {
         matches!(
             self,
-            Prim::BroadcastInDim { .. } | Prim::Reshape { .. } | Prim::Transpose { .. } | Prim::Slice { .. } | Prim::Rev { .. }
+            Prim::BroadcastInDim { .. }
+                | Prim::Reshape { .. }
+                | Prim::Transpose { .. }
+                | Prim::Slice { .. }
+                | Prim::Rev { .. }
         )
     }
 }
@@ -218,7 +222,9 @@ impl fmt::Display for Prim {
             Prim::Slice { start, limit, strides } => {
                 write!(f, "[start={} limit={} strides={}]", axes_str(start), axes_str(limit), axes_str(strides))
             }
-            Prim::Pad { low, high, interior } => write!(f, "[low={low:?} high={high:?} interior={}]", axes_str(interior)),
+            Prim::Pad { low, high, interior } => {
+                write!(f, "[low={low:?} high={high:?} interior={}]", axes_str(interior))
+            }
             Prim::Concatenate { axis } => write!(f, "[axis={axis}]"),
             Prim::Rev { axes } => write!(f, "[axes={}]", axes_str(axes)),
             Prim::Iota { shape, dim, dtype, .. } => write!(f, "[shape={shape} dim={dim} dtype={dtype}]"),
@@ -395,9 +401,7 @@ pub fn batch_rule(prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Resul
         | Prim::Compare(_)
         | Prim::Select
         | Prim::Copy
-        | Prim::StopGradient => {
-            batch_elementwise(prim, ins, bdims)
-        }
+        | Prim::StopGradient => batch_elementwise(prim, ins, bdims),
         Prim::Reduce { op, axes } => reduce::batch_reduce(*op, axes, ins, bdims),
         Prim::ArgReduce { op, axis, index_dtype } => reduce::batch_arg_reduce(*op, *axis, *index_dtype, ins, bdims),
         Prim::Cumsum { axis, reverse } => reduce::batch_cumsum(*axis, *reverse, ins, bdims),

@@ -72,7 +72,10 @@ impl Program {
     /// equation fails.
     pub fn eval(&self, args: &[Tensor]) -> Result<Vec<Tensor>> {
         if args.len() != self.inputs.len() {
-            return Err(Error::invalid("Program::eval", format!("expects {} arguments, got {}", self.inputs.len(), args.len())));
+            return Err(Error::invalid(
+                "Program::eval",
+                format!("expects {} arguments, got {}", self.inputs.len(), args.len()),
+            ));
         }
         let mut env: Vec<Option<Tensor>> = vec![None; self.avals.len()];
         for (i, (v, a)) in self.inputs.iter().zip(args).enumerate() {

@@ -41,7 +41,12 @@ impl Key {
     #[track_caller]
     pub fn from_tensor(t: Tensor) -> Key {
         if t.dtype() != DType::U32 || *t.shape() != [2] {
-            Error::shape("Key::from_tensor", format!("a key is a uint32 tensor of shape [2], got {}", t.dtype()), &[&t.shape()]).raise();
+            Error::shape(
+                "Key::from_tensor",
+                format!("a key is a uint32 tensor of shape [2], got {}", t.dtype()),
+                &[&t.shape()],
+            )
+            .raise();
         }
         Key(t)
     }
@@ -146,7 +151,8 @@ impl Key {
     #[track_caller]
     pub fn randint(&self, shape: impl Into<Shape>, low: i64, high: i64, dtype: DType) -> Tensor {
         if high <= low || !dtype.is_int() {
-            Error::invalid("randint", format!("needs low < high and an integer dtype, got [{low}, {high}) {dtype}")).raise();
+            Error::invalid("randint", format!("needs low < high and an integer dtype, got [{low}, {high}) {dtype}"))
+                .raise();
         }
         let u = self.uniform(shape, DType::F64);
         let v = (u * (high - low) as f64).floor() + low as f64;

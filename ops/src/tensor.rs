@@ -132,7 +132,12 @@ pub struct Tensor(pub(crate) Rc<Node>);
 impl Tensor {
     /// A tensor holding `value`.
     pub fn from_value(value: Value) -> Tensor {
-        Tensor(Rc::new(Node { value: RefCell::new(value), view: None, version: Cell::new(0), birth: crate::interp::next_epoch() }))
+        Tensor(Rc::new(Node {
+            value: RefCell::new(value),
+            view: None,
+            version: Cell::new(0),
+            birth: crate::interp::next_epoch(),
+        }))
     }
 
     /// A tensor over a concrete array.

@@ -44,7 +44,12 @@ fn defaults(dtype: DType) -> (f64, f64) {
 ///
 /// # Errors
 /// The worst mismatch, naming the input and output elements.
-pub fn check_grads<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y, x: &X, order: usize, modes: Modes) -> Result<(), CheckFailure> {
+pub fn check_grads<X: Tree, Y: Tree>(
+    f: impl Fn(&X) -> Y,
+    x: &X,
+    order: usize,
+    modes: Modes,
+) -> Result<(), CheckFailure> {
     check_grads_with(f, x, order, modes, &GradCheckOptions::default())
 }
 
@@ -87,7 +92,13 @@ fn check_order<X: Tree, Y: Tree>(
     let cts: Vec<Tensor> = y0l
         .iter()
         .enumerate()
-        .map(|(i, y)| if y.dtype().is_float() { key.fold_in(1000 + i as u32).normal(y.shape(), y.dtype()) } else { y.zeros_like() })
+        .map(|(i, y)| {
+            if y.dtype().is_float() {
+                key.fold_in(1000 + i as u32).normal(y.shape(), y.dtype())
+            } else {
+                y.zeros_like()
+            }
+        })
         .collect();
     let pullback = if modes != Modes::Fwd { Some(vjp(|x: &X| f(x), x).1) } else { None };
     let rev_grad: Option<Vec<Tensor>> = pullback.as_ref().map(|pb| pb(&y0.with_leaves(cts.clone())).leaves());
@@ -138,7 +149,8 @@ fn check_order<X: Tree, Y: Tree>(
     let _ = paths;
     if order > 1 {
         if modes != Modes::Rev {
-            let v: Vec<Tensor> = leaves.iter().enumerate().map(|(i, l)| rand_like(l, &key.fold_in(2000 + i as u32))).collect();
+            let v: Vec<Tensor> =
+                leaves.iter().enumerate().map(|(i, l)| rand_like(l, &key.fold_in(2000 + i as u32))).collect();
             let vt = x.with_leaves(v);
             let df = move |x: &X| jvp(|x: &X| f(x), x, &vt).1;
             check_order(&df, x, order - 1, level + 1, modes, opts)?;
@@ -185,7 +197,8 @@ fn directions<X: Tree>(x: &X, leaves: &[Tensor], limit: usize, key: &Key) -> Vec
     } else {
         (0..3)
             .map(|d| {
-                let dir: Vec<Tensor> = leaves.iter().enumerate().map(|(j, l)| rand_like(l, &key.fold_in(d * 100 + j as u32))).collect();
+                let dir: Vec<Tensor> =
+                    leaves.iter().enumerate().map(|(j, l)| rand_like(l, &key.fold_in(d * 100 + j as u32))).collect();
                 (dir, format!("random direction {d}"))
             })
             .collect()
@@ -225,24 +238,28 @@ fn worst(got: &[f64], expected: &[f64], tol: f64) -> Option<(usize, f64, f64)> {
     best.map(|(k, g, e, _)| (k, g, e))
 }
 
-/// Checks `<ct, f(t)> = <J^T ct, t>` for a linear function `f` at random
-/// `t` (shaped like `example`) and random `ct`.
+/// Checks the transpose identity `<ct, J t> = <J^T ct, t>` for `f` at
+/// `example`, with random `t` and `ct`: `J t` comes from forward mode and
+/// `J^T ct` from reverse mode (for a linear `f`, `J t = f(t)`). This is the
+/// defining property of a correct transpose rule.
 ///
 /// # Errors
-/// If the two inner products differ by more than the dtype's tolerance.
+/// If the two inner products differ by more than the dtypes' tolerance.
 pub fn check_transpose<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y, example: &X) -> Result<(), CheckFailure> {
     let key = Key::new(17);
     let leaves = example.leaves();
     let t: Vec<Tensor> = leaves.iter().enumerate().map(|(i, l)| rand_like(l, &key.fold_in(i as u32))).collect();
     let tt = example.with_leaves(t.clone());
-    let (y, pullback) = vjp(&f, &tt);
+    let (y, jt) = jvp(&f, example, &tt);
+    let (_, pullback) = vjp(&f, example);
     let yl = y.leaves();
     let cts: Vec<Tensor> = yl.iter().enumerate().map(|(i, l)| rand_like(l, &key.fold_in(500 + i as u32))).collect();
     let g = pullback(&y.with_leaves(cts.clone())).leaves();
-    let lhs: f64 = cts.iter().zip(&yl).map(|(c, y)| dot(&values(c), &values(y))).sum();
+    let lhs: f64 = cts.iter().zip(&jt.leaves()).map(|(c, y)| dot(&values(c), &values(y))).sum();
     let rhs: f64 = g.iter().zip(&t).map(|(a, b)| dot(&values(a), &values(b))).sum();
-    let dtype = leaves.first().map_or(DType::F64, |l| l.dtype());
-    let tol = super::default_tolerance(dtype).max(1e-12) * 10.0;
+    // The coarsest dtype involved sets the tolerance (a conversion to a
+    // narrower type rounds its output).
+    let tol = leaves.iter().chain(&yl).map(|l| super::default_tolerance(l.dtype())).fold(1e-12, f64::max) * 10.0;
     let scale = 1.0 + lhs.abs().max(rhs.abs());
     if (lhs - rhs).abs() > tol * scale {
         return Err(CheckFailure {

@@ -30,7 +30,14 @@ pub fn tensor(max_rank: usize, max_dim: usize, dtype: DType, lo: f64, hi: f64) -
 }
 
 /// Several tensors of one random shape (for elementwise functions).
-pub fn same_shape_tensors(n: usize, max_rank: usize, max_dim: usize, dtype: DType, lo: f64, hi: f64) -> impl Strategy<Value = Vec<Tensor>> {
+pub fn same_shape_tensors(
+    n: usize,
+    max_rank: usize,
+    max_dim: usize,
+    dtype: DType,
+    lo: f64,
+    hi: f64,
+) -> impl Strategy<Value = Vec<Tensor>> {
     (shape(max_rank, max_dim), any::<u32>()).prop_map(move |(s, seed)| {
         (0..n).map(|i| random_tensor(seed as u64 * 31 + i as u64, &s, dtype, lo, hi)).collect()
     })
@@ -38,7 +45,12 @@ pub fn same_shape_tensors(n: usize, max_rank: usize, max_dim: usize, dtype: DTyp
 
 /// A vector of 1 to `max_len` tensors of independent random shapes: a
 /// simple pytree.
-pub fn tree_of_tensors(max_len: usize, max_rank: usize, max_dim: usize, dtype: DType) -> impl Strategy<Value = Vec<Tensor>> {
+pub fn tree_of_tensors(
+    max_len: usize,
+    max_rank: usize,
+    max_dim: usize,
+    dtype: DType,
+) -> impl Strategy<Value = Vec<Tensor>> {
     prop::collection::vec(tensor(max_rank, max_dim, dtype, -1.0, 1.0), 1..=max_len.max(1))
 }
 

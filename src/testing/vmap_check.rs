@@ -20,8 +20,11 @@ pub fn check_vmap<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y, x: &X, in_axes: Axes) -
     let out_paths = batched.paths();
     let outs = batched.leaves();
     for i in 0..size {
-        let xi: Vec<Tensor> =
-            leaves.iter().zip(&axes).map(|(l, a)| a.map_or_else(|| l.clone(), |a| l.select(a as isize, i as isize))).collect();
+        let xi: Vec<Tensor> = leaves
+            .iter()
+            .zip(&axes)
+            .map(|(l, a)| a.map_or_else(|| l.clone(), |a| l.select(a as isize, i as isize)))
+            .collect();
         let yi = f(&x.with_leaves(xi)).leaves();
         for (j, (o, y)) in outs.iter().zip(&yi).enumerate() {
             let got = values(&o.select(0, i as isize));
@@ -46,7 +49,8 @@ pub fn check_vmap<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y, x: &X, in_axes: Axes) -
 }
 
 fn resolve(spec: &Axes, paths: &[String], leaves: &[Tensor]) -> Vec<Option<usize>> {
-    let norm = |a: Option<isize>, l: &Tensor| a.map(|a| if a < 0 { (a + l.rank() as isize) as usize } else { a as usize });
+    let norm =
+        |a: Option<isize>, l: &Tensor| a.map(|a| if a < 0 { (a + l.rank() as isize) as usize } else { a as usize });
     match spec {
         Axes::Zero => leaves.iter().map(|_| Some(0)).collect(),
         Axes::All(a) => leaves.iter().map(|l| norm(*a, l)).collect(),

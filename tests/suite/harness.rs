@@ -2,7 +2,7 @@
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use xform::{DType, Tensor};
+use xform::DType;
 
 /// Number of cases per registry entry and dtype (PROPTEST_CASES overrides).
 pub fn cases(default: u32) -> u32 {
@@ -12,7 +12,8 @@ pub fn cases(default: u32) -> u32 {
 /// Runs `body(seed)` for `n` proptest-chosen seeds; panics with the first
 /// failure and its seed.
 pub fn run(name: &str, n: u32, body: impl Fn(u64) -> Result<(), String>) {
-    let mut runner = TestRunner::new(Config { cases: n, failure_persistence: None, max_shrink_iters: 0, ..Config::default() });
+    let mut runner =
+        TestRunner::new(Config { cases: n, failure_persistence: None, max_shrink_iters: 0, ..Config::default() });
     let r = runner.run(&any::<u64>(), |seed| body(seed).map_err(TestCaseError::fail));
     if let Err(e) = r {
         panic!("{name}: {e}");
@@ -43,12 +44,4 @@ pub fn close(what: &str, got: &[f64], want: &[f64], t: f64) -> Result<(), String
         }
     }
     Ok(())
-}
-
-/// Compares two tensors' shapes, dtypes and values.
-pub fn same(what: &str, got: &Tensor, want: &Tensor, t: f64) -> Result<(), String> {
-    if got.shape() != want.shape() || got.dtype() != want.dtype() {
-        return Err(format!("{what}: got {} {}, expected {} {}", got.dtype(), got.shape(), want.dtype(), want.shape()));
-    }
-    close(what, &got.to_vec_f64(), &want.to_vec_f64(), t)
 }

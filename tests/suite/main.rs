@@ -5,7 +5,8 @@ mod harness;
 mod reference;
 mod registry;
 
-mod prims_eval;
 mod errors;
-mod views;
 mod methods;
+mod prims_eval;
+mod rules;
+mod views;

@@ -101,7 +101,11 @@ fn shaping_and_indexing() {
     assert_eq!(v(&pick), vec![12., 20.]);
     let oh = Tensor::from_vec(vec![0i32, 2], [2]).one_hot(3, DType::F32);
     assert_eq!(v(&oh), vec![1., 0., 0., 0., 0., 1.]);
-    let acc = Tensor::zeros([3], DType::F32).index_add(0, &Tensor::from_vec(vec![0i32, 2, 0], [3]), &Tensor::ones([3], DType::F32));
+    let acc = Tensor::zeros([3], DType::F32).index_add(
+        0,
+        &Tensor::from_vec(vec![0i32, 2, 0], [3]),
+        &Tensor::ones([3], DType::F32),
+    );
     assert_eq!(v(&acc), vec![2., 0., 1.]);
     let parts = x.split(2, &[1, 3]);
     assert_eq!(parts[1].shape().dims(), &[2, 3, 3]);
@@ -110,7 +114,8 @@ fn shaping_and_indexing() {
     assert_eq!(v(&padded), vec![9., 1., 2., 9., 9.]);
     let ds = x.dynamic_slice(&[Tensor::scalar(1i32), Tensor::scalar(5i32), Tensor::scalar(1i32)], &[1, 2, 2]);
     assert_eq!(v(&ds), vec![17., 18., 21., 22.]); // the start 5 is clamped to 1
-    let dus = Tensor::zeros([3], DType::F32).dynamic_update_slice(&Tensor::ones([2], DType::F32), &[Tensor::scalar(2i32)]);
+    let dus =
+        Tensor::zeros([3], DType::F32).dynamic_update_slice(&Tensor::ones([2], DType::F32), &[Tensor::scalar(2i32)]);
     assert_eq!(v(&dus), vec![0., 1., 1.]);
     assert_eq!(x.unstack(0).len(), 2);
 }

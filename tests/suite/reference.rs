@@ -137,7 +137,11 @@ fn unary(op: UnaryOp, x: f64, d: DType) -> f64 {
                 if x == 1.0 {
                     1.0
                 } else if x == -1.0 {
-                    if n % 2 == 0 { 1.0 } else { -1.0 }
+                    if n % 2 == 0 {
+                        1.0
+                    } else {
+                        -1.0
+                    }
                 } else {
                     0.0
                 }
@@ -167,7 +171,11 @@ fn binary(op: BinaryOp, a: f64, b: f64, d: DType) -> f64 {
         BinaryOp::Div => {
             if int {
                 if b == 0.0 {
-                    if d == DType::U32 { u32::MAX as f64 } else { -1.0 }
+                    if d == DType::U32 {
+                        u32::MAX as f64
+                    } else {
+                        -1.0
+                    }
                 } else {
                     (a / b).trunc()
                 }
@@ -181,7 +189,11 @@ fn binary(op: BinaryOp, a: f64, b: f64, d: DType) -> f64 {
                     if a == 1.0 {
                         1.0
                     } else if a == -1.0 {
-                        if (b as i64) % 2 == 0 { 1.0 } else { -1.0 }
+                        if (b as i64) % 2 == 0 {
+                            1.0
+                        } else {
+                            -1.0
+                        }
                     } else {
                         0.0
                     }
@@ -254,12 +266,14 @@ pub fn apply(prim: &Prim, ins: &[Nd], dtypes: &[DType]) -> Vec<Nd> {
         Prim::Compare(op) => one(zip(&ins[0], &ins[1], |a, b| compare(*op, a, b))),
         Prim::Select => {
             let (p, t, f) = (&ins[0], &ins[1], &ins[2]);
-            let data = p.data.iter().zip(&t.data).zip(&f.data).map(|((c, x), y)| if *c != 0.0 { *x } else { *y }).collect();
+            let data =
+                p.data.iter().zip(&t.data).zip(&f.data).map(|((c, x), y)| if *c != 0.0 { *x } else { *y }).collect();
             one(Nd::new(t.shape.clone(), data))
         }
         Prim::Reduce { op, axes } => {
             let x = &ins[0];
-            let out_shape: Vec<usize> = x.shape.iter().enumerate().filter(|(d, _)| !axes.contains(d)).map(|(_, &n)| n).collect();
+            let out_shape: Vec<usize> =
+                x.shape.iter().enumerate().filter(|(d, _)| !axes.contains(d)).map(|(_, &n)| n).collect();
             let init = match op {
                 ReduceOp::Sum => 0.0,
                 ReduceOp::Max => f64::NEG_INFINITY,
@@ -272,16 +286,25 @@ pub fn apply(prim: &Prim, ins: &[Nd], dtypes: &[DType]) -> Vec<Nd> {
             };
             let mut out = Nd::filled(out_shape, init);
             for idx in indices(&x.shape) {
-                let o: Vec<usize> = idx.iter().enumerate().filter(|(d, _)| !axes.contains(d)).map(|(_, &i)| i).collect();
+                let o: Vec<usize> =
+                    idx.iter().enumerate().filter(|(d, _)| !axes.contains(d)).map(|(_, &i)| i).collect();
                 let v = x.at(&idx);
                 let cur = out.at(&o);
                 let new = match op {
                     ReduceOp::Sum => cur + v,
                     ReduceOp::Max => {
-                        if v.is_nan() || cur.is_nan() { f64::NAN } else { cur.max(v) }
+                        if v.is_nan() || cur.is_nan() {
+                            f64::NAN
+                        } else {
+                            cur.max(v)
+                        }
                     }
                     ReduceOp::Min => {
-                        if v.is_nan() || cur.is_nan() { f64::NAN } else { cur.min(v) }
+                        if v.is_nan() || cur.is_nan() {
+                            f64::NAN
+                        } else {
+                            cur.min(v)
+                        }
                     }
                 };
                 out.set(&o, new);
@@ -347,7 +370,8 @@ pub fn apply(prim: &Prim, ins: &[Nd], dtypes: &[DType]) -> Vec<Nd> {
             let x = &ins[0];
             let mut out = Nd::filled(shape.to_vec(), 0.0);
             for idx in indices(shape) {
-                let src: Vec<usize> = dims.iter().enumerate().map(|(i, &d)| if x.shape[i] == 1 { 0 } else { idx[d] }).collect();
+                let src: Vec<usize> =
+                    dims.iter().enumerate().map(|(i, &d)| if x.shape[i] == 1 { 0 } else { idx[d] }).collect();
                 out.set(&idx, x.at(&src));
             }
             one(out)
@@ -386,7 +410,8 @@ pub fn apply(prim: &Prim, ins: &[Nd], dtypes: &[DType]) -> Vec<Nd> {
                 .collect();
             let mut out = Nd::filled(shape.clone(), v);
             for idx in indices(&x.shape) {
-                let pos: Vec<i64> = idx.iter().enumerate().map(|(d, &i)| low[d] + i as i64 * (interior[d] as i64 + 1)).collect();
+                let pos: Vec<i64> =
+                    idx.iter().enumerate().map(|(d, &i)| low[d] + i as i64 * (interior[d] as i64 + 1)).collect();
                 if pos.iter().zip(&shape).all(|(&p, &n)| p >= 0 && p < n as i64) {
                     let p: Vec<usize> = pos.iter().map(|&p| p as usize).collect();
                     out.set(&p, x.at(&idx));
@@ -413,8 +438,11 @@ pub fn apply(prim: &Prim, ins: &[Nd], dtypes: &[DType]) -> Vec<Nd> {
             let x = &ins[0];
             let mut out = x.clone();
             for idx in indices(&x.shape) {
-                let src: Vec<usize> =
-                    idx.iter().enumerate().map(|(d, &i)| if axes.contains(&d) { x.shape[d] - 1 - i } else { i }).collect();
+                let src: Vec<usize> = idx
+                    .iter()
+                    .enumerate()
+                    .map(|(d, &i)| if axes.contains(&d) { x.shape[d] - 1 - i } else { i })
+                    .collect();
                 out.set(&idx, x.at(&src));
             }
             one(out)
@@ -429,8 +457,9 @@ pub fn apply(prim: &Prim, ins: &[Nd], dtypes: &[DType]) -> Vec<Nd> {
         Prim::Copy | Prim::StopGradient => one(ins[0].clone()),
         Prim::DynamicSlice { sizes } => {
             let x = &ins[0];
-            let starts: Vec<usize> =
-                (0..sizes.len()).map(|d| ins[1 + d].data[0].clamp(0.0, (x.shape[d] - sizes[d]) as f64) as usize).collect();
+            let starts: Vec<usize> = (0..sizes.len())
+                .map(|d| ins[1 + d].data[0].clamp(0.0, (x.shape[d] - sizes[d]) as f64) as usize)
+                .collect();
             let mut out = Nd::filled(sizes.to_vec(), 0.0);
             for idx in indices(sizes) {
                 let src: Vec<usize> = idx.iter().zip(&starts).map(|(i, s)| i + s).collect();
@@ -498,8 +527,10 @@ pub fn apply(prim: &Prim, ins: &[Nd], dtypes: &[DType]) -> Vec<Nd> {
         }
         Prim::DotGeneral(dd) => {
             let (a, b) = (&ins[0], &ins[1]);
-            let lf: Vec<usize> = (0..a.shape.len()).filter(|x| !dd.lhs_contract.contains(x) && !dd.lhs_batch.contains(x)).collect();
-            let rf: Vec<usize> = (0..b.shape.len()).filter(|x| !dd.rhs_contract.contains(x) && !dd.rhs_batch.contains(x)).collect();
+            let lf: Vec<usize> =
+                (0..a.shape.len()).filter(|x| !dd.lhs_contract.contains(x) && !dd.lhs_batch.contains(x)).collect();
+            let rf: Vec<usize> =
+                (0..b.shape.len()).filter(|x| !dd.rhs_contract.contains(x) && !dd.rhs_batch.contains(x)).collect();
             let mut shape: Vec<usize> = dd.lhs_batch.iter().map(|&x| a.shape[x]).collect();
             shape.extend(lf.iter().map(|&x| a.shape[x]));
             shape.extend(rf.iter().map(|&x| b.shape[x]));

@@ -137,7 +137,11 @@ fn case(prim: Prim, specs: Vec<(Vec<usize>, DType, Dom)>) -> Case {
     Case {
         prim,
         make: Rc::new(move |seed| {
-            specs.iter().enumerate().map(|(i, (s, d, dom))| values(seed.wrapping_mul(31).wrapping_add(i as u64), s, *d, *dom)).collect()
+            specs
+                .iter()
+                .enumerate()
+                .map(|(i, (s, d, dom))| values(seed.wrapping_mul(31).wrapping_add(i as u64), s, *d, *dom))
+                .collect()
         }),
     }
 }
@@ -161,7 +165,13 @@ fn all_numeric() -> Vec<DType> {
     FLOATS.iter().chain(INTS.iter()).copied().collect()
 }
 
-fn entry(name: impl Into<String>, dtypes: Vec<DType>, linear: Vec<usize>, smooth: bool, gen: impl Fn(&mut G, DType) -> Case + 'static) -> Entry {
+fn entry(
+    name: impl Into<String>,
+    dtypes: Vec<DType>,
+    linear: Vec<usize>,
+    smooth: bool,
+    gen: impl Fn(&mut G, DType) -> Case + 'static,
+) -> Entry {
     Entry { name: name.into(), dtypes, gen: Rc::new(gen), linear, smooth }
 }
 
@@ -276,31 +286,63 @@ fn all_entries() -> Vec<Entry> {
         let last = v.last_mut().unwrap();
         last.name = format!("integer_pow({n})");
     }
-    v.push(entry("convert_element_type", all_numeric().into_iter().chain([DType::Bool]).collect(), vec![0], true, |g, d| {
-        let to = g.pick(&[DType::F64, DType::F32, DType::F16, DType::BF16, DType::I32, DType::I64, DType::U32, DType::Bool]);
-        let shape = g.shape(3, 0, 3);
-        let dom = if d == DType::U32 || to == DType::U32 { Dom::Real(0.0, 20.0) } else { Dom::Real(-20.0, 20.0) };
-        let dom = if d.is_float() && !to.is_float() { Dom::AwayFromInt(if to == DType::U32 { 0.0 } else { -20.0 }, 20.0) } else { dom };
-        let dom = if d == DType::Bool { Dom::Small(0, 1) } else { dom };
-        case(Prim::Convert(to), vec![(shape, d, dom)])
-    }));
+    v.push(entry(
+        "convert_element_type",
+        all_numeric().into_iter().chain([DType::Bool]).collect(),
+        vec![0],
+        true,
+        |g, d| {
+            let to = g.pick(&[
+                DType::F64,
+                DType::F32,
+                DType::F16,
+                DType::BF16,
+                DType::I32,
+                DType::I64,
+                DType::U32,
+                DType::Bool,
+            ]);
+            let shape = g.shape(3, 0, 3);
+            let dom = if d == DType::U32 || to == DType::U32 { Dom::Real(0.0, 20.0) } else { Dom::Real(-20.0, 20.0) };
+            let dom = if d.is_float() && !to.is_float() {
+                Dom::AwayFromInt(if to == DType::U32 { 0.0 } else { -20.0 }, 20.0)
+            } else {
+                dom
+            };
+            let dom = if d == DType::Bool { Dom::Small(0, 1) } else { dom };
+            case(Prim::Convert(to), vec![(shape, d, dom)])
+        },
+    ));
     v.extend(BinaryOp::ALL.iter().map(|&op| binary_entry(op)));
     v.extend(CompareOp::ALL.iter().map(|&op| compare_entry(op)));
     v.push(entry("select", all_numeric().into_iter().chain([DType::Bool]).collect(), vec![1, 2], true, |g, d| {
         let shape = g.shape(3, 0, 3);
-        case(Prim::Select, vec![(shape.clone(), DType::Bool, Dom::Small(0, 1)), (shape.clone(), d, float_dom(d)), (shape, d, float_dom(d))])
+        case(
+            Prim::Select,
+            vec![
+                (shape.clone(), DType::Bool, Dom::Small(0, 1)),
+                (shape.clone(), d, float_dom(d)),
+                (shape, d, float_dom(d)),
+            ],
+        )
     }));
     v.push(reduce_entry(ReduceOp::Sum));
     v.push(reduce_entry(ReduceOp::Max));
     v.push(reduce_entry(ReduceOp::Min));
     for op in [ArgOp::Max, ArgOp::Min] {
-        v.push(entry(op.name(), vec![DType::F64, DType::F32, DType::F16, DType::I32, DType::U32], vec![], false, move |g, d| {
-            let r = g.int(1, 3);
-            let shape: Vec<usize> = (0..r).map(|_| g.int(1, 4)).collect();
-            let axis = g.int(0, r - 1);
-            let index_dtype = g.pick(&[DType::I32, DType::I64]);
-            case(Prim::ArgReduce { op, axis, index_dtype }, vec![(shape, d, float_dom(d))])
-        }));
+        v.push(entry(
+            op.name(),
+            vec![DType::F64, DType::F32, DType::F16, DType::I32, DType::U32],
+            vec![],
+            false,
+            move |g, d| {
+                let r = g.int(1, 3);
+                let shape: Vec<usize> = (0..r).map(|_| g.int(1, 4)).collect();
+                let axis = g.int(0, r - 1);
+                let index_dtype = g.pick(&[DType::I32, DType::I64]);
+                case(Prim::ArgReduce { op, axis, index_dtype }, vec![(shape, d, float_dom(d))])
+            },
+        ));
     }
     v.push(entry("cumsum", all_numeric(), vec![0], true, |g, d| {
         let r = g.int(1, 3);
@@ -313,7 +355,10 @@ fn all_entries() -> Vec<Entry> {
         let out: Vec<usize> = g.dims(out_rank);
         let dims: Vec<usize> = g.subset(out_rank);
         let operand: Vec<usize> = dims.iter().map(|&k| if g.coin(0.3) { 1 } else { out[k] }).collect();
-        case(Prim::BroadcastInDim { shape: Shape::from(out), dims: dims.into_iter().collect() }, vec![(operand, d, float_dom(d))])
+        case(
+            Prim::BroadcastInDim { shape: Shape::from(out), dims: dims.into_iter().collect() },
+            vec![(operand, d, float_dom(d))],
+        )
     }));
     v.push(entry("reshape", all_numeric(), vec![0], true, |g, d| {
         let shape = g.shape(3, 1, 4);
@@ -379,7 +424,11 @@ fn all_entries() -> Vec<Entry> {
             high.push(hi);
             interior.push(it);
         }
-        let prim = Prim::Pad { low: low.into_iter().collect(), high: high.into_iter().collect(), interior: interior.into_iter().collect() };
+        let prim = Prim::Pad {
+            low: low.into_iter().collect(),
+            high: high.into_iter().collect(),
+            interior: interior.into_iter().collect(),
+        };
         case(prim, vec![(shape, d, float_dom(d)), (vec![], d, float_dom(d))])
     }));
     v.push(entry("concatenate", all_numeric(), vec![0, 1, 2], true, |g, d| {
@@ -455,7 +504,10 @@ fn all_entries() -> Vec<Entry> {
             out.extend_from_slice(&is[bd..]);
             out.extend_from_slice(&xs[axis + 1..]);
             if scatter {
-                case(Prim::ScatterAdd { axis, batch_dims: bd }, vec![(xs, d, float_dom(d)), (is, idt, idom), (out, d, float_dom(d))])
+                case(
+                    Prim::ScatterAdd { axis, batch_dims: bd },
+                    vec![(xs, d, float_dom(d)), (is, idt, idom), (out, d, float_dom(d))],
+                )
             } else {
                 case(Prim::Gather { axis, batch_dims: bd }, vec![(xs, d, float_dom(d)), (is, idt, idom)])
             }
@@ -468,8 +520,10 @@ fn all_entries() -> Vec<Entry> {
         let bsz: Vec<usize> = (0..nb).map(|_| g.int(1, 3)).collect();
         let csz: Vec<usize> = (0..nc).map(|_| g.int(0, 3)).collect();
         // Roles per axis, then a random placement of the axes in each operand.
-        let mut lroles: Vec<(char, usize)> = (0..nb).map(|i| ('b', i)).chain((0..nc).map(|i| ('c', i))).chain((0..lf).map(|i| ('f', i))).collect();
-        let mut rroles: Vec<(char, usize)> = (0..nb).map(|i| ('b', i)).chain((0..nc).map(|i| ('c', i))).chain((0..rf).map(|i| ('f', i))).collect();
+        let mut lroles: Vec<(char, usize)> =
+            (0..nb).map(|i| ('b', i)).chain((0..nc).map(|i| ('c', i))).chain((0..lf).map(|i| ('f', i))).collect();
+        let mut rroles: Vec<(char, usize)> =
+            (0..nb).map(|i| ('b', i)).chain((0..nc).map(|i| ('c', i))).chain((0..rf).map(|i| ('f', i))).collect();
         let lp = g.perm(lroles.len());
         lroles = lp.iter().map(|&i| lroles[i]).collect();
         let rp = g.perm(rroles.len());
@@ -490,7 +544,13 @@ fn all_entries() -> Vec<Entry> {
             lhs_batch: (0..nb).map(|i| pos(&lroles, 'b', i)).collect(),
             rhs_batch: (0..nb).map(|i| pos(&rroles, 'b', i)).collect(),
         };
-        let dom = if d.is_float() { Dom::Real(-2.0, 2.0) } else if d == DType::U32 { Dom::Small(0, 5) } else { Dom::Small(-5, 5) };
+        let dom = if d.is_float() {
+            Dom::Real(-2.0, 2.0)
+        } else if d == DType::U32 {
+            Dom::Small(0, 5)
+        } else {
+            Dom::Small(-5, 5)
+        };
         case(Prim::DotGeneral(dims), vec![(ls, d, dom), (rs, d, dom)])
     }));
     v.push(entry("threefry2x32", vec![DType::U32], vec![], false, |g, _| {

@@ -25,7 +25,10 @@ fn check_scalar(op: &str, y: &Tensor) -> Result<()> {
     if y.rank() != 0 {
         return Err(Error::transform(
             op,
-            format!("the function must return a scalar, but it returned shape {}; use vjp or jacrev for other outputs", y.shape()),
+            format!(
+                "the function must return a scalar, but it returned shape {}; use vjp or jacrev for other outputs",
+                y.shape()
+            ),
         ));
     }
     if !y.dtype().is_float() {
@@ -35,7 +38,11 @@ fn check_scalar(op: &str, y: &Tensor) -> Result<()> {
 }
 
 /// Value, aux and gradient, all at once.
-fn value_grad_aux<X: Tree, A: Tree>(op: &'static str, f: impl FnOnce(&X) -> (Tensor, A), x: &X) -> Result<((Tensor, A), X)> {
+fn value_grad_aux<X: Tree, A: Tree>(
+    op: &'static str,
+    f: impl FnOnce(&X) -> (Tensor, A),
+    x: &X,
+) -> Result<((Tensor, A), X)> {
     check_inputs(op, x)?;
     let lin = linearize_flat(op, f, x);
     let y = lin.out_leaves[0].clone();

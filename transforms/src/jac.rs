@@ -30,7 +30,10 @@ impl Default for JacOptions {
 fn check_float_leaves(op: &str, what: &str, leaves: &[Tensor], paths: &[String]) -> Result<()> {
     for (l, p) in leaves.iter().zip(paths) {
         if !l.dtype().is_float() {
-            return Err(Error::transform(op, format!("{what} {p} has dtype {}; Jacobians need floating-point values", l.dtype())));
+            return Err(Error::transform(
+                op,
+                format!("{what} {p} has dtype {}; Jacobians need floating-point values", l.dtype()),
+            ));
         }
     }
     Ok(())
@@ -82,9 +85,7 @@ fn chunked(total: usize, chunk: usize, mut per_chunk: impl FnMut(usize, usize) -
     if parts.len() == 1 {
         return Ok(parts.pop().expect("one part"));
     }
-    (0..parts[0].len())
-        .map(|i| lax::concatenate(&parts.iter().map(|p| p[i].clone()).collect::<Vec<_>>(), 0))
-        .collect()
+    (0..parts[0].len()).map(|i| lax::concatenate(&parts.iter().map(|p| p[i].clone()).collect::<Vec<_>>(), 0)).collect()
 }
 
 /// Forward-mode Jacobian.
@@ -118,7 +119,7 @@ fn try_jacfwd<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &JacOptions, x: &X) 
             let tangents: Vec<Tensor> = ts
                 .into_iter()
                 .zip(y.leaves())
-                .map(|(t, p)| t.map_or_else(|| lax::zeros_like(&p).or_raise(), |t| t))
+                .map(|(t, p)| t.unwrap_or_else(|| lax::zeros_like(&p).or_raise()))
                 .collect();
             (y, tangents)
         })(&basis);

@@ -38,7 +38,11 @@ impl JvpInterp {
             None => primal,
             Some(t) => {
                 let aval = primal.aval();
-                Tensor::from_tracer(Tracer { tag: self.tag, aval, payload: Rc::new(JvpTracer { primal, tangent: Some(t) }) })
+                Tensor::from_tracer(Tracer {
+                    tag: self.tag,
+                    aval,
+                    payload: Rc::new(JvpTracer { primal, tangent: Some(t) }),
+                })
             }
         }
     }
@@ -84,7 +88,11 @@ pub(crate) fn check_tangent(op: &str, path: &str, primal: &Tensor, tangent: &Ten
         return Err(Error::shape(op, format!("the tangent for {path} must have its primal's shape"), &[&ps, &ts]));
     }
     if primal.dtype() != tangent.dtype() {
-        return Err(Error::dtype(op, format!("the tangent for {path} must have its primal's dtype"), &[primal.dtype(), tangent.dtype()]));
+        return Err(Error::dtype(
+            op,
+            format!("the tangent for {path} must have its primal's dtype"),
+            &[primal.dtype(), tangent.dtype()],
+        ));
     }
     Ok(())
 }
@@ -142,7 +150,10 @@ pub fn try_jvp<X: Tree, Y: Tree>(f: impl FnOnce(&X) -> Y, primals: &X, tangents:
         check_tangent("jvp", path, p, t)?;
     }
     let (out, ps, ts) = jvp_flat("jvp", f, primals, tl.into_iter().map(Some).collect());
-    let tangents_out: Vec<Tensor> =
-        ts.into_iter().zip(&ps).map(|(t, p)| t.map_or_else(|| xform_ops::lax::zeros_like(p), Ok)).collect::<Result<_>>()?;
+    let tangents_out: Vec<Tensor> = ts
+        .into_iter()
+        .zip(&ps)
+        .map(|(t, p)| t.map_or_else(|| xform_ops::lax::zeros_like(p), Ok))
+        .collect::<Result<_>>()?;
     Ok((out.with_leaves(ps), out.with_leaves(tangents_out)))
 }

@@ -53,7 +53,7 @@ pub(crate) fn linearize_flat<X: Tree, Y: Tree>(label: &'static str, f: impl FnOn
     let tangent_outs: Vec<Tensor> = tangents
         .into_iter()
         .zip(&out_leaves)
-        .map(|(t, p)| t.map_or_else(|| lax::zeros_like(p).or_raise(), |t| t))
+        .map(|(t, p)| t.unwrap_or_else(|| lax::zeros_like(p).or_raise()))
         .collect();
     let program = tracer.finish(&tangent_outs);
     drop(g_trace);
@@ -105,7 +105,10 @@ impl<Y> Linearized<Y> {
     /// output cotangent leaves.
     pub(crate) fn pull(&self, op: &str, cts: &[Tensor]) -> Result<Vec<Tensor>> {
         if cts.len() != self.out_leaves.len() {
-            return Err(Error::invalid(op, format!("expects {} cotangent leaves, got {}", self.out_leaves.len(), cts.len())));
+            return Err(Error::invalid(
+                op,
+                format!("expects {} cotangent leaves, got {}", self.out_leaves.len(), cts.len()),
+            ));
         }
         for (i, (ct, o)) in cts.iter().zip(&self.out_leaves).enumerate() {
             if ct.shape() != o.shape() || ct.dtype() != o.dtype() {
@@ -132,7 +135,10 @@ impl<Y> Linearized<Y> {
     /// Output tangent leaves from input tangent leaves (forward, linear).
     pub(crate) fn push(&self, op: &str, ts: &[Tensor]) -> Result<Vec<Tensor>> {
         if ts.len() != self.in_leaves.len() {
-            return Err(Error::invalid(op, format!("expects {} tangent leaves, got {}", self.in_leaves.len(), ts.len())));
+            return Err(Error::invalid(
+                op,
+                format!("expects {} tangent leaves, got {}", self.in_leaves.len(), ts.len()),
+            ));
         }
         let mut args = Vec::new();
         for ((t, l), &d) in ts.iter().zip(&self.in_leaves).zip(&self.diff) {

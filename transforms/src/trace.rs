@@ -10,7 +10,10 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use xform_ops::interp::push_interpreter;
 use xform_ops::prim::shape_rule;
-use xform_ops::{Atom, Aval, AvalRef, Interpreter, Level, Outs, Prim, Program, ProgramBuilder, Result, Tag, Tensor, Tracer, Value, Var};
+use xform_ops::{
+    Atom, Aval, AvalRef, Interpreter, Level, Outs, Prim, Program, ProgramBuilder, Result, Tag, Tensor, Tracer, Value,
+    Var,
+};
 
 /// The payload of a trace tracer: its program variable.
 pub(crate) struct TraceTracer {
@@ -27,7 +30,11 @@ pub(crate) struct TraceInterp {
 
 impl TraceInterp {
     pub(crate) fn new(name: &'static str, visible: bool) -> Rc<TraceInterp> {
-        Rc::new(TraceInterp { tag: Tag::fresh(name), builder: RefCell::new(ProgramBuilder::new()), visible: visible.then_some(name) })
+        Rc::new(TraceInterp {
+            tag: Tag::fresh(name),
+            builder: RefCell::new(ProgramBuilder::new()),
+            visible: visible.then_some(name),
+        })
     }
 
     /// A new program input and its tracer.
@@ -75,7 +82,9 @@ impl Interpreter for TraceInterp {
         Ok(outs
             .into_iter()
             .zip(out_avals)
-            .map(|(var, aval)| Tensor::from_tracer(Tracer { tag: self.tag, aval, payload: Rc::new(TraceTracer { var }) }))
+            .map(|(var, aval)| {
+                Tensor::from_tracer(Tracer { tag: self.tag, aval, payload: Rc::new(TraceTracer { var }) })
+            })
             .collect())
     }
 }

@@ -11,7 +11,9 @@ use smallvec::SmallVec;
 use std::rc::Rc;
 use xform_ops::interp::{push_interpreter, run_at_parent};
 use xform_ops::prim::{batch_rule, shape_rule};
-use xform_ops::{lax, AvalRef, Error, Interpreter, Level, OrRaise, Outs, Prim, Result, Shape, Tag, Tensor, Tracer, Value};
+use xform_ops::{
+    lax, AvalRef, Error, Interpreter, Level, OrRaise, Outs, Prim, Result, Shape, Tag, Tensor, Tracer, Value,
+};
 
 /// The payload of a batch tracer.
 pub(crate) struct BatchTracer {
@@ -73,12 +75,7 @@ impl Interpreter for BatchInterp {
             bdims.push(b);
         }
         let (outs, obdims) = run_at_parent(level, || batch_rule(prim, &vals, &bdims))?;
-        Ok(outs
-            .into_iter()
-            .zip(obdims)
-            .zip(out_avals)
-            .map(|((o, b), a)| self.wrap(o, b, Some(a)))
-            .collect())
+        Ok(outs.into_iter().zip(obdims).zip(out_avals).map(|((o, b), a)| self.wrap(o, b, Some(a))).collect())
     }
 }
 
@@ -148,7 +145,12 @@ fn resolve_axes(what: &str, spec: &Axes, paths: &[String]) -> Result<Vec<Option<
             if v.len() != paths.len() {
                 return Err(Error::batching(
                     "vmap",
-                    format!("{what} lists {} axes but the tree has {} leaves ({})", v.len(), paths.len(), paths.join(", ")),
+                    format!(
+                        "{what} lists {} axes but the tree has {} leaves ({})",
+                        v.len(),
+                        paths.len(),
+                        paths.join(", ")
+                    ),
                 ));
             }
             Ok(v.clone())
@@ -314,15 +316,17 @@ fn vmap_once<X: Tree, Y: Tree>(
         .zip(&out_paths)
         .map(|(((v, b), oa), path)| match (b, oa) {
             (None, None) => Ok(v),
-            (Some(_), None) => Err(Error::batching(
-                "vmap",
-                format!("output {path} varies across the batch, but its out_axes is None"),
-            )),
+            (Some(_), None) => {
+                Err(Error::batching("vmap", format!("output {path} varies across the batch, but its out_axes is None")))
+            }
             (b, Some(a)) => {
                 let r = v.rank() as isize + if b.is_some() { 0 } else { 1 };
                 let to = if *a < 0 { a + r } else { *a };
                 if to < 0 || to >= r {
-                    return Err(Error::batching("vmap", format!("out_axes {a} is out of range for output {path} (rank {r})")));
+                    return Err(Error::batching(
+                        "vmap",
+                        format!("out_axes {a} is out of range for output {path} (rank {r})"),
+                    ));
                 }
                 let to = to as usize;
                 match b {

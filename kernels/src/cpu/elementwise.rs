@@ -112,16 +112,7 @@ where
 
 /// `out[i] = f(a[i], b[i], c[i])`; all three have the same logical shape.
 #[allow(clippy::too_many_arguments)]
-pub fn map3<A, B, C, U, F>(
-    a: &[A],
-    la: &Layout,
-    b: &[B],
-    lb: &Layout,
-    c: &[C],
-    lc: &Layout,
-    par: Par,
-    f: F,
-) -> Vec<U>
+pub fn map3<A, B, C, U, F>(a: &[A], la: &Layout, b: &[B], lb: &Layout, c: &[C], lc: &Layout, par: Par, f: F) -> Vec<U>
 where
     A: Copy + Sync,
     B: Copy + Sync,

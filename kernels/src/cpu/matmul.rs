@@ -31,10 +31,7 @@ impl FaerElem for f32 {}
 impl FaerElem for f64 {}
 
 /// Batched GEMM for f32 / f64 through faer.
-pub fn gemm<T: FaerElem>(a: &[T], la: &Layout, b: &[T], lb: &Layout, par: Par) -> Vec<T>
-where
-    T: num_one::One,
-{
+pub fn gemm<T: FaerElem + num_one::One>(a: &[T], la: &Layout, b: &[T], lb: &Layout, par: Par) -> Vec<T> {
     let (batch, m, k, n) = dims(la, lb);
     let mut out = vec![T::default(); batch * m * n];
     if out.is_empty() {

@@ -81,7 +81,5 @@ pub(crate) fn for_run_chunks<U: Send>(
     }
     use rayon::prelude::*;
     let runs_per_task = runs.div_ceil(tasks);
-    out.par_chunks_mut(runs_per_task * run_len)
-        .enumerate()
-        .for_each(|(i, chunk)| body(i * runs_per_task, chunk));
+    out.par_chunks_mut(runs_per_task * run_len).enumerate().for_each(|(i, chunk)| body(i * runs_per_task, chunk));
 }

@@ -55,10 +55,7 @@ where
                 Par::Seq => kept.runs(),
                 Par::Rayon => kept.runs().div_ceil(rayon::current_num_threads() * 2).max(1),
             };
-            acc.chunks_mut(runs_per_task * len)
-                .enumerate()
-                .map(|(i, c)| (i * runs_per_task, c))
-                .collect()
+            acc.chunks_mut(runs_per_task * len).enumerate().map(|(i, c)| (i * runs_per_task, c)).collect()
         };
         let work = |(first, chunk): (usize, &mut [A])| {
             red.for_runs(0, red.runs(), |[ro], rn, [rstride]| {
@@ -211,7 +208,7 @@ mod tests {
         let t = l.permute(&[2, 0, 1]);
         let r = sum(&x, &t, &[1], Par::Seq); // [4,3]
         assert_eq!(r[0], 0.0 + 12.0);
-        assert_eq!(r[3 * 1 + 2], 9.0 + 21.0);
+        assert_eq!(r[5], 9.0 + 21.0); // [1, 2]
         assert_eq!(sum(&x, &l, &[], Par::Seq), x);
     }
 

@@ -124,8 +124,8 @@ mod tests {
 
     #[test]
     fn concat_and_iota() {
-        let a = vec![1, 2];
-        let b = vec![3, 4, 5, 6];
+        let a = [1, 2];
+        let b = [3, 4, 5, 6];
         let la = Layout::contiguous(Shape::from([2, 1]));
         let lb = Layout::contiguous(Shape::from([2, 2]));
         let out = concatenate(&[(&a[..], &la), (&b[..], &lb)], 1, &Shape::from([2, 3]));

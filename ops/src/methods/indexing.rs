@@ -96,7 +96,11 @@ impl Tensor {
         let shape = self.shape();
         let used = index.iter().filter(|i| !matches!(i, Idx::NewAxis)).count();
         if used > shape.rank() {
-            return Err(Error::shape("slice", format!("{used} indices for a tensor of rank {}", shape.rank()), &[&shape]));
+            return Err(Error::shape(
+                "slice",
+                format!("{used} indices for a tensor of rank {}", shape.rank()),
+                &[&shape],
+            ));
         }
         let r = shape.rank();
         let mut start: Axes = smallvec::smallvec![0; r];
@@ -115,7 +119,10 @@ impl Tensor {
                     let n = shape[axis] as isize;
                     let j = if k < 0 { k + n } else { k };
                     if j < 0 || j >= n {
-                        return Err(Error::new("slice", ErrorKind::IndexOutOfRange { index: k as i64, size: n as usize }));
+                        return Err(Error::new(
+                            "slice",
+                            ErrorKind::IndexOutOfRange { index: k as i64, size: n as usize },
+                        ));
                     }
                     start[axis] = j as usize;
                     limit[axis] = j as usize + 1;
@@ -171,7 +178,11 @@ impl Tensor {
     pub fn try_take_along_axis(&self, indices: &Tensor, axis: isize) -> Result<Tensor> {
         let r = self.rank();
         if indices.rank() != r {
-            return Err(Error::shape("take_along_axis", "indices must have the operand's rank", &[&self.shape(), &indices.shape()]));
+            return Err(Error::shape(
+                "take_along_axis",
+                "indices must have the operand's rank",
+                &[&self.shape(), &indices.shape()],
+            ));
         }
         let a = norm_axis("take_along_axis", axis, r)?;
         let x = lax::moveaxis(self, a, r - 1)?;

@@ -18,7 +18,10 @@ use xform_kernels::DType;
 /// target can hold and a shape that broadcasts to the target's.
 pub fn assign_check(op: &str, target: &Tensor, value: &Tensor) -> Result<()> {
     let (td, vd) = (target.dtype(), value.dtype());
-    let fits = td == vd || (td.is_float() && vd != DType::Bool) || (td.is_int() && vd.is_int()) || (td.is_int() && vd == DType::Bool);
+    let fits = td == vd
+        || (td.is_float() && vd != DType::Bool)
+        || (td.is_int() && vd.is_int())
+        || (td.is_int() && vd == DType::Bool);
     if !fits {
         return Err(Error::in_place(op, format!("a {vd} result cannot be written into a {td} tensor")));
     }

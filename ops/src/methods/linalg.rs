@@ -40,7 +40,11 @@ impl Tensor {
         if ka != kb {
             return Err(Error::shape("matmul", format!("contracted sizes differ ({ka} vs {kb})"), &[&sa, &sb]));
         }
-        let dims = |lc: usize, rc: usize| DotDims { lhs_contract: smallvec![lc], rhs_contract: smallvec![rc], ..Default::default() };
+        let dims = |lc: usize, rc: usize| DotDims {
+            lhs_contract: smallvec![lc],
+            rhs_contract: smallvec![rc],
+            ..Default::default()
+        };
         if rb == 1 {
             // [..., m, k] @ [k] -> [..., m]
             return lax::dot_general(&a, &b, dims(ra - 1, 0));
@@ -71,7 +75,12 @@ impl Tensor {
         lax::dot_general(
             &a,
             &b,
-            DotDims { lhs_contract: smallvec![nb + 1], rhs_contract: smallvec![nb], lhs_batch: batch_axes.clone(), rhs_batch: batch_axes },
+            DotDims {
+                lhs_contract: smallvec![nb + 1],
+                rhs_contract: smallvec![nb],
+                lhs_batch: batch_axes.clone(),
+                rhs_batch: batch_axes,
+            },
         )
     }
 

@@ -206,7 +206,10 @@ impl Tensor {
         let n = shape[a] as isize;
         let i = if index < 0 { index + n } else { index };
         if i < 0 || i >= n {
-            return Err(Error::new("select", crate::ErrorKind::IndexOutOfRange { index: index as i64, size: n as usize }));
+            return Err(Error::new(
+                "select",
+                crate::ErrorKind::IndexOutOfRange { index: index as i64, size: n as usize },
+            ));
         }
         let mut st: Axes = smallvec::smallvec![0; shape.rank()];
         let mut lim: Axes = shape.iter().copied().collect();
@@ -308,7 +311,12 @@ impl Tensor {
     #[track_caller]
     pub fn pad(&self, widths: &[(i64, i64)], value: f64) -> Tensor {
         if widths.len() != self.rank() {
-            Error::shape("pad", format!("needs one (before, after) pair per axis, got {}", widths.len()), &[&self.shape()]).raise();
+            Error::shape(
+                "pad",
+                format!("needs one (before, after) pair per axis, got {}", widths.len()),
+                &[&self.shape()],
+            )
+            .raise();
         }
         let v = lax::scalar(value, self.dtype(), self.device()).or_raise();
         let low: Amounts = widths.iter().map(|w| w.0).collect();

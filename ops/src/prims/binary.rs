@@ -114,7 +114,8 @@ impl CompareOp {
     }
 
     /// Every comparison.
-    pub const ALL: [CompareOp; 6] = [CompareOp::Eq, CompareOp::Ne, CompareOp::Lt, CompareOp::Le, CompareOp::Gt, CompareOp::Ge];
+    pub const ALL: [CompareOp; 6] =
+        [CompareOp::Eq, CompareOp::Ne, CompareOp::Lt, CompareOp::Le, CompareOp::Gt, CompareOp::Ge];
 
     fn holds<T: PartialOrd>(self, a: T, b: T) -> bool {
         match self {
@@ -181,8 +182,20 @@ fn float_binary<T: Float>(op: BinaryOp, a: &[T], la: &Layout, b: &[T], lb: &Layo
         BinaryOp::Mul => m!(|x: C<T>, y| x * y),
         BinaryOp::Div => m!(|x: C<T>, y| x / y),
         BinaryOp::Pow => m!(|x: C<T>, y| Real::powf(x, y)),
-        BinaryOp::Max => m!(|x: C<T>, y: C<T>| if x.is_nan() || y.is_nan() { x + y } else if x >= y { x } else { y }),
-        BinaryOp::Min => m!(|x: C<T>, y: C<T>| if x.is_nan() || y.is_nan() { x + y } else if x <= y { x } else { y }),
+        BinaryOp::Max => m!(|x: C<T>, y: C<T>| if x.is_nan() || y.is_nan() {
+            x + y
+        } else if x >= y {
+            x
+        } else {
+            y
+        }),
+        BinaryOp::Min => m!(|x: C<T>, y: C<T>| if x.is_nan() || y.is_nan() {
+            x + y
+        } else if x <= y {
+            x
+        } else {
+            y
+        }),
         BinaryOp::Rem => m!(|x: C<T>, y| x % y),
         BinaryOp::Atan2 => m!(|x: C<T>, y| Real::atan2(x, y)),
         BinaryOp::And | BinaryOp::Or => unreachable!("checked by the shape rule"),
@@ -424,7 +437,13 @@ pub(crate) fn transpose_binary(op: BinaryOp, cts: &[Option<Tensor>], args: &[Lin
         return Ok(smallvec![None, None]);
     };
     let (la, lb) = (args[0].is_linear(), args[1].is_linear());
-    let pick = |lin: bool, v: Result<Tensor>| -> Result<Option<Tensor>> { if lin { v.map(Some) } else { Ok(None) } };
+    let pick = |lin: bool, v: Result<Tensor>| -> Result<Option<Tensor>> {
+        if lin {
+            v.map(Some)
+        } else {
+            Ok(None)
+        }
+    };
     match op {
         BinaryOp::Add => Ok(smallvec![pick(la, Ok(ct.clone()))?, pick(lb, Ok(ct.clone()))?]),
         BinaryOp::Sub => Ok(smallvec![pick(la, Ok(ct.clone()))?, pick(lb, lax::neg(ct))?]),

@@ -64,10 +64,17 @@ fn gather_shape(op: &str, x: &AvalRef<'_>, idx: &AvalRef<'_>, axis: usize, batch
     check_axis(op, axis, x.rank())?;
     check_int(op, "indices", idx)?;
     if batch_dims > axis || batch_dims > idx.rank() {
-        return Err(Error::invalid(op, format!("batch_dims {batch_dims} must be at most the axis ({axis}) and the index rank ({})", idx.rank())));
+        return Err(Error::invalid(
+            op,
+            format!("batch_dims {batch_dims} must be at most the axis ({axis}) and the index rank ({})", idx.rank()),
+        ));
     }
     if x.shape[..batch_dims] != idx.shape[..batch_dims] {
-        return Err(Error::shape(op, format!("the first {batch_dims} axes of operand and indices must match"), &[x.shape, idx.shape]));
+        return Err(Error::shape(
+            op,
+            format!("the first {batch_dims} axes of operand and indices must match"),
+            &[x.shape, idx.shape],
+        ));
     }
     let mut s: Vec<usize> = x.shape[..axis].to_vec();
     s.extend_from_slice(&idx.shape[batch_dims..]);
@@ -105,11 +112,7 @@ pub(crate) fn scalar_i64(a: &Array) -> Result<i64> {
 
 /// Start indices clamped so that a block of `sizes` fits in `shape`.
 fn clamped_starts(shape: &Shape, sizes: &[usize], starts: &[&Array]) -> Result<Vec<usize>> {
-    starts
-        .iter()
-        .enumerate()
-        .map(|(d, s)| Ok(scalar_i64(s)?.clamp(0, (shape[d] - sizes[d]) as i64) as usize))
-        .collect()
+    starts.iter().enumerate().map(|(d, s)| Ok(scalar_i64(s)?.clamp(0, (shape[d] - sizes[d]) as i64) as usize)).collect()
 }
 
 pub(crate) fn lower_dynamic_slice(sizes: &[usize], ins: &[&Array]) -> Result<Array> {
@@ -211,7 +214,11 @@ pub(crate) fn lower_scatter_add(axis: usize, batch_dims: usize, x: &Array, idx: 
 
 // ---- JVP ---------------------------------------------------------------------
 
-pub(crate) fn jvp_dynamic_slice(prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+pub(crate) fn jvp_dynamic_slice(
+    prim: &Prim,
+    primals: &[Tensor],
+    tangents: &[Option<Tensor>],
+) -> Result<(Outs, Tangents)> {
     let out = bind1(prim.clone(), primals)?;
     let t = match &tangents[0] {
         Some(t) => {
@@ -246,7 +253,11 @@ pub(crate) fn jvp_gather(prim: &Prim, primals: &[Tensor], tangents: &[Option<Ten
     Ok((smallvec![out], smallvec![t]))
 }
 
-pub(crate) fn jvp_scatter_add(prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+pub(crate) fn jvp_scatter_add(
+    prim: &Prim,
+    primals: &[Tensor],
+    tangents: &[Option<Tensor>],
+) -> Result<(Outs, Tangents)> {
     let out = bind1(prim.clone(), primals)?;
     let t = match (&tangents[0], &tangents[2]) {
         (None, None) => None,
@@ -292,7 +303,12 @@ pub(crate) fn transpose_dynamic_update_slice(cts: &[Option<Tensor>], args: &[Lin
     Ok(out)
 }
 
-pub(crate) fn transpose_gather(axis: usize, batch_dims: usize, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
+pub(crate) fn transpose_gather(
+    axis: usize,
+    batch_dims: usize,
+    cts: &[Option<Tensor>],
+    args: &[LinearArg],
+) -> Result<Cotangents> {
     let idx = consts(&args[1..2])?.remove(0);
     let ct_x = match &cts[0] {
         Some(ct) => Some(lax::scatter_add(&lax::zeros_aval(&args[0].aval())?, &idx, ct, axis, batch_dims)?),
@@ -301,7 +317,12 @@ pub(crate) fn transpose_gather(axis: usize, batch_dims: usize, cts: &[Option<Ten
     Ok(smallvec![ct_x, None])
 }
 
-pub(crate) fn transpose_scatter_add(axis: usize, batch_dims: usize, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
+pub(crate) fn transpose_scatter_add(
+    axis: usize,
+    batch_dims: usize,
+    cts: &[Option<Tensor>],
+    args: &[LinearArg],
+) -> Result<Cotangents> {
     let idx = consts(&args[1..2])?.remove(0);
     let Some(ct) = &cts[0] else {
         return Ok(smallvec![None, None, None]);
@@ -313,9 +334,9 @@ pub(crate) fn transpose_scatter_add(axis: usize, batch_dims: usize, cts: &[Optio
 
 // ---- batching ----------------------------------------------------------------
 
-/// A scalar zero index of the given dtype.
-fn zero_index(like: &Tensor) -> Result<Tensor> {
-    lax::scalar(0.0, like.dtype(), like.device())
+/// A scalar zero index, typed like the other start indices (i32 if none).
+fn zero_index(starts: &[Tensor], device: crate::Device) -> Result<Tensor> {
+    lax::scalar(0.0, starts.first().map_or(DType::I32, |s| s.dtype()), device)
 }
 
 /// Per-example start `[B]` (as i32), clamped to `0..=n - size`.
@@ -340,7 +361,7 @@ pub(crate) fn batch_dynamic_slice(sizes: &[usize], ins: &[Tensor], bdims: &[Opti
     if bdims[1..].iter().all(Option::is_none) {
         let b = bdims[0].expect("batched operand");
         let mut starts: SmallVec<[Tensor; 4]> = ins[1..].iter().cloned().collect();
-        starts.insert(b, zero_index(&ins[1])?);
+        starts.insert(b, zero_index(&ins[1..], ins[0].device())?);
         let mut sz: Axes = sizes.iter().copied().collect();
         sz.insert(b, size);
         return Ok((smallvec![lax::dynamic_slice(&ins[0], &starts, &sz)?], smallvec![Some(b)]));
@@ -368,7 +389,7 @@ pub(crate) fn batch_dynamic_update_slice(ins: &[Tensor], bdims: &[Option<usize>]
     let u = to_front(&ins[1], bdims[1], size)?;
     if bdims[2..].iter().all(Option::is_none) {
         let mut starts: SmallVec<[Tensor; 4]> = ins[2..].iter().cloned().collect();
-        starts.insert(0, zero_index(&ins[2])?);
+        starts.insert(0, zero_index(&ins[2..], ins[0].device())?);
         return Ok((smallvec![lax::dynamic_update_slice(&x, &u, &starts)?], smallvec![Some(0)]));
     }
     // Per-example starts: scatter the update (and a mask) into place one
@@ -391,7 +412,12 @@ pub(crate) fn batch_dynamic_update_slice(ins: &[Tensor], bdims: &[Option<usize>]
     Ok((smallvec![lax::select(&hit, &e, &x)?], smallvec![Some(0)]))
 }
 
-pub(crate) fn batch_gather(axis: usize, batch_dims: usize, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+pub(crate) fn batch_gather(
+    axis: usize,
+    batch_dims: usize,
+    ins: &[Tensor],
+    bdims: &[Option<usize>],
+) -> Result<(Outs, BDims)> {
     let size = batch_size(ins, bdims)?;
     let (x, idx) = (&ins[0], &ins[1]);
     match (bdims[0], bdims[1]) {
@@ -413,7 +439,12 @@ pub(crate) fn batch_gather(axis: usize, batch_dims: usize, ins: &[Tensor], bdims
     }
 }
 
-pub(crate) fn batch_scatter_add(axis: usize, batch_dims: usize, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+pub(crate) fn batch_scatter_add(
+    axis: usize,
+    batch_dims: usize,
+    ins: &[Tensor],
+    bdims: &[Option<usize>],
+) -> Result<(Outs, BDims)> {
     let size = batch_size(ins, bdims)?;
     let (x, idx, u) = (&ins[0], &ins[1], &ins[2]);
     if bdims[1].is_none() {
@@ -428,4 +459,3 @@ pub(crate) fn batch_scatter_add(axis: usize, batch_dims: usize, ins: &[Tensor], 
     let ub = to_front(u, bdims[2], size)?;
     Ok((smallvec![lax::scatter_add(&xb, &ib, &ub, axis + 1, batch_dims + 1)?], smallvec![Some(0)]))
 }
-

@@ -77,7 +77,11 @@ pub(crate) fn shape_dot_general(d: &DotDims, ins: &[AvalRef<'_>]) -> Result<Aval
     check_axes(op, &ra, b.rank())?;
     for (x, y) in d.lhs_contract.iter().zip(&d.rhs_contract).chain(d.lhs_batch.iter().zip(&d.rhs_batch)) {
         if a.shape[*x] != b.shape[*y] {
-            return Err(Error::shape(op, format!("lhs axis {x} (size {}) does not match rhs axis {y} (size {})", a.shape[*x], b.shape[*y]), &[a.shape, b.shape]));
+            return Err(Error::shape(
+                op,
+                format!("lhs axis {x} (size {}) does not match rhs axis {y} (size {})", a.shape[*x], b.shape[*y]),
+                &[a.shape, b.shape],
+            ));
         }
     }
     let mut shape: Vec<usize> = d.lhs_batch.iter().map(|&x| a.shape[x]).collect();
@@ -128,9 +132,15 @@ pub(crate) fn lower_dot_general(d: &DotDims, a: &Array, b: &Array) -> Result<Arr
         (CpuBuffer::F64(x), CpuBuffer::F64(y)) => CpuBuffer::F64(gemm(x, la, y, lb, par)),
         (CpuBuffer::F16(x), CpuBuffer::F16(y)) => CpuBuffer::F16(gemm_half(x, la, y, lb, par)),
         (CpuBuffer::BF16(x), CpuBuffer::BF16(y)) => CpuBuffer::BF16(gemm_half(x, la, y, lb, par)),
-        (CpuBuffer::I32(x), CpuBuffer::I32(y)) => CpuBuffer::I32(gemm_int(x, la, y, lb, |acc: i32, p, q| acc.wrapping_add(p.wrapping_mul(q)))),
-        (CpuBuffer::I64(x), CpuBuffer::I64(y)) => CpuBuffer::I64(gemm_int(x, la, y, lb, |acc: i64, p, q| acc.wrapping_add(p.wrapping_mul(q)))),
-        (CpuBuffer::U32(x), CpuBuffer::U32(y)) => CpuBuffer::U32(gemm_int(x, la, y, lb, |acc: u32, p, q| acc.wrapping_add(p.wrapping_mul(q)))),
+        (CpuBuffer::I32(x), CpuBuffer::I32(y)) => {
+            CpuBuffer::I32(gemm_int(x, la, y, lb, |acc: i32, p, q| acc.wrapping_add(p.wrapping_mul(q))))
+        }
+        (CpuBuffer::I64(x), CpuBuffer::I64(y)) => {
+            CpuBuffer::I64(gemm_int(x, la, y, lb, |acc: i64, p, q| acc.wrapping_add(p.wrapping_mul(q))))
+        }
+        (CpuBuffer::U32(x), CpuBuffer::U32(y)) => {
+            CpuBuffer::U32(gemm_int(x, la, y, lb, |acc: u32, p, q| acc.wrapping_add(p.wrapping_mul(q))))
+        }
         _ => unreachable!("checked by the shape rule"),
     };
     Ok(Array::from_cpu(out, shape))
@@ -138,7 +148,11 @@ pub(crate) fn lower_dot_general(d: &DotDims, a: &Array, b: &Array) -> Result<Arr
 
 // ---- JVP -----------------------------------------------------------------------------
 
-pub(crate) fn jvp_dot_general(d: &DotDims, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+pub(crate) fn jvp_dot_general(
+    d: &DotDims,
+    primals: &[Tensor],
+    tangents: &[Option<Tensor>],
+) -> Result<(Outs, Tangents)> {
     let (a, b) = (&primals[0], &primals[1]);
     let out = lax::dot_general(a, b, d.clone())?;
     if !a.dtype().is_float() {
@@ -165,7 +179,8 @@ fn transpose_operand(d: &DotDims, ct: &Tensor, other: &Tensor, this: &Aval, lhs:
     let other_free: Axes = (0..other_rank).filter(|a| !other_c.contains(a) && !other_b.contains(a)).collect();
     // ct axes: [batch, lhs free, rhs free]
     let lf = if lhs { this_free.len() } else { other_free.len() };
-    let ct_other_free: Axes = if lhs { (nb + lf..nb + lf + other_free.len()).collect() } else { (nb..nb + lf).collect() };
+    let ct_other_free: Axes =
+        if lhs { (nb + lf..nb + lf + other_free.len()).collect() } else { (nb..nb + lf).collect() };
     let dims = DotDims {
         lhs_contract: ct_other_free,
         rhs_contract: other_free,
@@ -195,8 +210,13 @@ pub(crate) fn transpose_dot_general(d: &DotDims, cts: &[Option<Tensor>], args: &
     };
     match (&args[0], &args[1]) {
         (LinearArg::Linear(a), LinearArg::Const(b)) => Ok(smallvec![Some(transpose_operand(d, ct, b, a, true)?), None]),
-        (LinearArg::Const(a), LinearArg::Linear(b)) => Ok(smallvec![None, Some(transpose_operand(d, ct, a, b, false)?)]),
-        _ => Err(Error::transform("dot_general", "dot_general is linear in one operand at a time, so it cannot be transposed in both")),
+        (LinearArg::Const(a), LinearArg::Linear(b)) => {
+            Ok(smallvec![None, Some(transpose_operand(d, ct, a, b, false)?)])
+        }
+        _ => Err(Error::transform(
+            "dot_general",
+            "dot_general is linear in one operand at a time, so it cannot be transposed in both",
+        )),
     }
 }
 
@@ -219,21 +239,15 @@ pub(crate) fn batch_dot_general(d: &DotDims, ins: &[Tensor], bdims: &[Option<usi
             Ok((smallvec![lax::dot_general(&a, &b, dims)?], smallvec![Some(0)]))
         }
         (Some(ba), None) => {
-            let dims = DotDims {
-                lhs_contract: shift(&d.lhs_contract, ba),
-                lhs_batch: shift(&d.lhs_batch, ba),
-                ..d.clone()
-            };
+            let dims =
+                DotDims { lhs_contract: shift(&d.lhs_contract, ba), lhs_batch: shift(&d.lhs_batch, ba), ..d.clone() };
             let free = dims.free(a.rank(), true);
             let pos = free.iter().position(|&x| x == ba).expect("batch axis is free");
             Ok((smallvec![lax::dot_general(a, b, dims)?], smallvec![Some(nb + pos)]))
         }
         (None, Some(bb)) => {
-            let dims = DotDims {
-                rhs_contract: shift(&d.rhs_contract, bb),
-                rhs_batch: shift(&d.rhs_batch, bb),
-                ..d.clone()
-            };
+            let dims =
+                DotDims { rhs_contract: shift(&d.rhs_contract, bb), rhs_batch: shift(&d.rhs_batch, bb), ..d.clone() };
             let lf = dims.free(a.rank(), true).len();
             let free = dims.free(b.rank(), false);
             let pos = free.iter().position(|&x| x == bb).expect("batch axis is free");

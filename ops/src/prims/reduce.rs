@@ -101,7 +101,9 @@ fn float_reduce<T: Float>(op: ReduceOp, v: &[T], l: &Layout, axes: &[usize]) -> 
     let par = Par::for_work(l.numel(), 1);
     match op {
         // f32 and the half types accumulate in f64: sums of many elements stay accurate.
-        ReduceOp::Sum => reduce(v, l, axes, par, Reducer { init: 0.0f64, fold: |a, x: T| a + x.to_f64(), finish: T::from_f64 }),
+        ReduceOp::Sum => {
+            reduce(v, l, axes, par, Reducer { init: 0.0f64, fold: |a, x: T| a + x.to_f64(), finish: T::from_f64 })
+        }
         ReduceOp::Max => reduce(
             v,
             l,
@@ -149,8 +151,20 @@ fn int_reduce<T: super::binary::IntBinary>(op: ReduceOp, v: &[T], l: &Layout, ax
     let par = Par::for_work(l.numel(), 1);
     match op {
         ReduceOp::Sum => reduce(v, l, axes, par, Reducer { init: T::ZERO, fold: T::add_, finish: |a| a }),
-        ReduceOp::Max => reduce(v, l, axes, par, Reducer { init: T::min_value(), fold: |a, x| if x > a { x } else { a }, finish: |a| a }),
-        ReduceOp::Min => reduce(v, l, axes, par, Reducer { init: T::max_value(), fold: |a, x| if x < a { x } else { a }, finish: |a| a }),
+        ReduceOp::Max => reduce(
+            v,
+            l,
+            axes,
+            par,
+            Reducer { init: T::min_value(), fold: |a, x| if x > a { x } else { a }, finish: |a| a },
+        ),
+        ReduceOp::Min => reduce(
+            v,
+            l,
+            axes,
+            par,
+            Reducer { init: T::max_value(), fold: |a, x| if x < a { x } else { a }, finish: |a| a },
+        ),
     }
 }
 
@@ -194,7 +208,8 @@ pub(crate) fn lower_cumsum(axis: usize, reverse: bool, x: &Array) -> Result<Arra
         return crate::backend::cuda_cumsum(axis, reverse, x);
     }
     fn float<T: Float>(v: &[T], l: &Layout, axis: usize, reverse: bool) -> Vec<T> {
-        let out: Vec<f64> = cumulative(v, l, axis, reverse, Reducer { init: 0.0f64, fold: |a, x: T| a + x.to_f64(), finish: |a| a });
+        let out: Vec<f64> =
+            cumulative(v, l, axis, reverse, Reducer { init: 0.0f64, fold: |a, x: T| a + x.to_f64(), finish: |a| a });
         out.into_iter().map(T::from_f64).collect()
     }
     fn int<T: super::binary::IntBinary + Default>(v: &[T], l: &Layout, axis: usize, reverse: bool) -> Vec<T> {
@@ -221,7 +236,12 @@ fn unreduce(y: &Tensor, x_shape: &xform_kernels::Shape, axes: &[usize]) -> Resul
     lax::broadcast_in_dim(y, x_shape, &kept)
 }
 
-pub(crate) fn jvp_reduce(op: ReduceOp, axes: &[usize], primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+pub(crate) fn jvp_reduce(
+    op: ReduceOp,
+    axes: &[usize],
+    primals: &[Tensor],
+    tangents: &[Option<Tensor>],
+) -> Result<(Outs, Tangents)> {
     let x = &primals[0];
     let y = lax::reduce(op, x, axes)?;
     let t = match &tangents[0] {
@@ -243,7 +263,12 @@ pub(crate) fn jvp_reduce(op: ReduceOp, axes: &[usize], primals: &[Tensor], tange
 
 // ---- transpose ---------------------------------------------------------------
 
-pub(crate) fn transpose_reduce(op: ReduceOp, axes: &[usize], cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
+pub(crate) fn transpose_reduce(
+    op: ReduceOp,
+    axes: &[usize],
+    cts: &[Option<Tensor>],
+    args: &[LinearArg],
+) -> Result<Cotangents> {
     if op != ReduceOp::Sum {
         return Err(Error::transform(op.name(), format!("{} is not linear, so it cannot be transposed", op.name())));
     }
@@ -251,29 +276,49 @@ pub(crate) fn transpose_reduce(op: ReduceOp, axes: &[usize], cts: &[Option<Tenso
     Ok(smallvec![cts[0].as_ref().map(|c| unreduce(c, &shape, axes)).transpose()?])
 }
 
-pub(crate) fn transpose_cumsum(axis: usize, reverse: bool, cts: &[Option<Tensor>], _args: &[LinearArg]) -> Result<Cotangents> {
+pub(crate) fn transpose_cumsum(
+    axis: usize,
+    reverse: bool,
+    cts: &[Option<Tensor>],
+    _args: &[LinearArg],
+) -> Result<Cotangents> {
     Ok(smallvec![cts[0].as_ref().map(|c| lax::cumsum(c, axis, !reverse)).transpose()?])
 }
 
 // ---- batching ----------------------------------------------------------------
 
-pub(crate) fn batch_reduce(op: ReduceOp, axes: &[usize], ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+pub(crate) fn batch_reduce(
+    op: ReduceOp,
+    axes: &[usize],
+    ins: &[Tensor],
+    bdims: &[Option<usize>],
+) -> Result<(Outs, BDims)> {
     let b = bdims[0].expect("batched operand");
     let phys: Axes = axes.iter().map(|&a| physical(a, b)).collect();
     let out_b = b - phys.iter().filter(|&&a| a < b).count();
     Ok((smallvec![lax::reduce(op, &ins[0], &phys)?], smallvec![Some(out_b)]))
 }
 
-pub(crate) fn batch_arg_reduce(op: ArgOp, axis: usize, index_dtype: DType, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+pub(crate) fn batch_arg_reduce(
+    op: ArgOp,
+    axis: usize,
+    index_dtype: DType,
+    ins: &[Tensor],
+    bdims: &[Option<usize>],
+) -> Result<(Outs, BDims)> {
     let b = bdims[0].expect("batched operand");
     let pa = physical(axis, b);
     let out_b = if pa < b { b - 1 } else { b };
     Ok((smallvec![lax::arg_reduce(op, &ins[0], pa, index_dtype)?], smallvec![Some(out_b)]))
 }
 
-pub(crate) fn batch_cumsum(axis: usize, reverse: bool, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+pub(crate) fn batch_cumsum(
+    axis: usize,
+    reverse: bool,
+    ins: &[Tensor],
+    bdims: &[Option<usize>],
+) -> Result<(Outs, BDims)> {
     let b = bdims[0].expect("batched operand");
     let y = bind1(Prim::Cumsum { axis: physical(axis, b), reverse }, &ins[..1])?;
     Ok((smallvec![y], smallvec![Some(b)]))
 }
-

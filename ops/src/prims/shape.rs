@@ -21,7 +21,11 @@ pub(crate) fn shape_broadcast_in_dim(shape: &Shape, dims: &[usize], ins: &[AvalR
     check_arity(op, ins, 1)?;
     let x = &ins[0];
     if dims.len() != x.rank() {
-        return Err(Error::shape(op, format!("needs one output axis per operand axis, got dims {dims:?}"), &[x.shape, shape]));
+        return Err(Error::shape(
+            op,
+            format!("needs one output axis per operand axis, got dims {dims:?}"),
+            &[x.shape, shape],
+        ));
     }
     for (i, &d) in dims.iter().enumerate() {
         check_axis(op, d, shape.rank())?;
@@ -31,7 +35,10 @@ pub(crate) fn shape_broadcast_in_dim(shape: &Shape, dims: &[usize], ins: &[AvalR
         if x.shape[i] != 1 && x.shape[i] != shape[d] {
             return Err(Error::shape(
                 op,
-                format!("operand axis {i} (size {}) cannot broadcast to output axis {d} (size {})", x.shape[i], shape[d]),
+                format!(
+                    "operand axis {i} (size {}) cannot broadcast to output axis {d} (size {})",
+                    x.shape[i], shape[d]
+                ),
                 &[x.shape, shape],
             ));
         }
@@ -71,7 +78,10 @@ pub(crate) fn shape_slice(start: &[usize], limit: &[usize], strides: &[usize], i
         if start[d] > limit[d] || limit[d] > x.shape[d] || strides[d] == 0 {
             return Err(Error::shape(
                 "slice",
-                format!("axis {d}: {}..{} step {} does not fit an axis of size {}", start[d], limit[d], strides[d], x.shape[d]),
+                format!(
+                    "axis {d}: {}..{} step {} does not fit an axis of size {}",
+                    start[d], limit[d], strides[d], x.shape[d]
+                ),
                 &[x.shape],
             ));
         }
@@ -91,8 +101,9 @@ pub(crate) fn shape_pad(low: &[i64], high: &[i64], interior: &[usize], ins: &[Av
     if low.len() != r || high.len() != r || interior.len() != r {
         return Err(Error::shape("pad", "low, high and interior need one entry per axis", &[x.shape]));
     }
-    let shape = k::pad_shape(x.shape, low, high, interior)
-        .ok_or_else(|| Error::shape("pad", format!("negative padding {low:?}/{high:?} removes more than the axis holds"), &[x.shape]))?;
+    let shape = k::pad_shape(x.shape, low, high, interior).ok_or_else(|| {
+        Error::shape("pad", format!("negative padding {low:?}/{high:?} removes more than the axis holds"), &[x.shape])
+    })?;
     Ok(smallvec![Aval { shape, dtype: x.dtype, device: x.device }])
 }
 
@@ -122,7 +133,13 @@ pub(crate) fn shape_rev(axes: &[usize], ins: &[AvalRef<'_>]) -> Result<Avals> {
     Ok(smallvec![ins[0].to_owned()])
 }
 
-pub(crate) fn shape_iota(shape: &Shape, dim: usize, dtype: DType, device: Device, ins: &[AvalRef<'_>]) -> Result<Avals> {
+pub(crate) fn shape_iota(
+    shape: &Shape,
+    dim: usize,
+    dtype: DType,
+    device: Device,
+    ins: &[AvalRef<'_>],
+) -> Result<Avals> {
     check_arity("iota", ins, 0)?;
     check_axis("iota", dim, shape.rank())?;
     if dtype == DType::Bool {
@@ -187,7 +204,8 @@ pub(crate) fn lower_concatenate(axis: usize, ins: &[&Array]) -> Result<Array> {
     let guards: Vec<_> = ins.iter().map(|a| a.read()).collect();
     let bufs: Vec<&CpuBuffer> = guards.iter().map(|g| g.cpu("concatenate")).collect::<Result<_>>()?;
     fn run<T: Element + Default>(bufs: &[&CpuBuffer], ins: &[&Array], axis: usize, shape: &Shape) -> Vec<T> {
-        let parts: Vec<(&[T], &xform_kernels::Layout)> = bufs.iter().zip(ins).map(|(b, a)| (b.as_slice::<T>(), &a.layout)).collect();
+        let parts: Vec<(&[T], &xform_kernels::Layout)> =
+            bufs.iter().zip(ins).map(|(b, a)| (b.as_slice::<T>(), &a.layout)).collect();
         k::concatenate(&parts, axis, shape)
     }
     let out = xform_kernels::with_dtype!(ins[0].dtype, T => CpuBuffer::from_vec(run::<T>(&bufs, ins, axis, &shape)));
@@ -195,7 +213,8 @@ pub(crate) fn lower_concatenate(axis: usize, ins: &[&Array]) -> Result<Array> {
 }
 
 pub(crate) fn lower_iota(shape: &Shape, dim: usize, dtype: DType, device: Device) -> Result<Array> {
-    let out = xform_kernels::with_dtype!(dtype, T => CpuBuffer::from_vec(k::iota(shape, dim, |i| T::from_i64(i as i64))));
+    let out =
+        xform_kernels::with_dtype!(dtype, T => CpuBuffer::from_vec(k::iota(shape, dim, |i| T::from_i64(i as i64))));
     Array::from_cpu(out, shape.clone()).to_device(device)
 }
 
@@ -214,7 +233,11 @@ pub(crate) fn jvp_pad(prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor
     Ok((smallvec![out], smallvec![t]))
 }
 
-pub(crate) fn jvp_concatenate(prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+pub(crate) fn jvp_concatenate(
+    prim: &Prim,
+    primals: &[Tensor],
+    tangents: &[Option<Tensor>],
+) -> Result<(Outs, Tangents)> {
     let out = bind1(prim.clone(), primals)?;
     if tangents.iter().all(Option::is_none) || !primals[0].dtype().is_float() {
         return Ok((smallvec![out], smallvec![None]));
@@ -229,7 +252,11 @@ fn map_ct(cts: &[Option<Tensor>], f: impl FnOnce(&Tensor) -> Result<Tensor>) -> 
     Ok(smallvec![cts[0].as_ref().map(f).transpose()?])
 }
 
-pub(crate) fn transpose_broadcast_in_dim(dims: &[usize], cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
+pub(crate) fn transpose_broadcast_in_dim(
+    dims: &[usize],
+    cts: &[Option<Tensor>],
+    args: &[LinearArg],
+) -> Result<Cotangents> {
     let in_shape = args[0].aval().shape;
     map_ct(cts, |ct| {
         let out_shape = ct.shape();
@@ -258,7 +285,13 @@ pub(crate) fn transpose_transpose(perm: &[usize], cts: &[Option<Tensor>], _args:
     map_ct(cts, |ct| lax::transpose(ct, &inv))
 }
 
-pub(crate) fn transpose_slice(start: &[usize], limit: &[usize], strides: &[usize], cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
+pub(crate) fn transpose_slice(
+    start: &[usize],
+    limit: &[usize],
+    strides: &[usize],
+    cts: &[Option<Tensor>],
+    args: &[LinearArg],
+) -> Result<Cotangents> {
     let shape = args[0].aval().shape;
     map_ct(cts, |ct| {
         let mut low = Amounts::new();
@@ -276,7 +309,13 @@ pub(crate) fn transpose_slice(start: &[usize], limit: &[usize], strides: &[usize
     })
 }
 
-pub(crate) fn transpose_pad(low: &[i64], high: &[i64], interior: &[usize], cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
+pub(crate) fn transpose_pad(
+    low: &[i64],
+    high: &[i64],
+    interior: &[usize],
+    cts: &[Option<Tensor>],
+    args: &[LinearArg],
+) -> Result<Cotangents> {
     let Some(ct) = &cts[0] else {
         return Ok(smallvec![None, None]);
     };
@@ -325,7 +364,12 @@ fn one(x: Tensor, b: usize) -> Result<(Outs, BDims)> {
     Ok((smallvec![x], smallvec![Some(b)]))
 }
 
-pub(crate) fn batch_broadcast_in_dim(shape: &Shape, dims: &[usize], ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+pub(crate) fn batch_broadcast_in_dim(
+    shape: &Shape,
+    dims: &[usize],
+    ins: &[Tensor],
+    bdims: &[Option<usize>],
+) -> Result<(Outs, BDims)> {
     let b = bdims[0].expect("batched operand");
     let x = lax::moveaxis(&ins[0], b, 0)?;
     let mut s = shape.clone();
@@ -348,7 +392,13 @@ pub(crate) fn batch_transpose(perm: &[usize], ins: &[Tensor], bdims: &[Option<us
     one(lax::transpose(&ins[0], &p)?, 0)
 }
 
-pub(crate) fn batch_slice(start: &[usize], limit: &[usize], strides: &[usize], ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+pub(crate) fn batch_slice(
+    start: &[usize],
+    limit: &[usize],
+    strides: &[usize],
+    ins: &[Tensor],
+    bdims: &[Option<usize>],
+) -> Result<(Outs, BDims)> {
     let b = bdims[0].expect("batched operand");
     let n = ins[0].shape()[b];
     let ins_at = |v: &[usize], x: usize| -> Axes {
@@ -359,7 +409,13 @@ pub(crate) fn batch_slice(start: &[usize], limit: &[usize], strides: &[usize], i
     one(lax::slice(&ins[0], &ins_at(start, 0), &ins_at(limit, n), &ins_at(strides, 1))?, b)
 }
 
-pub(crate) fn batch_pad(low: &[i64], high: &[i64], interior: &[usize], ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+pub(crate) fn batch_pad(
+    low: &[i64],
+    high: &[i64],
+    interior: &[usize],
+    ins: &[Tensor],
+    bdims: &[Option<usize>],
+) -> Result<(Outs, BDims)> {
     let size = batch_size(ins, bdims)?;
     let x = to_front(&ins[0], bdims[0], size)?;
     let lo: Amounts = std::iter::once(0).chain(low.iter().copied()).collect();
@@ -391,7 +447,8 @@ pub(crate) fn batch_pad(low: &[i64], high: &[i64], interior: &[usize], ins: &[Te
 
 pub(crate) fn batch_concatenate(axis: usize, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
     let size = batch_size(ins, bdims)?;
-    let moved: SmallVec<[Tensor; 4]> = ins.iter().zip(bdims).map(|(x, b)| to_front(x, *b, size)).collect::<Result<_>>()?;
+    let moved: SmallVec<[Tensor; 4]> =
+        ins.iter().zip(bdims).map(|(x, b)| to_front(x, *b, size)).collect::<Result<_>>()?;
     one(lax::concatenate(&moved, axis + 1)?, 0)
 }
 

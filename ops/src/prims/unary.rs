@@ -121,7 +121,13 @@ impl UnaryOp {
     /// Rough cost per element relative to an add (for the parallel threshold).
     fn cost(self) -> usize {
         match self {
-            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign | UnaryOp::Not | UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => 1,
+            UnaryOp::Neg
+            | UnaryOp::Abs
+            | UnaryOp::Sign
+            | UnaryOp::Not
+            | UnaryOp::Floor
+            | UnaryOp::Ceil
+            | UnaryOp::Round => 1,
             UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::IntegerPow(_) => 2,
             _ => 10,
         }
@@ -396,4 +402,3 @@ pub(crate) fn transpose_convert(cts: &[Option<Tensor>], args: &[LinearArg]) -> R
     let to = args[0].aval().dtype;
     Ok(smallvec![cts[0].as_ref().map(|c| lax::convert(c, to)).transpose()?])
 }
-
