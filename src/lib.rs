@@ -26,6 +26,8 @@
 
 #![warn(missing_docs)]
 
+pub mod data;
+pub mod nn;
 pub mod testing;
 
 pub use xform_ops::{
@@ -33,7 +35,7 @@ pub use xform_ops::{
     Scalar, Shape, Tensor,
 };
 pub use xform_transforms::{
-    grad, grad_with_aux, hessian, impl_tree, jacfwd, jacfwd_with, jacrev, jacrev_with, jvp, linearize, trace, try_jvp,
+    functionalize, functionalize_with, FunctionalizeOptions, grad, grad_with_aux, hessian, impl_tree, jacfwd, jacfwd_with, jacrev, jacrev_with, jvp, linearize, trace, try_jvp,
     value_and_grad, value_and_grad_with_aux, vjp, vmap, vmap_with, Axes, JacOptions, Tree, VmapOptions,
 };
 
@@ -48,7 +50,7 @@ pub mod core {
 /// Everything a typical program needs: `use xform::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        catch, grad, grad_with_aux, hessian, impl_tree, jacfwd, jacrev, jvp, linearize, s, trace, value_and_grad,
+        catch, functionalize, grad, grad_with_aux, hessian, impl_tree, jacfwd, jacrev, jvp, linearize, s, trace, value_and_grad,
         value_and_grad_with_aux, vjp, vmap, vmap_with, Axes, DType, Device, Idx, Key, Program, Shape, Tensor, Tree,
         VmapOptions,
     };

@@ -1,13 +1,18 @@
 //! Views and in-place ops on tensors (eager) and their functionalization
 //! under transforms.
 //!
-//! NOTE: [functionalization] A concrete tensor outside every transform is
-//! mutated in place: its storage is written, so views that share it see
-//! the write (PyTorch semantics). Otherwise (the target, or the value
-//! written, is a tracer) the write is functionalized: the target's *base*
-//! gets a new value computed with the view's inverse (a scatter of the
-//! view back into the base), the base's version is bumped, and every view
-//! of that base recomputes itself from the base on its next read.
+//! NOTE: [functionalization] Outside every transform, an in-place op on a
+//! concrete tensor writes its storage, so views that share it see the
+//! write (PyTorch semantics). Under any transform the write is
+//! functionalized instead: nothing is written in place; the target's *base*
+//! gets a new value computed out of place with the view's inverse (the view
+//! scattered back into the base), the base's version is bumped, and every
+//! view of that base recomputes itself from the base on its next read. So
+//! an unbatched buffer that receives a batched value simply becomes
+//! batched, a staged program never contains a mutation, and arrays that a
+//! program captured as constants are never changed behind its back. A value
+//! of a transform may not be written into a tensor created outside that
+//! transform (it would outlive it): that is refused with an error.
 
 use crate::tensor::{Tensor, Value};
 
@@ -35,16 +40,35 @@ pub(crate) fn sync_view(view: &Tensor) {
 
 /// Applies the view primitives `ops` to `x` and links the result to `x`'s
 /// base, so that functionalized writes through either are seen by both.
+///
+/// A reshape that cannot be a view of the (eager, or assumed contiguous)
+/// layout is a copy, eagerly and under transforms alike: its result is not
+/// linked.
 pub(crate) fn make_view(x: &Tensor, ops: &[crate::prim::Prim]) -> crate::Result<Tensor> {
+    use crate::prim::Prim;
     let mut v = x.clone();
     for op in ops {
         v = crate::interp::bind1(op.clone(), std::slice::from_ref(&v))?;
     }
-    let (base, chain): (Tensor, Vec<crate::prim::Prim>) = match x.view_link() {
-        Some(l) => (l.base.clone(), l.ops.iter().cloned().chain(ops.iter().cloned()).collect()),
-        None => (x.clone(), ops.to_vec()),
+    let (base, mut chain, mut layout): (Tensor, Vec<Prim>, xform_kernels::Layout) = match x.view_link() {
+        Some(l) => (l.base.clone(), l.ops.to_vec(), l.layout.clone()),
+        None => (x.clone(), Vec::new(), x.eager_layout()),
     };
-    let link = crate::tensor::ViewLink { seen_version: std::cell::Cell::new(base.version()), base, ops: chain.into() };
+    for op in ops {
+        layout = match op {
+            Prim::Reshape { shape } => match layout.reshape(shape) {
+                Some(l) => l,
+                None => return Ok(Tensor::from_value(v.value_cloned())), // a copy, not a view
+            },
+            Prim::Transpose { perm } => layout.permute(perm),
+            Prim::Slice { start, limit, strides } => layout.slice(start, limit, strides),
+            Prim::Rev { axes } => layout.rev(axes),
+            Prim::BroadcastInDim { shape, dims } => layout.broadcast_in_dim(shape, dims),
+            other => unreachable!("{} is not a view op", other.name()),
+        };
+        chain.push(op.clone());
+    }
+    let link = crate::tensor::ViewLink { seen_version: std::cell::Cell::new(base.version()), base, ops: chain.into(), layout };
     Ok(Tensor::new_view(v.value_cloned(), link))
 }
 
@@ -98,6 +122,16 @@ pub(crate) fn write_array(op: &str, dst: &crate::Array, src: &crate::Array) -> c
 /// inverse and every view of the base re-reads it.
 pub(crate) fn functionalized_write(op: &str, target: &Tensor, value: &Tensor) -> crate::Result<()> {
     crate::mutation::check_scope(op, target, value)?;
+    // A broadcast constant becomes the tensor's value: give it its own
+    // storage, so that it stays writable like any other tensor.
+    let materialized;
+    let value = match value.array() {
+        Some(a) if a.layout.has_internal_overlap() => {
+            materialized = Tensor::from_array(a.contiguous_copy()?);
+            &materialized
+        }
+        _ => value,
+    };
     match target.view_link().cloned() {
         None => {
             target.replace_value(value.value_cloned());

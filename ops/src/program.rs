@@ -163,7 +163,9 @@ impl fmt::Debug for Program {
 #[derive(Default)]
 pub struct ProgramBuilder {
     program: Program,
-    const_index: HashMap<*const (), usize>,
+    const_index: HashMap<(*const (), u64), usize>,
+    /// The tensors the keys point at, kept alive so that no key is reused.
+    keep_alive: Vec<Tensor>,
 }
 
 impl ProgramBuilder {
@@ -185,13 +187,16 @@ impl ProgramBuilder {
         v
     }
 
-    /// The atom for a constant (the same tensor node is stored once).
+    /// The atom for a constant. The program keeps the tensor's current
+    /// value (a later functionalized write to the tensor does not change
+    /// the program); the same value is stored once.
     pub fn constant(&mut self, t: &Tensor) -> Atom {
-        let key = Rc::as_ptr(&t.0) as *const ();
+        let key = (Rc::as_ptr(&t.0) as *const (), t.version());
         if let Some(&i) = self.const_index.get(&key) {
             return Atom::Const(i);
         }
-        self.program.consts.push(t.clone());
+        self.program.consts.push(Tensor::from_value(t.value_cloned()));
+        self.keep_alive.push(t.clone());
         let i = self.program.consts.len() - 1;
         self.const_index.insert(key, i);
         Atom::Const(i)

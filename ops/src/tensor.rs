@@ -109,6 +109,11 @@ pub struct ViewLink {
     pub ops: Rc<[crate::prim::Prim]>,
     /// The base's version when this view's value was last computed.
     pub seen_version: Cell<u64>,
+    /// Where this view's elements would sit in the base's storage eagerly
+    /// (for a traced base: as if it were contiguous). Decides whether a
+    /// further reshape is a view or a copy, the same way eager execution
+    /// decides it.
+    pub layout: xform_kernels::Layout,
 }
 
 pub(crate) struct Node {
@@ -120,6 +125,10 @@ pub(crate) struct Node {
     /// When the node was made, on the thread's epoch clock (see
     /// `interp::next_epoch`), to tell tensors made outside a transform.
     pub(crate) birth: u64,
+    /// The layout the tensor had before its first functionalized write: an
+    /// eager in-place op keeps a tensor's layout, so view decisions keep
+    /// using it (see `mutation::make_view`).
+    pub(crate) eager_layout: RefCell<Option<xform_kernels::Layout>>,
 }
 
 /// A tensor: a cheap-to-clone handle to a concrete array or a tracer.
@@ -137,6 +146,7 @@ impl Tensor {
             view: None,
             version: Cell::new(0),
             birth: crate::interp::next_epoch(),
+            eager_layout: RefCell::new(None),
         }))
     }
 
@@ -157,6 +167,7 @@ impl Tensor {
             view: Some(link),
             version: Cell::new(0),
             birth: crate::interp::next_epoch(),
+            eager_layout: RefCell::new(None),
         }))
     }
 
@@ -271,13 +282,35 @@ impl Tensor {
     /// Replaces this node's value (functionalized mutation) and bumps its
     /// version so that views of it re-read.
     pub(crate) fn replace_value(&self, v: Value) {
+        let mut hint = self.0.eager_layout.borrow_mut();
+        if hint.is_none() {
+            *hint = Some(match &*self.0.value.borrow() {
+                Value::Array(a) => a.layout.clone(),
+                Value::Tracer(t) => xform_kernels::Layout::contiguous(t.aval.shape.clone()),
+            });
+        }
+        drop(hint);
         *self.0.value.borrow_mut() = v;
         self.0.version.set(self.0.version.get() + 1);
     }
 
-    /// The node's version counter.
-    pub(crate) fn version(&self) -> u64 {
+    /// How many times an in-place op under a transform replaced this
+    /// tensor's value (0 if it never did). Transforms use it to write
+    /// mutated arguments back to the caller.
+    pub fn version(&self) -> u64 {
         self.0.version.get()
+    }
+
+    /// The layout eager execution would give this tensor (its layout before
+    /// any functionalized write; contiguous for a tracer).
+    pub(crate) fn eager_layout(&self) -> xform_kernels::Layout {
+        if let Some(l) = &*self.0.eager_layout.borrow() {
+            return l.clone();
+        }
+        match self.array() {
+            Some(a) => a.layout,
+            None => xform_kernels::Layout::contiguous(self.shape()),
+        }
     }
 
     /// When the node was made (thread epoch clock).

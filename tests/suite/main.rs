@@ -9,4 +9,8 @@ mod errors;
 mod methods;
 mod prims_eval;
 mod rules;
+mod compositions;
+mod mutation;
+mod nn;
+mod cuda;
 mod views;

@@ -109,14 +109,17 @@ pub(crate) fn jvp_flat<X: Tree, Y: Tree>(
     let guard = push_interpreter(interp.clone());
     let leaves = primals.leaves();
     let wrapped: Vec<Tensor> = leaves
-        .into_iter()
+        .iter()
+        .cloned()
         .zip(tangents)
         .map(|(p, t)| if p.dtype().is_float() { interp.wrap(p, t) } else { p })
         .collect();
-    let out = f(&primals.with_leaves(wrapped));
+    let out = f(&primals.with_leaves(wrapped.clone()));
     let outs = out.leaves();
     let (ps, ts): (Vec<Tensor>, Vec<Option<Tensor>>) = outs.iter().map(|o| interp.unwrap(o)).unzip();
+    let finals: Vec<Option<Tensor>> = wrapped.iter().map(|w| (w.version() > 0).then(|| interp.unwrap(w).0)).collect();
     drop(guard);
+    crate::functionalize::write_back(label, &leaves, finals).or_raise();
     (out.with_leaves(ps.clone()), ps, ts)
 }
 

@@ -8,6 +8,7 @@
 
 #![warn(missing_docs)]
 
+mod functionalize;
 mod grad;
 mod jac;
 mod jvp;
@@ -16,6 +17,7 @@ mod trace;
 pub mod tree;
 mod vmap;
 
+pub use functionalize::{functionalize, functionalize_with, FunctionalizeOptions};
 pub use grad::{grad, grad_with_aux, value_and_grad, value_and_grad_with_aux};
 pub use jac::{hessian, jacfwd, jacfwd_with, jacrev, jacrev_with, JacOptions};
 pub use jvp::{jvp, try_jvp};

@@ -47,16 +47,31 @@ pub(crate) fn linearize_flat<X: Tree, Y: Tree>(label: &'static str, f: impl FnOn
         .zip(&diff)
         .map(|(l, &d)| if d { jvp.wrap(l.clone(), Some(tracer.new_input(l.aval()))) } else { l.clone() })
         .collect();
-    let out = f(&x.with_leaves(wrapped));
+    let out = f(&x.with_leaves(wrapped.clone()));
     let (out_leaves, tangents): (Vec<Tensor>, Vec<Option<Tensor>>) = out.leaves().iter().map(|o| jvp.unwrap(o)).unzip();
+    let finals: Vec<Option<Tensor>> = wrapped.iter().map(|w| (w.version() > 0).then(|| jvp.unwrap(w).0)).collect();
     drop(g_jvp);
     let tangent_outs: Vec<Tensor> = tangents
         .into_iter()
         .zip(&out_leaves)
         .map(|(t, p)| t.unwrap_or_else(|| lax::zeros_like(p).or_raise()))
         .collect();
-    let program = tracer.finish(&tangent_outs);
+    let mut program = tracer.finish(&tangent_outs);
     drop(g_trace);
+    if finals.iter().any(Option::is_some) {
+        // The write-back below changes the arguments' storage: residuals that
+        // view it must keep the values they had.
+        let mutated: Vec<xform_ops::Array> =
+            in_leaves.iter().zip(&finals).filter(|(_, f)| f.is_some()).filter_map(|(l, _)| l.array()).collect();
+        for c in &mut program.consts {
+            if let Some(a) = c.array() {
+                if mutated.iter().any(|m| m.shares_storage(&a)) {
+                    *c = Tensor::from_array(a.contiguous_copy().or_raise());
+                }
+            }
+        }
+    }
+    crate::functionalize::write_back(label, &in_leaves, finals).or_raise();
     Linearized { out: out.with_leaves(out_leaves.clone()), out_leaves, in_leaves, diff, program }
 }
 

@@ -304,10 +304,31 @@ fn vmap_once<X: Tree, Y: Tree>(
 ) -> Result<(Y, Vec<Tensor>)> {
     let interp = Rc::new(BatchInterp { tag: Tag::fresh("vmap"), size });
     let guard = push_interpreter(interp.clone());
-    let wrapped: Vec<Tensor> = leaves.into_iter().zip(batch_axes).map(|(l, b)| interp.wrap(l, *b, None)).collect();
-    let y = f(&x.with_leaves(wrapped));
+    let wrapped: Vec<Tensor> = leaves.iter().zip(batch_axes).map(|(l, b)| interp.wrap(l.clone(), *b, None)).collect();
+    let y = f(&x.with_leaves(wrapped.clone()));
     let outs: Vec<(Tensor, Option<usize>)> = y.leaves().iter().map(|o| interp.unwrap(o)).collect();
+    // Arguments mutated inside f: their final values, batch dim back in place.
+    let finals: Vec<Option<(Tensor, Option<usize>)>> = wrapped
+        .iter()
+        .zip(batch_axes)
+        .map(|(w, b)| (b.is_some() && w.version() > 0).then(|| interp.unwrap(w)))
+        .collect();
     drop(guard);
+    let finals: Vec<Option<Tensor>> = finals
+        .into_iter()
+        .zip(batch_axes)
+        .map(|(fin, b)| match (fin, b) {
+            (Some((v, Some(d))), Some(a)) => lax::moveaxis(&v, d, *a).map(Some),
+            (Some((v, None)), Some(a)) => {
+                let mut shape = v.shape();
+                shape.0.insert(*a, size);
+                let dims: Vec<usize> = (0..shape.rank()).filter(|&d| d != *a).collect();
+                lax::broadcast_in_dim(&v, &shape, &dims).map(Some)
+            }
+            _ => Ok(None),
+        })
+        .collect::<Result<_>>()?;
+    crate::functionalize::write_back("vmap", &leaves, finals)?;
     let out_paths = y.paths();
     let out_axes = resolve_axes("out_axes", &opts.out_axes, &out_paths)?;
     let moved: Vec<Tensor> = outs

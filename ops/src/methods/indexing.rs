@@ -145,11 +145,12 @@ impl Tensor {
         }
         out.extend_from_slice(&shape[axis..]);
         let mut ops = Vec::new();
-        if start.iter().any(|&s| s != 0) || limit[..] != shape[..] || step.iter().any(|&s| s != 1) {
+        let sliced: Shape = Shape((0..r).map(|d| (limit[d] - start[d]).div_ceil(step[d])).collect());
+        if sliced != shape {
             ops.push(Prim::Slice { start, limit, strides: step });
         }
         let out = Shape::from(out);
-        if out != shape {
+        if out != sliced {
             ops.push(Prim::Reshape { shape: out });
         }
         if ops.is_empty() {

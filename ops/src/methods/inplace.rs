@@ -44,12 +44,14 @@ pub fn assign_check(op: &str, target: &Tensor, value: &Tensor) -> Result<()> {
     Ok(())
 }
 
-/// Writes `value` (already validated) into `target`.
+/// Writes `value` (already validated) into `target`: into its storage
+/// outside every transform, functionalized under any transform (see NOTE:
+/// [functionalization]).
 pub(crate) fn write(op: &str, target: &Tensor, value: &Tensor) -> Result<()> {
     let v = lax::broadcast_to(&lax::convert(value, target.dtype())?, &target.shape())?;
-    let (tv, vv) = (target.value_cloned(), v.value_cloned());
-    match (tv, vv) {
-        (Value::Array(t), Value::Array(s)) => crate::mutation::write_array(op, &t, &s),
+    let eager = crate::interp::stack_depth() == 0;
+    match (target.value_cloned(), v.value_cloned()) {
+        (Value::Array(t), Value::Array(s)) if eager => crate::mutation::write_array(op, &t, &s),
         _ => crate::mutation::functionalized_write(op, target, &v),
     }
 }

@@ -1,0 +1,1 @@
+//! Datasets (being written).

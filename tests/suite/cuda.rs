@@ -1,0 +1,1 @@
+//! CUDA tests (being written).

@@ -1,0 +1,1 @@
+//! Tests of xform::nn and the digits data (being written).

@@ -1,0 +1,136 @@
+//! `functionalize`, and writing mutated arguments back to the caller.
+//!
+//! Under any transform, in-place ops are functionalized (see NOTE:
+//! [functionalization] in xform-ops): they replace values instead of
+//! writing storage. `functionalize(f)` runs `f` under a transparent
+//! interpreter, so every mutation inside `f` is functionalized, and writes
+//! the final values of the arguments `f` mutated back into them at the end,
+//! as `torch.func.functionalize` does. Staged with `trace`, the result is a
+//! program without mutation.
+
+use crate::tree::Tree;
+use std::rc::Rc;
+use xform_ops::interp::{bind_at, parent_of, push_interpreter};
+use xform_ops::prim::Prim;
+use xform_ops::{lax, Interpreter, Level, OrRaise, Outs, Result, Tag, Tensor, Value};
+
+/// Options of [`functionalize_with`].
+#[derive(Clone, Debug, Default)]
+pub struct FunctionalizeOptions {
+    /// Also remove aliasing: every view op's result is copied into fresh
+    /// storage (its program shows a `copy` after each view op), so no result
+    /// shares memory with an argument or with another result.
+    pub remove_views: bool,
+}
+
+/// The transparent interpreter: it owns no tracers; its presence on the
+/// stack is what makes in-place ops functionalize. With `remove_views`, it
+/// owns wrapped values and copies the result of every view op.
+struct FunctionalizeInterp {
+    tag: Tag,
+    remove_views: bool,
+}
+
+/// Payload of the tracers used with `remove_views`.
+struct Wrapped {
+    val: Tensor,
+}
+
+impl FunctionalizeInterp {
+    fn wrap(&self, val: Tensor) -> Tensor {
+        if !self.remove_views {
+            // A fresh node over the same value: mutations replace it, not the
+            // caller's tensor.
+            return Tensor::from_value(val.value_cloned());
+        }
+        let aval = val.aval();
+        Tensor::from_tracer(xform_ops::Tracer { tag: self.tag, aval, payload: Rc::new(Wrapped { val }) })
+    }
+
+    fn unwrap(&self, t: &Tensor) -> Tensor {
+        if let Value::Tracer(tr) = &*t.value() {
+            if tr.tag.id == self.tag.id {
+                return tr.payload.downcast_ref::<Wrapped>().expect("functionalize payload").val.clone();
+            }
+        }
+        t.clone()
+    }
+}
+
+impl Interpreter for FunctionalizeInterp {
+    fn tag(&self) -> Tag {
+        self.tag
+    }
+
+    fn describe(&self) -> Option<String> {
+        Some("functionalize".into())
+    }
+
+    fn process(&self, level: Level, prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
+        let ins: Vec<Tensor> = inputs.iter().map(|t| self.unwrap(t)).collect();
+        let outs = bind_at(parent_of(level), prim, &ins)?;
+        let copy = prim.is_view();
+        outs.into_iter()
+            .map(|o| {
+                let o = if copy { xform_ops::interp::run_at_parent(level, || lax::copy(&o))? } else { o };
+                Ok(self.wrap(o))
+            })
+            .collect()
+    }
+}
+
+/// `f` with every mutation functionalized: the same results, and the same
+/// final values of the arguments (written back into them at the end), but
+/// no in-place op runs inside. `trace(functionalize(f), &x)` shows a
+/// program without mutation.
+///
+/// ```
+/// use xform_ops::{s, DType, Tensor};
+/// use xform_transforms::{functionalize, trace};
+///
+/// let f = |x: &Tensor| {
+///     let buf = Tensor::zeros([3], DType::F32);
+///     buf.slice(s![1..]).copy_(&x.slice(s![..2]).sin());
+///     x.mul_scalar_(2.0); // mutates the argument
+///     buf
+/// };
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3]);
+/// let y = functionalize(f)(&x);
+/// assert_eq!(x.to_vec::<f32>(), vec![2.0, 4.0, 6.0]); // written back
+/// assert_eq!(y.to_vec::<f32>()[0], 0.0);
+/// println!("{}", trace(functionalize(f), &x));
+/// ```
+pub fn functionalize<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y) -> impl Fn(&X) -> Y {
+    functionalize_with(f, FunctionalizeOptions::default())
+}
+
+/// [`functionalize`] with options.
+pub fn functionalize_with<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y, opts: FunctionalizeOptions) -> impl Fn(&X) -> Y {
+    move |x: &X| {
+        let interp = Rc::new(FunctionalizeInterp { tag: Tag::fresh("functionalize"), remove_views: opts.remove_views });
+        let guard = push_interpreter(interp.clone());
+        let leaves = x.leaves();
+        let wrapped: Vec<Tensor> = leaves.iter().map(|l| interp.wrap(l.clone())).collect();
+        let y = f(&x.with_leaves(wrapped.clone()));
+        let outs: Vec<Tensor> = y.leaves().iter().map(|o| interp.unwrap(o)).collect();
+        let finals: Vec<Option<Tensor>> =
+            wrapped.iter().map(|w| (w.version() > 0).then(|| interp.unwrap(w))).collect();
+        drop(guard);
+        write_back("functionalize", &leaves, finals).or_raise();
+        y.with_leaves(outs)
+    }
+}
+
+/// Copies the final values of mutated arguments (`Some`) into the caller's
+/// tensors, at the caller's level.
+pub(crate) fn write_back(op: &str, originals: &[Tensor], finals: Vec<Option<Tensor>>) -> Result<()> {
+    for (orig, fin) in originals.iter().zip(finals) {
+        if let Some(v) = fin {
+            orig.try_copy_(&v).map_err(|mut e| {
+                e.op = op.to_string();
+                e
+            })?;
+        }
+    }
+    Ok(())
+}
