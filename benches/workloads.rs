@@ -198,8 +198,102 @@ fn per_primitive() {
     );
 }
 
+/// The MLP of peers.py: params (W1, b1, W2, b2, W3, b3).
+type Params = (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor);
+
+fn make_mlp(key: &Key, d_in: usize, h: usize, c: usize, dtype: DType, e: Option<usize>) -> Params {
+    let lead = |s: &[usize]| -> Vec<usize> { e.into_iter().chain(s.iter().copied()).collect() };
+    let w = |i: u32, s: &[usize]| key.fold_in(i).normal(lead(s), dtype) * (1.0 / (s[0] as f64).sqrt());
+    let b = |i: u32, n: usize| key.fold_in(i).normal(lead(&[n]), dtype) * 0.1;
+    (w(1, &[d_in, h]), b(2, h), w(3, &[h, h]), b(4, h), w(5, &[h, c]), b(6, c))
+}
+
+fn predict(p: &Params, x: &Tensor) -> Tensor {
+    let h = (x.matmul(&p.0) + &p.1).tanh();
+    let h = (h.matmul(&p.2) + &p.3).tanh();
+    h.matmul(&p.4) + &p.5
+}
+
+/// Softmax cross-entropy of one example: logsumexp(logits) - logits[y].
+fn loss_one(p: &Params, x: &Tensor, y: &Tensor) -> Tensor {
+    let logits = predict(p, x);
+    logits.logsumexp(0, false) - logits.take(y, 0)
+}
+
+fn mlp_sizes(name: &str, b: usize, d_in: usize, h: usize, c: usize) -> String {
+    let n_params = d_in * h + h + h * h + h + h * c + c;
+    format!("{{\"name\": \"{name}\", \"B\": {b}, \"d_in\": {d_in}, \"h\": {h}, \"c\": {c}, \"n_params\": {n_params}}}")
+}
+
+fn w1(name: &str, b: usize, d_in: usize, h: usize, c: usize, dtype: DType) {
+    let key = Key::new(0);
+    let params = make_mlp(&key, d_in, h, c, dtype, None);
+    let xs = key.fold_in(7).normal([b, d_in], dtype);
+    let ys = key.fold_in(8).randint([b], 0, c as i64, DType::I32);
+    let psg = vmap(|(x, y): &(Tensor, Tensor)| grad(|p: &Params| loss_one(p, x, y))(&params));
+    let batch = (xs, ys);
+    let st = measure(|| drop(psg(&batch)), false);
+    emit("W1_per_sample_grad", "vmap(grad)", dtype.name(), &mlp_sizes(name, b, d_in, h, c), &st, "");
+}
+
+fn w2() {
+    let (e, b, d_in, h, c) = (16, 256, 784, 256, 10);
+    let key = Key::new(1);
+    let stacked = make_mlp(&key, d_in, h, c, DType::F32, Some(e));
+    let x = key.fold_in(9).normal([b, d_in], DType::F32);
+    let ens = vmap(|p: &Params| predict(p, &x));
+    let st = measure(|| drop(ens(&stacked)), false);
+    let sizes = format!("{{\"E\": {e}, \"B\": {b}, \"d_in\": {d_in}, \"h\": {h}, \"c\": {c}}}");
+    emit("W2_ensemble_forward", "vmap", "float32", &sizes, &st, "");
+}
+
+fn w3() {
+    let n = 256;
+    let key = Key::new(2);
+    let a = key.normal([n, n], DType::F32) * (1.0 / (n as f64).sqrt());
+    let x = key.fold_in(1).normal([n], DType::F32);
+    let g = |x: &Tensor| a.matmul(x).tanh();
+    let f = |x: &Tensor| a.matmul(x).tanh().sum();
+    let sizes = format!("{{\"n\": {n}}}");
+    let jf = jacfwd(g);
+    let st = measure(|| drop(jf(&x)), false);
+    emit("W3_jacobian_hessian", "jacfwd(g)", "float32", &sizes, &st, "");
+    let jr = jacrev(g);
+    let st = measure(|| drop(jr(&x)), false);
+    emit("W3_jacobian_hessian", "jacrev(g)", "float32", &sizes, &st, "");
+    let hs = hessian(f);
+    let st = measure(|| drop(hs(&x)), false);
+    emit("W3_jacobian_hessian", "hessian(f)", "float32", &sizes, &st, "");
+}
+
+fn dispatch() {
+    let x8 = Tensor::linspace(-1.0, 1.0, 8, DType::F32);
+    let vg = vmap(grad(|x: &Tensor| x.sin() * x));
+    let st = measure(|| drop(vg(&x8)), true);
+    let extra = format!(", \"median_us\": {:.3}", st.median_ms * 1e3);
+    emit("dispatch_overhead", "vmap(grad(sin(x)*x)) [8]", "float32", "{\"shape\": [8]}", &st, &extra);
+    let one = Tensor::scalar(1.0f32);
+    let st = measure(|| drop(&(&one * 2.0) + 1.0), true);
+    let extra = format!(", \"median_us\": {:.3}", st.median_ms * 1e3);
+    emit("dispatch_overhead", "eager x*2+1 scalar", "float32", "{\"shape\": []}", &st, &extra);
+}
+
 fn main() {
     let t0 = Instant::now();
+    if enabled("W1") {
+        w1("small", 64, 32, 64, 10, DType::F32);
+        w1("medium", 256, 784, 256, 10, DType::F32);
+        w1("medium", 256, 784, 256, 10, DType::F64);
+    }
+    if enabled("W2") {
+        w2();
+    }
+    if enabled("W3") {
+        w3();
+    }
+    if enabled("dispatch") {
+        dispatch();
+    }
     if enabled("W4") {
         w4_gemm();
     }

@@ -35,8 +35,9 @@ pub use xform_ops::{
     Scalar, Shape, Tensor,
 };
 pub use xform_transforms::{
-    functionalize, functionalize_with, FunctionalizeOptions, grad, grad_with_aux, hessian, impl_tree, jacfwd, jacfwd_with, jacrev, jacrev_with, jvp, linearize, trace, try_jvp,
-    value_and_grad, value_and_grad_with_aux, vjp, vmap, vmap_with, Axes, JacOptions, Tree, VmapOptions,
+    functionalize, functionalize_with, grad, grad_with_aux, hessian, impl_tree, jacfwd, jacfwd_with, jacrev,
+    jacrev_with, jvp, linearize, trace, try_jvp, value_and_grad, value_and_grad_with_aux, vjp, vmap, vmap_with, Axes,
+    FunctionalizeOptions, JacOptions, Tree, VmapOptions,
 };
 
 /// Lower layers, for extension and inspection: the interpreter core, the
@@ -50,9 +51,9 @@ pub mod core {
 /// Everything a typical program needs: `use xform::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        catch, functionalize, grad, grad_with_aux, hessian, impl_tree, jacfwd, jacrev, jvp, linearize, s, trace, value_and_grad,
-        value_and_grad_with_aux, vjp, vmap, vmap_with, Axes, DType, Device, Idx, Key, Program, Shape, Tensor, Tree,
-        VmapOptions,
+        catch, functionalize, grad, grad_with_aux, hessian, impl_tree, jacfwd, jacrev, jvp, linearize, s, trace,
+        value_and_grad, value_and_grad_with_aux, vjp, vmap, vmap_with, Axes, DType, Device, Idx, Key, Program, Shape,
+        Tensor, Tree, VmapOptions,
     };
 }
 

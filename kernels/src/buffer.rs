@@ -25,6 +25,13 @@ pub enum CpuBuffer {
     Bool(Vec<bool>),
 }
 
+impl Drop for CpuBuffer {
+    fn drop(&mut self) {
+        // Hand the elements' memory to the buffer cache (see `pool`).
+        crate::match_buffer!(self, v => crate::pool::recycle(std::mem::take(v)))
+    }
+}
+
 impl CpuBuffer {
     /// Wraps a typed vector.
     pub fn from_vec<T: Element>(v: Vec<T>) -> CpuBuffer {
@@ -82,7 +89,7 @@ impl CpuBuffer {
 
     /// A buffer of `n` copies of `value` (given as f64, cast like numpy).
     pub fn full(dtype: DType, n: usize, value: f64) -> CpuBuffer {
-        crate::with_dtype!(dtype, T => CpuBuffer::from_vec(vec![T::from_f64(value); n]))
+        crate::with_dtype!(dtype, T => CpuBuffer::from_vec(crate::pool::filled(n, T::from_f64(value))))
     }
 }
 

@@ -33,12 +33,14 @@ impl Shape {
     }
     /// Row-major strides of a contiguous array of this shape.
     pub fn contiguous_strides(&self) -> Strides {
-        let mut strides: Strides = smallvec::smallvec![0; self.0.len()];
+        let n = self.0.len();
+        let mut strides = Strides::new();
         let mut acc = 1isize;
-        for d in (0..self.0.len()).rev() {
-            strides[d] = acc;
+        for d in (0..n).rev() {
+            strides.push(acc);
             acc *= self.0[d].max(1) as isize;
         }
+        strides.reverse();
         strides
     }
     /// The dims as a slice.

@@ -10,8 +10,11 @@
 
 pub mod buffer;
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod dtype;
 pub mod layout;
+pub mod pool;
 
 pub use buffer::CpuBuffer;
 pub use dtype::{DType, Element, Float, Real};

@@ -83,7 +83,7 @@ impl Array {
     /// # Panics
     /// If `buf` does not hold exactly `shape.numel()` elements.
     pub fn from_cpu(buf: CpuBuffer, shape: Shape) -> Array {
-        assert_eq!(buf.len(), shape.numel(), "buffer length does not match shape {shape}");
+        debug_assert_eq!(buf.len(), shape.numel(), "buffer length does not match shape {shape}");
         let dtype = buf.dtype();
         Array {
             storage: Arc::new(Storage { data: RwLock::new(Buffer::Cpu(buf)), device: Device::Cpu }),
@@ -144,11 +144,15 @@ impl Array {
         self.storage.data.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Runs `f` on the CPU elements and layout.
+    /// Runs `f` on the CPU elements and layout (a device array is copied to
+    /// the host first).
     ///
     /// # Errors
-    /// If the array lives on another device.
+    /// If the array lives on a device it cannot be copied from.
     pub fn with_cpu<R>(&self, op: &str, f: impl FnOnce(&CpuBuffer, &Layout) -> R) -> Result<R> {
+        if self.device() != Device::Cpu {
+            return self.to_device(Device::Cpu)?.with_cpu(op, f);
+        }
         let guard = self.read();
         Ok(f(guard.cpu(op)?, &self.layout))
     }
@@ -189,6 +193,13 @@ impl Array {
         } else {
             self.contiguous_copy()
         }
+    }
+
+    /// Every CUDA kernel the lowerings can launch (generated CUDA C, one
+    /// per op and dtype), for tests that compile them all with NVRTC.
+    #[cfg(feature = "cuda")]
+    pub fn cuda_kernel_catalog() -> Vec<xform_kernels::cuda::Kernel> {
+        crate::backend::kernel_catalog()
     }
 
     /// A copy on `device` (this array itself if it is there already).

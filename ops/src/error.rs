@@ -70,8 +70,16 @@ pub enum ErrorKind {
 }
 
 /// An xform error: the op, what went wrong, and the transforms in force.
+///
+/// The fields live behind one pointer (see [`ErrorInfo`]) so that every
+/// `Result` in the library stays small; they read as `e.op`, `e.kind`,
+/// `e.transforms`.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Error {
+pub struct Error(Box<ErrorInfo>);
+
+/// The contents of an [`Error`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct ErrorInfo {
     /// The op or transform that failed, e.g. "add" or "grad".
     pub op: String,
     /// What went wrong.
@@ -81,13 +89,26 @@ pub struct Error {
     pub transforms: String,
 }
 
+impl std::ops::Deref for Error {
+    type Target = ErrorInfo;
+    fn deref(&self) -> &ErrorInfo {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Error {
+    fn deref_mut(&mut self) -> &mut ErrorInfo {
+        &mut self.0
+    }
+}
+
 /// `Result` with xform's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     /// An error in `op`, recording the transforms in force now.
     pub fn new(op: impl Into<String>, kind: ErrorKind) -> Error {
-        Error { op: op.into(), kind, transforms: crate::interp::describe_transforms() }
+        Error(Box::new(ErrorInfo { op: op.into(), kind, transforms: crate::interp::describe_transforms() }))
     }
 
     /// A shape error.

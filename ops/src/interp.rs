@@ -195,13 +195,13 @@ pub fn run_at_parent<R>(level: Level, f: impl FnOnce() -> R) -> R {
 
 /// Applies a primitive at the current level.
 #[inline]
-pub fn bind(prim: Prim, inputs: &[Tensor]) -> Result<Outs> {
-    bind_at(current_level(), &prim, inputs)
+pub fn bind(prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
+    bind_at(current_level(), prim, inputs)
 }
 
 /// Applies a primitive with a single output at the current level.
 #[inline]
-pub fn bind1(prim: Prim, inputs: &[Tensor]) -> Result<Tensor> {
+pub fn bind1(prim: &Prim, inputs: &[Tensor]) -> Result<Tensor> {
     let mut outs = bind(prim, inputs)?;
     Ok(outs.swap_remove(0))
 }
@@ -233,27 +233,33 @@ pub fn owned_by(t: &Tensor, tag: Tag) -> bool {
 
 /// Level 0: check shapes, run the kernels.
 fn eval(prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
-    let vals: SmallVec<[std::cell::Ref<'_, Value>; 4]> = inputs.iter().map(|t| t.value()).collect();
+    let mut vals: SmallVec<[std::cell::Ref<'_, Value>; 4]> = SmallVec::new();
+    for t in inputs {
+        let v = t.value();
+        if let Value::Tracer(tr) = &*v {
+            return Err(Error::new(prim.name(), ErrorKind::EscapedTracer { transform: tr.tag.name.to_string() }));
+        }
+        vals.push(v);
+    }
     let mut arrays: SmallVec<[&crate::Array; 4]> = SmallVec::new();
+    let mut avals: SmallVec<[AvalRef<'_>; 4]> = SmallVec::new();
     for v in &vals {
-        match &**v {
-            Value::Array(a) => arrays.push(a),
-            Value::Tracer(t) => {
-                return Err(Error::new(prim.name(), ErrorKind::EscapedTracer { transform: t.tag.name.to_string() }))
-            }
+        if let Value::Array(a) = &**v {
+            arrays.push(a);
+            avals.push(AvalRef { shape: &a.layout.shape, dtype: a.dtype, device: a.device() });
         }
     }
-    let avals: SmallVec<[AvalRef<'_>; 4]> =
-        arrays.iter().map(|a| AvalRef { shape: &a.layout.shape, dtype: a.dtype, device: a.device() }).collect();
-    crate::prim::shape_rule(prim, &avals)?;
-    if let Some(d) = avals.first().map(|a| a.device) {
-        if let Some(other) = avals.iter().find(|a| a.device != d) {
+    crate::prim::check(prim, &avals)?;
+    if let Some(first) = avals.first() {
+        if let Some(other) = avals.iter().find(|a| a.device != first.device) {
             return Err(Error::device(
                 prim.name(),
-                format!("operands are on different devices ({d} and {}); move them with to_device", other.device),
+                format!(
+                    "operands are on different devices ({} and {}); move them with to_device",
+                    first.device, other.device
+                ),
             ));
         }
     }
-    let outs = crate::prim::lower(prim, &arrays)?;
-    Ok(outs.into_iter().map(Tensor::from_array).collect())
+    crate::prim::lower(prim, &arrays)
 }

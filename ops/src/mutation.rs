@@ -28,7 +28,7 @@ pub(crate) fn sync_view(view: &Tensor) {
     // Recompute from the base's current value by replaying the view ops.
     let mut v = link.base.clone();
     for op in link.ops.iter() {
-        match crate::interp::bind1(op.clone(), std::slice::from_ref(&v)) {
+        match crate::interp::bind1(op, std::slice::from_ref(&v)) {
             Ok(t) => v = t,
             Err(e) => e.raise(),
         }
@@ -48,7 +48,7 @@ pub(crate) fn make_view(x: &Tensor, ops: &[crate::prim::Prim]) -> crate::Result<
     use crate::prim::Prim;
     let mut v = x.clone();
     for op in ops {
-        v = crate::interp::bind1(op.clone(), std::slice::from_ref(&v))?;
+        v = crate::interp::bind1(op, std::slice::from_ref(&v))?;
     }
     let (base, mut chain, mut layout): (Tensor, Vec<Prim>, xform_kernels::Layout) = match x.view_link() {
         Some(l) => (l.base.clone(), l.ops.to_vec(), l.layout.clone()),
@@ -68,7 +68,8 @@ pub(crate) fn make_view(x: &Tensor, ops: &[crate::prim::Prim]) -> crate::Result<
         };
         chain.push(op.clone());
     }
-    let link = crate::tensor::ViewLink { seen_version: std::cell::Cell::new(base.version()), base, ops: chain.into(), layout };
+    let link =
+        crate::tensor::ViewLink { seen_version: std::cell::Cell::new(base.version()), base, ops: chain.into(), layout };
     Ok(Tensor::new_view(v.value_cloned(), link))
 }
 
@@ -155,7 +156,7 @@ fn scatter_into_base(op: &str, base: &Tensor, ops: &[crate::prim::Prim], value: 
     // The intermediate values of the view chain, base first.
     let mut chain = vec![base.clone()];
     for p in ops {
-        let next = crate::interp::bind1(p.clone(), std::slice::from_ref(chain.last().expect("nonempty")))?;
+        let next = crate::interp::bind1(p, std::slice::from_ref(chain.last().expect("nonempty")))?;
         chain.push(next);
     }
     let mut v = value.clone();

@@ -238,6 +238,25 @@ impl fmt::Display for Prim {
     }
 }
 
+/// Checks the operands without computing the outputs' abstract values
+/// (what `Eval` needs): a fast path for the elementwise primitives, the full
+/// shape rule for the rest.
+#[inline]
+pub fn check(prim: &Prim, ins: &[AvalRef<'_>]) -> Result<()> {
+    match prim {
+        Prim::Unary(op) if ins.len() == 1 && unary::accepts(*op, ins[0].dtype) => Ok(()),
+        Prim::Binary(op)
+            if ins.len() == 2
+                && ins[0].dtype == ins[1].dtype
+                && ins[0].shape.dims() == ins[1].shape.dims()
+                && binary::accepts(*op, ins[0].dtype) =>
+        {
+            Ok(())
+        }
+        _ => shape_rule(prim, ins).map(|_| ()),
+    }
+}
+
 /// Checks the operands and computes the outputs' abstract values.
 pub fn shape_rule(prim: &Prim, ins: &[AvalRef<'_>]) -> Result<Avals> {
     match prim {
@@ -268,8 +287,8 @@ pub fn shape_rule(prim: &Prim, ins: &[AvalRef<'_>]) -> Result<Avals> {
 }
 
 /// Runs the kernels (operands already checked by [`shape_rule`]).
-pub fn lower(prim: &Prim, ins: &[&Array]) -> Result<SmallVec<[Array; 2]>> {
-    let one = |a: Result<Array>| a.map(|a| smallvec::smallvec![a]);
+pub fn lower(prim: &Prim, ins: &[&Array]) -> Result<Outs> {
+    let one = |a: Result<Array>| a.map(|a| smallvec::smallvec![Tensor::from_array(a)]);
     match prim {
         Prim::Unary(op) => one(unary::lower_unary(*op, ins[0])),
         Prim::Convert(d) => one(unary::lower_convert(*d, ins[0])),
@@ -296,7 +315,7 @@ pub fn lower(prim: &Prim, ins: &[&Array]) -> Result<SmallVec<[Array; 2]>> {
             one(indexing::lower_scatter_add(*axis, *batch_dims, ins[0], ins[1], ins[2]))
         }
         Prim::DotGeneral(d) => one(linalg::lower_dot_general(d, ins[0], ins[1])),
-        Prim::Threefry2x32 => random::lower_threefry(ins),
+        Prim::Threefry2x32 => random::lower_threefry(ins).map(|v| v.into_iter().map(Tensor::from_array).collect()),
     }
 }
 
@@ -424,16 +443,16 @@ pub fn batch_rule(prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Resul
 
 /// JVP of a primitive whose outputs have no tangent (integer or bool out).
 fn no_tangent(prim: &Prim, primals: &[Tensor]) -> Result<(Outs, Tangents)> {
-    let outs = crate::interp::bind(prim.clone(), primals)?;
+    let outs = crate::interp::bind(prim, primals)?;
     let n = outs.len();
     Ok((outs, smallvec::smallvec![None; n]))
 }
 
 /// JVP of a primitive linear in its single operand: apply it to the tangent.
 fn linear_jvp(prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
-    let outs = crate::interp::bind(prim.clone(), primals)?;
+    let outs = crate::interp::bind(prim, primals)?;
     let t = match &tangents[0] {
-        Some(t) => Some(crate::interp::bind1(prim.clone(), std::slice::from_ref(t))?),
+        Some(t) => Some(crate::interp::bind1(prim, std::slice::from_ref(t))?),
         None => None,
     };
     Ok((outs, smallvec::smallvec![t]))

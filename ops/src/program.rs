@@ -98,7 +98,7 @@ impl Program {
         };
         for e in &self.eqns {
             let ins: SmallVec<[Tensor; 4]> = e.inputs.iter().map(|a| read(&env, a)).collect();
-            let outs = bind(e.prim.clone(), &ins)?;
+            let outs = bind(&e.prim, &ins)?;
             for (v, t) in e.outputs.iter().zip(outs) {
                 env[v.0 as usize] = Some(t);
             }
@@ -158,12 +158,37 @@ impl fmt::Debug for Program {
     }
 }
 
+/// Hashes the (pointer, version) keys of constants: one multiply, as the
+/// keys are already well spread (std's SipHash costs more than the rest of
+/// recording an equation).
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(*b as u64);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+}
+
+type KeyMap = HashMap<(*const (), u64), usize, std::hash::BuildHasherDefault<KeyHasher>>;
+
 /// Builds a [`Program`] equation by equation (used by the staging
 /// interpreters).
 #[derive(Default)]
 pub struct ProgramBuilder {
     program: Program,
-    const_index: HashMap<(*const (), u64), usize>,
+    const_index: KeyMap,
     /// The tensors the keys point at, kept alive so that no key is reused.
     keep_alive: Vec<Tensor>,
 }

@@ -11,7 +11,6 @@
 use crate::array::{Array, Device};
 use crate::error::{Error, Result};
 use crate::interp::Tag;
-use std::any::Any;
 use std::cell::{Cell, Ref, RefCell};
 use std::rc::Rc;
 use xform_kernels::{DType, Shape};
@@ -74,15 +73,22 @@ impl AvalRef<'_> {
 }
 
 /// A value under a transform: the interpreter instance that owns it (by
-/// tag), its abstract value, and the interpreter's own payload.
+/// tag), its abstract value, and the interpreter's own data in a fixed,
+/// allocation-free shape that every interpreter can use: up to two tensors
+/// of the parent level and one integer (jvp: primal and tangent; vmap:
+/// value and batch dim; trace: the program variable).
 #[derive(Clone)]
 pub struct Tracer {
     /// The owning interpreter instance.
     pub tag: Tag,
     /// Logical shape, dtype and device, as the user's code sees them.
     pub aval: Aval,
-    /// The interpreter's data (e.g. primal and tangent for jvp).
-    pub payload: Rc<dyn Any>,
+    /// First tensor of the interpreter's data.
+    pub a: Option<Tensor>,
+    /// Second tensor of the interpreter's data.
+    pub b: Option<Tensor>,
+    /// Integer of the interpreter's data.
+    pub n: usize,
 }
 
 impl std::fmt::Debug for Tracer {
@@ -119,7 +125,7 @@ pub struct ViewLink {
 pub(crate) struct Node {
     pub(crate) value: RefCell<Value>,
     /// Set for tensors made by a view method (reshape, slice, ...).
-    pub(crate) view: Option<ViewLink>,
+    pub(crate) view: Option<Box<ViewLink>>,
     /// Bumped whenever `value` is replaced by a functionalized write.
     pub(crate) version: Cell<u64>,
     /// When the node was made, on the thread's epoch clock (see
@@ -128,7 +134,7 @@ pub(crate) struct Node {
     /// The layout the tensor had before its first functionalized write: an
     /// eager in-place op keeps a tensor's layout, so view decisions keep
     /// using it (see `mutation::make_view`).
-    pub(crate) eager_layout: RefCell<Option<xform_kernels::Layout>>,
+    pub(crate) eager_layout: RefCell<Option<Box<xform_kernels::Layout>>>,
 }
 
 /// A tensor: a cheap-to-clone handle to a concrete array or a tracer.
@@ -164,7 +170,7 @@ impl Tensor {
     pub(crate) fn new_view(value: Value, link: ViewLink) -> Tensor {
         Tensor(Rc::new(Node {
             value: RefCell::new(value),
-            view: Some(link),
+            view: Some(Box::new(link)),
             version: Cell::new(0),
             birth: crate::interp::next_epoch(),
             eager_layout: RefCell::new(None),
@@ -284,10 +290,10 @@ impl Tensor {
     pub(crate) fn replace_value(&self, v: Value) {
         let mut hint = self.0.eager_layout.borrow_mut();
         if hint.is_none() {
-            *hint = Some(match &*self.0.value.borrow() {
+            *hint = Some(Box::new(match &*self.0.value.borrow() {
                 Value::Array(a) => a.layout.clone(),
                 Value::Tracer(t) => xform_kernels::Layout::contiguous(t.aval.shape.clone()),
-            });
+            }));
         }
         drop(hint);
         *self.0.value.borrow_mut() = v;
@@ -305,7 +311,7 @@ impl Tensor {
     /// any functionalized write; contiguous for a tracer).
     pub(crate) fn eager_layout(&self) -> xform_kernels::Layout {
         if let Some(l) = &*self.0.eager_layout.borrow() {
-            return l.clone();
+            return (**l).clone();
         }
         match self.array() {
             Some(a) => a.layout,
@@ -320,7 +326,7 @@ impl Tensor {
 
     /// The view link, if this tensor was made by a view method.
     pub(crate) fn view_link(&self) -> Option<&ViewLink> {
-        self.0.view.as_ref()
+        self.0.view.as_deref()
     }
 }
 

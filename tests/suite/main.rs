@@ -5,12 +5,12 @@ mod harness;
 mod reference;
 mod registry;
 
+mod compositions;
+mod cuda;
 mod errors;
 mod methods;
-mod prims_eval;
-mod rules;
-mod compositions;
 mod mutation;
 mod nn;
-mod cuda;
+mod prims_eval;
+mod rules;
 mod views;

@@ -97,9 +97,12 @@ fn mutated_arguments_are_written_back() {
     })(&x2);
     assert_eq!(v(&x2), vec![2., 4.]);
     assert_eq!(v(&g), vec![8., 16.]); // d/dx (2x)^2 = 8x at the original x
-    // in_axes over axis 1: the write lands in the right places
+                                      // in_axes over axis 1: the write lands in the right places
     let xt = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 4.0], [2, 2]);
-    let _ = vmap_with(|x: &Tensor| x.add_scalar_(10.0).sum(), VmapOptions { in_axes: Axes::All(Some(1)), ..Default::default() })(&xt);
+    let _ = vmap_with(
+        |x: &Tensor| x.add_scalar_(10.0).sum(),
+        VmapOptions { in_axes: Axes::All(Some(1)), ..Default::default() },
+    )(&xt);
     assert_eq!(v(&xt), vec![11., 12., 13., 14.]);
 }
 
@@ -137,7 +140,10 @@ fn writes_of_traced_values_into_outer_tensors_are_refused() {
         })(&xs)
     })
     .unwrap_err();
-    assert!(e.to_string().contains("would store a value traced by vmap into a tensor created outside that transform"), "{e}");
+    assert!(
+        e.to_string().contains("would store a value traced by vmap into a tensor created outside that transform"),
+        "{e}"
+    );
     assert_eq!(v(&outer), vec![0.0; 3]);
     assert_eq!(xform::core::interp::stack_depth(), 0);
     // a value that does not depend on the transform is fine, and consistent
@@ -162,7 +168,8 @@ fn bad_in_place_ops_under_transforms_leave_the_target_unchanged() {
     assert!(e.to_string().contains("a float32 result cannot be written into a int32 tensor"), "{e}");
     let e = catch(|| vmap(|x: &Tensor| x.slice(s![..1]).broadcast_to([3]).add_(x).clone())(&xs)).unwrap_err();
     assert!(e.to_string().contains("broadcast view"), "{e}");
-    let e = catch(|| grad(|x: &Tensor| x.add_(&Tensor::ones([2, 3], DType::F32)).sum())(&xs.select(0, 0).copy())).unwrap_err();
+    let e = catch(|| grad(|x: &Tensor| x.add_(&Tensor::ones([2, 3], DType::F32)).sum())(&xs.select(0, 0).copy()))
+        .unwrap_err();
     assert!(e.to_string().contains("would grow the target"), "{e}");
 }
 
@@ -288,7 +295,14 @@ fn random_programs_of_views_and_mutations() {
         // grad: finite differences (on a copy, since the program mutates)
         let f = |x: &Tensor| {
             let y = x.copy();
-            (run_program(&steps, &y) * Tensor::linspace(0.5, 1.5, steps.iter().filter(|s| !matches!(s, Step::InPlace { .. })).count() + 1, DType::F64)).sum()
+            (run_program(&steps, &y)
+                * Tensor::linspace(
+                    0.5,
+                    1.5,
+                    steps.iter().filter(|s| !matches!(s, Step::InPlace { .. })).count() + 1,
+                    DType::F64,
+                ))
+            .sum()
         };
         check_grads_with(f, &x, 1, Modes::Both, &GradCheckOptions { per_element_limit: Some(0), ..Default::default() })
             .map_err(|e| format!("{}: {e}", ctx("grad")))?;

@@ -75,7 +75,7 @@ pub fn check_case(c: &Case, seed: u64, g: &mut G) -> Result<(), String> {
     let inputs: Vec<Tensor> = inputs.iter().map(|t| relayout(t, g)).collect();
     let dtypes: Vec<_> = inputs.iter().map(|t| t.dtype()).collect();
     let nds: Vec<Nd> = inputs.iter().map(Nd::of).collect();
-    let outs = bind(c.prim.clone(), &inputs).map_err(|e| format!("{c:?}: {e}"))?;
+    let outs = bind(&c.prim, &inputs).map_err(|e| format!("{c:?}: {e}"))?;
     let avals: Vec<_> = inputs.iter().map(|t| t.aval()).collect();
     let refs: Vec<_> = avals.iter().map(|a| a.as_ref()).collect();
     let expect_avals = shape_rule(&c.prim, &refs).map_err(|e| e.to_string())?;

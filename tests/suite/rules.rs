@@ -24,7 +24,7 @@ fn as_fn(case: &Case, inputs: &[Tensor]) -> (Vec<usize>, impl Fn(&Vec<Tensor>) -
         for (k, &i) in d2.iter().enumerate() {
             all[i] = xs[k].clone();
         }
-        bind(prim.clone(), &all).map(|o| o.into_vec()).unwrap_or_else(|e| e.raise())
+        bind(&prim, &all).map(|o| o.into_vec()).unwrap_or_else(|e| e.raise())
     };
     (diff, f)
 }
@@ -87,7 +87,7 @@ fn transpose_identity_for_every_linear_input() {
                 let lin = move |t: &Tensor| {
                     let mut all = fixed.clone();
                     all[i] = t.clone();
-                    bind(prim.clone(), &all).unwrap_or_else(|e| e.raise()).into_vec()
+                    bind(&prim, &all).unwrap_or_else(|e| e.raise()).into_vec()
                 };
                 if lin(&inputs[i]).iter().any(|o| !o.dtype().is_float()) {
                     continue;
@@ -149,7 +149,7 @@ fn stacked(c: &Case, seed: u64, b: usize, axes: &[Option<usize>]) -> (Vec<Tensor
 fn check_vmap_case(c: &Case, seed: u64, b: usize, axes: Vec<Option<usize>>) -> Result<(), String> {
     let (batched, per_example) = stacked(c, seed, b, &axes);
     let prim = c.prim.clone();
-    let f = move |xs: &Vec<Tensor>| bind(prim.clone(), xs).unwrap_or_else(|e| e.raise()).into_vec();
+    let f = move |xs: &Vec<Tensor>| bind(&prim, xs).unwrap_or_else(|e| e.raise()).into_vec();
     let opts = VmapOptions {
         in_axes: Axes::Leaves(axes.iter().map(|a| a.map(|a| a as isize)).collect()),
         axis_size: Some(b),
@@ -236,7 +236,7 @@ fn jvp_of_vmap_equals_vmap_of_jvp() {
                 }
                 a
             };
-            let apply = move |a: &Vec<Tensor>| bind(prim.clone(), a).unwrap_or_else(|e| e.raise()).into_vec();
+            let apply = move |a: &Vec<Tensor>| bind(&prim, a).unwrap_or_else(|e| e.raise()).into_vec();
             let opts = VmapOptions {
                 in_axes: Axes::Leaves(axes.iter().map(|a| a.map(|a| a as isize)).collect()),
                 axis_size: Some(b),
@@ -310,7 +310,7 @@ fn vmap_of_vmap_equals_a_double_loop() {
             let xs: Vec<Tensor> =
                 (0..n).map(|i| Tensor::stack(&outer.iter().map(|o| o[i].clone()).collect::<Vec<_>>(), 0)).collect();
             let prim = c.prim.clone();
-            let f = move |a: &Vec<Tensor>| bind(prim.clone(), a).unwrap_or_else(|e| e.raise()).into_vec();
+            let f = move |a: &Vec<Tensor>| bind(&prim, a).unwrap_or_else(|e| e.raise()).into_vec();
             let got = vmap(vmap(&f))(&xs);
             for k1 in 0..b1 {
                 for k2 in 0..b2 {

@@ -31,11 +31,6 @@ struct FunctionalizeInterp {
     remove_views: bool,
 }
 
-/// Payload of the tracers used with `remove_views`.
-struct Wrapped {
-    val: Tensor,
-}
-
 impl FunctionalizeInterp {
     fn wrap(&self, val: Tensor) -> Tensor {
         if !self.remove_views {
@@ -44,13 +39,13 @@ impl FunctionalizeInterp {
             return Tensor::from_value(val.value_cloned());
         }
         let aval = val.aval();
-        Tensor::from_tracer(xform_ops::Tracer { tag: self.tag, aval, payload: Rc::new(Wrapped { val }) })
+        Tensor::from_tracer(xform_ops::Tracer { tag: self.tag, aval, a: Some(val), b: None, n: 0 })
     }
 
     fn unwrap(&self, t: &Tensor) -> Tensor {
         if let Value::Tracer(tr) = &*t.value() {
             if tr.tag.id == self.tag.id {
-                return tr.payload.downcast_ref::<Wrapped>().expect("functionalize payload").val.clone();
+                return tr.a.clone().expect("functionalize value");
             }
         }
         t.clone()
@@ -113,8 +108,7 @@ pub fn functionalize_with<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y, opts: Functiona
         let wrapped: Vec<Tensor> = leaves.iter().map(|l| interp.wrap(l.clone())).collect();
         let y = f(&x.with_leaves(wrapped.clone()));
         let outs: Vec<Tensor> = y.leaves().iter().map(|o| interp.unwrap(o)).collect();
-        let finals: Vec<Option<Tensor>> =
-            wrapped.iter().map(|w| (w.version() > 0).then(|| interp.unwrap(w))).collect();
+        let finals: Vec<Option<Tensor>> = wrapped.iter().map(|w| (w.version() > 0).then(|| interp.unwrap(w))).collect();
         drop(guard);
         write_back("functionalize", &leaves, finals).or_raise();
         y.with_leaves(outs)

@@ -27,8 +27,11 @@ impl Default for JacOptions {
     }
 }
 
-fn check_float_leaves(op: &str, what: &str, leaves: &[Tensor], paths: &[String]) -> Result<()> {
-    for (l, p) in leaves.iter().zip(paths) {
+fn check_float_leaves(op: &str, what: &str, leaves: &[Tensor], paths: impl FnOnce() -> Vec<String>) -> Result<()> {
+    if leaves.iter().all(|l| l.dtype().is_float()) {
+        return Ok(());
+    }
+    for (l, p) in leaves.iter().zip(paths()) {
         if !l.dtype().is_float() {
             return Err(Error::transform(
                 op,
@@ -107,7 +110,7 @@ pub fn jacfwd_with<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y, opts: JacOptions) -> i
 
 fn try_jacfwd<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &JacOptions, x: &X) -> Result<Y::Map<X>> {
     let ins = x.leaves();
-    check_float_leaves("jacfwd", "argument", &ins, &x.paths())?;
+    check_float_leaves("jacfwd", "argument", &ins, || x.paths())?;
     let total: usize = ins.iter().map(|l| l.numel()).sum();
     let row_bytes = ins.iter().map(|l| l.numel() * l.dtype().size_bytes()).sum::<usize>() * 2;
     let chunk = rows_per_chunk(opts, row_bytes, total);
@@ -128,7 +131,7 @@ fn try_jacfwd<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &JacOptions, x: &X) 
     })?;
     // The template went through vmap, so its leaves carry a leading basis axis.
     let y = out_template.expect("at least one chunk");
-    check_float_leaves("jacfwd", "output", &y.leaves(), &y.paths())?;
+    check_float_leaves("jacfwd", "output", &y.leaves(), || y.paths())?;
     // cols[j]: [N, out_j...]; block for input i: rows of input i.
     let mut blocks = Vec::with_capacity(cols.len());
     for col in &cols {
@@ -170,10 +173,10 @@ pub fn jacrev_with<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y, opts: JacOptions) -> i
 
 fn try_jacrev<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &JacOptions, x: &X) -> Result<Y::Map<X>> {
     let ins = x.leaves();
-    check_float_leaves("jacrev", "argument", &ins, &x.paths())?;
+    check_float_leaves("jacrev", "argument", &ins, || x.paths())?;
     let lin = linearize_flat("jacrev", f, x);
     let outs = lin.out_leaves.clone();
-    check_float_leaves("jacrev", "output", &outs, &lin.out.paths())?;
+    check_float_leaves("jacrev", "output", &outs, || lin.out.paths())?;
     let total: usize = outs.iter().map(|l| l.numel()).sum();
     let row_bytes = (outs.iter().map(|o| o.numel() * o.dtype().size_bytes()).sum::<usize>()
         + ins.iter().map(|l| l.numel() * l.dtype().size_bytes()).sum::<usize>())

@@ -13,12 +13,6 @@ use xform_ops::interp::{push_interpreter, run_at_parent};
 use xform_ops::prim::jvp_rule;
 use xform_ops::{Error, Interpreter, Level, OrRaise, Outs, Prim, Result, Tag, Tensor, Tracer, Value};
 
-/// The payload of a JVP tracer.
-pub(crate) struct JvpTracer {
-    pub(crate) primal: Tensor,
-    pub(crate) tangent: Option<Tensor>,
-}
-
 /// The JVP interpreter (one instance per transform call).
 pub(crate) struct JvpInterp {
     pub(crate) tag: Tag,
@@ -38,11 +32,7 @@ impl JvpInterp {
             None => primal,
             Some(t) => {
                 let aval = primal.aval();
-                Tensor::from_tracer(Tracer {
-                    tag: self.tag,
-                    aval,
-                    payload: Rc::new(JvpTracer { primal, tangent: Some(t) }),
-                })
+                Tensor::from_tracer(Tracer { tag: self.tag, aval, a: Some(primal), b: Some(t), n: 0 })
             }
         }
     }
@@ -51,8 +41,7 @@ impl JvpInterp {
     pub(crate) fn unwrap(&self, t: &Tensor) -> (Tensor, Option<Tensor>) {
         if let Value::Tracer(tr) = &*t.value() {
             if tr.tag.id == self.tag.id {
-                let p = tr.payload.downcast_ref::<JvpTracer>().expect("jvp tracer payload");
-                return (p.primal.clone(), p.tangent.clone());
+                return (tr.a.clone().expect("jvp tracer primal"), tr.b.clone());
             }
         }
         (t.clone(), None)

@@ -15,11 +15,6 @@ use xform_ops::{
     Var,
 };
 
-/// The payload of a trace tracer: its program variable.
-pub(crate) struct TraceTracer {
-    pub(crate) var: Var,
-}
-
 /// The staging interpreter.
 pub(crate) struct TraceInterp {
     pub(crate) tag: Tag,
@@ -40,14 +35,14 @@ impl TraceInterp {
     /// A new program input and its tracer.
     pub(crate) fn new_input(&self, aval: Aval) -> Tensor {
         let var = self.builder.borrow_mut().new_input(aval.clone());
-        Tensor::from_tracer(Tracer { tag: self.tag, aval, payload: Rc::new(TraceTracer { var }) })
+        Tensor::from_tracer(Tracer { tag: self.tag, aval, a: None, b: None, n: var.0 as usize })
     }
 
     /// The atom for `t`: its variable if it is this level's tracer, else a constant.
     pub(crate) fn atom(&self, t: &Tensor) -> Atom {
         if let Value::Tracer(tr) = &*t.value() {
             if tr.tag.id == self.tag.id {
-                return Atom::Var(tr.payload.downcast_ref::<TraceTracer>().expect("trace payload").var);
+                return Atom::Var(Var(tr.n as u32));
             }
         }
         self.builder.borrow_mut().constant(t)
@@ -82,9 +77,7 @@ impl Interpreter for TraceInterp {
         Ok(outs
             .into_iter()
             .zip(out_avals)
-            .map(|(var, aval)| {
-                Tensor::from_tracer(Tracer { tag: self.tag, aval, payload: Rc::new(TraceTracer { var }) })
-            })
+            .map(|(var, aval)| Tensor::from_tracer(Tracer { tag: self.tag, aval, a: None, b: None, n: var.0 as usize }))
             .collect())
     }
 }

@@ -15,12 +15,6 @@ use xform_ops::{
     lax, AvalRef, Error, Interpreter, Level, OrRaise, Outs, Prim, Result, Shape, Tag, Tensor, Tracer, Value,
 };
 
-/// The payload of a batch tracer.
-pub(crate) struct BatchTracer {
-    pub(crate) val: Tensor,
-    pub(crate) bdim: usize,
-}
-
 /// The batching interpreter (one instance per vmap call).
 pub(crate) struct BatchInterp {
     tag: Tag,
@@ -37,7 +31,7 @@ impl BatchInterp {
                     a.shape.0.remove(d);
                     a
                 });
-                Tensor::from_tracer(Tracer { tag: self.tag, aval, payload: Rc::new(BatchTracer { val, bdim: d }) })
+                Tensor::from_tracer(Tracer { tag: self.tag, aval, a: Some(val), b: None, n: d })
             }
         }
     }
@@ -45,8 +39,7 @@ impl BatchInterp {
     fn unwrap(&self, t: &Tensor) -> (Tensor, Option<usize>) {
         if let Value::Tracer(tr) = &*t.value() {
             if tr.tag.id == self.tag.id {
-                let p = tr.payload.downcast_ref::<BatchTracer>().expect("batch tracer payload");
-                return (p.val.clone(), Some(p.bdim));
+                return (tr.a.clone().expect("batch tracer value"), Some(tr.n));
             }
         }
         (t.clone(), None)
@@ -63,10 +56,6 @@ impl Interpreter for BatchInterp {
     }
 
     fn process(&self, level: Level, prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
-        // Check with the per-example shapes first, for errors users can read.
-        let avals: SmallVec<[xform_ops::Aval; 4]> = inputs.iter().map(|t| t.aval()).collect();
-        let refs: SmallVec<[AvalRef<'_>; 4]> = avals.iter().map(|a| a.as_ref()).collect();
-        let out_avals = shape_rule(prim, &refs)?;
         let mut vals: SmallVec<[Tensor; 4]> = SmallVec::new();
         let mut bdims: SmallVec<[Option<usize>; 4]> = SmallVec::new();
         for t in inputs {
@@ -74,8 +63,17 @@ impl Interpreter for BatchInterp {
             vals.push(v);
             bdims.push(b);
         }
-        let (outs, obdims) = run_at_parent(level, || batch_rule(prim, &vals, &bdims))?;
-        Ok(outs.into_iter().zip(obdims).zip(out_avals).map(|((o, b), a)| self.wrap(o, b, Some(a))).collect())
+        match run_at_parent(level, || batch_rule(prim, &vals, &bdims)) {
+            Ok((outs, obdims)) => Ok(outs.into_iter().zip(obdims).map(|(o, b)| self.wrap(o, b, None)).collect()),
+            Err(e) => {
+                // Report the error with the per-example shapes the user's code
+                // sees, not the batched ones the rule worked on.
+                let avals: SmallVec<[xform_ops::Aval; 4]> = inputs.iter().map(|t| t.aval()).collect();
+                let refs: SmallVec<[AvalRef<'_>; 4]> = avals.iter().map(|a| a.as_ref()).collect();
+                shape_rule(prim, &refs)?;
+                Err(e)
+            }
+        }
     }
 }
 
@@ -136,12 +134,14 @@ fn top_segment(path: &str) -> &str {
     &path[..end]
 }
 
-/// Resolves an axes spec to one entry per leaf.
-fn resolve_axes(what: &str, spec: &Axes, paths: &[String]) -> Result<Vec<Option<isize>>> {
+/// Resolves an axes spec to one entry per leaf (leaf paths are computed
+/// only when needed: per-argument specs and errors).
+fn resolve_axes(what: &str, spec: &Axes, n: usize, paths: impl FnOnce() -> Vec<String>) -> Result<Vec<Option<isize>>> {
     match spec {
-        Axes::Zero => Ok(vec![Some(0); paths.len()]),
-        Axes::All(a) => Ok(vec![*a; paths.len()]),
+        Axes::Zero => Ok(vec![Some(0); n]),
+        Axes::All(a) => Ok(vec![*a; n]),
         Axes::Leaves(v) => {
+            let paths = if v.len() != n { paths() } else { vec![String::new(); n] };
             if v.len() != paths.len() {
                 return Err(Error::batching(
                     "vmap",
@@ -156,8 +156,9 @@ fn resolve_axes(what: &str, spec: &Axes, paths: &[String]) -> Result<Vec<Option<
             Ok(v.clone())
         }
         Axes::Args(v) => {
+            let paths = paths();
             let mut tops: Vec<&str> = Vec::new();
-            for p in paths {
+            for p in &paths {
                 let t = top_segment(p);
                 if tops.last() != Some(&t) {
                     tops.push(t);
@@ -177,7 +178,7 @@ fn resolve_axes(what: &str, spec: &Axes, paths: &[String]) -> Result<Vec<Option<
             let mut out = Vec::with_capacity(paths.len());
             let mut k = 0;
             let mut last = None;
-            for p in paths {
+            for p in &paths {
                 let t = top_segment(p);
                 if let Some(l) = last {
                     if l != t {
@@ -213,11 +214,11 @@ pub fn vmap_with<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y, opts: VmapOptions) -> im
 /// Calls `vmap_with(f, opts)` on `x`, returning errors instead of panicking.
 pub fn try_vmap_call<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &VmapOptions, x: &X) -> Result<Y> {
     let leaves = x.leaves();
-    let paths = x.paths();
-    let axes = resolve_axes("in_axes", &opts.in_axes, &paths)?;
+    let axes = resolve_axes("in_axes", &opts.in_axes, leaves.len(), || x.paths())?;
+    let path = |i: usize| x.paths().swap_remove(i);
     let mut batch_axes: Vec<Option<usize>> = Vec::with_capacity(leaves.len());
-    let mut sizes: Vec<(String, usize)> = Vec::new();
-    for ((leaf, ax), path) in leaves.iter().zip(&axes).zip(&paths) {
+    let mut sizes: Vec<(usize, usize)> = Vec::new();
+    for (i, (leaf, ax)) in leaves.iter().zip(&axes).enumerate() {
         match ax {
             None => batch_axes.push(None),
             Some(a) => {
@@ -227,11 +228,11 @@ pub fn try_vmap_call<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &VmapOptions,
                 if n < 0 || n >= r {
                     return Err(Error::batching(
                         "vmap",
-                        format!("in_axes {a} is out of range for argument {path} of shape {shape} (rank {r})"),
+                        format!("in_axes {a} is out of range for argument {} of shape {shape} (rank {r})", path(i)),
                     ));
                 }
                 batch_axes.push(Some(n as usize));
-                sizes.push((path.clone(), shape[n as usize]));
+                sizes.push((i, shape[n as usize]));
             }
         }
     }
@@ -243,7 +244,7 @@ pub fn try_vmap_call<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &VmapOptions,
         (Some((_, s)), given) => {
             let consistent = sizes.iter().all(|(_, n)| n == s) && given.is_none_or(|g| g == *s);
             if !consistent {
-                let list: Vec<String> = sizes.iter().map(|(p, n)| format!("{p}: {n}")).collect();
+                let list: Vec<String> = sizes.iter().map(|(p, n)| format!("{}: {n}", path(*p))).collect();
                 let extra = given.map_or(String::new(), |g| format!(", axis_size: {g}"));
                 return Err(Error::batching(
                     "vmap",
@@ -274,8 +275,7 @@ pub fn try_vmap_call<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &VmapOptions,
                 start = end;
             }
             let y = out_tree.expect("at least one chunk");
-            let out_paths = y.paths();
-            let out_axes = resolve_axes("out_axes", &opts.out_axes, &out_paths)?;
+            let out_axes = resolve_axes("out_axes", &opts.out_axes, parts[0].len(), || y.paths())?;
             let joined: Vec<Tensor> = (0..parts[0].len())
                 .map(|i| {
                     let pieces: Vec<Tensor> = parts.iter().map(|p| p[i].clone()).collect();
@@ -329,24 +329,25 @@ fn vmap_once<X: Tree, Y: Tree>(
         })
         .collect::<Result<_>>()?;
     crate::functionalize::write_back("vmap", &leaves, finals)?;
-    let out_paths = y.paths();
-    let out_axes = resolve_axes("out_axes", &opts.out_axes, &out_paths)?;
+    let out_axes = resolve_axes("out_axes", &opts.out_axes, outs.len(), || y.paths())?;
+    let out_path = |i: usize| y.paths().swap_remove(i);
     let moved: Vec<Tensor> = outs
         .into_iter()
         .zip(&out_axes)
-        .zip(&out_paths)
-        .map(|(((v, b), oa), path)| match (b, oa) {
+        .enumerate()
+        .map(|(i, ((v, b), oa))| match (b, oa) {
             (None, None) => Ok(v),
-            (Some(_), None) => {
-                Err(Error::batching("vmap", format!("output {path} varies across the batch, but its out_axes is None")))
-            }
+            (Some(_), None) => Err(Error::batching(
+                "vmap",
+                format!("output {} varies across the batch, but its out_axes is None", out_path(i)),
+            )),
             (b, Some(a)) => {
                 let r = v.rank() as isize + if b.is_some() { 0 } else { 1 };
                 let to = if *a < 0 { a + r } else { *a };
                 if to < 0 || to >= r {
                     return Err(Error::batching(
                         "vmap",
-                        format!("out_axes {a} is out of range for output {path} (rank {r})"),
+                        format!("out_axes {a} is out of range for output {} (rank {r})", out_path(i)),
                     ));
                 }
                 let to = to as usize;

@@ -142,9 +142,6 @@ where
 
 /// A contiguous copy of the logical elements of `x`.
 pub fn to_contiguous<T: Copy + Send + Sync>(x: &[T], lx: &Layout, par: Par) -> Vec<T> {
-    if let Some(r) = lx.contiguous_range() {
-        return x[r].to_vec();
-    }
     map1(x, lx, par, |v| v)
 }
 

@@ -33,13 +33,16 @@ impl FaerElem for f64 {}
 /// Batched GEMM for f32 / f64 through faer.
 pub fn gemm<T: FaerElem + num_one::One>(a: &[T], la: &Layout, b: &[T], lb: &Layout, par: Par) -> Vec<T> {
     let (batch, m, k, n) = dims(la, lb);
-    let mut out = vec![T::default(); batch * m * n];
+    // faer with Accum::Replace writes every element and reads none (its
+    // documented contract), so the output can start uninitialized.
+    let mut out = crate::pool::alloc_uninit::<T>(batch * m * n);
     if out.is_empty() {
-        return out;
+        // SAFETY: empty.
+        return unsafe { crate::cpu::assume_init(out) };
     }
     let total = batch * m * n * k;
     let per = m * n * k;
-    let run = |bi: usize, dst: &mut [T], inner: faer::Par| {
+    let run = |bi: usize, dst: &mut [std::mem::MaybeUninit<T>], inner: faer::Par| {
         let pa = (la.offset as isize + bi as isize * la.strides[0]) as usize;
         let pb = (lb.offset as isize + bi as isize * lb.strides[0]) as usize;
         debug_assert!(pa < a.len().max(1) && pb < b.len().max(1) || k == 0);
@@ -49,7 +52,7 @@ pub fn gemm<T: FaerElem + num_one::One>(a: &[T], la: &Layout, b: &[T], lb: &Layo
         unsafe {
             let lhs = MatRef::<T>::from_raw_parts(a.as_ptr().wrapping_add(pa), m, k, la.strides[1], la.strides[2]);
             let rhs = MatRef::<T>::from_raw_parts(b.as_ptr().wrapping_add(pb), k, n, lb.strides[1], lb.strides[2]);
-            let dst = MatMut::<T>::from_raw_parts_mut(dst.as_mut_ptr(), m, n, n as isize, 1);
+            let dst = MatMut::<T>::from_raw_parts_mut(dst.as_mut_ptr() as *mut T, m, n, n as isize, 1);
             faer::linalg::matmul::matmul(dst, Accum::Replace, lhs, rhs, T::one(), inner);
         }
     };
@@ -70,7 +73,9 @@ pub fn gemm<T: FaerElem + num_one::One>(a: &[T], la: &Layout, b: &[T], lb: &Layo
             }
         }
     }
-    out
+    // SAFETY: faer wrote every element of every m x n block (Accum::Replace,
+    // and zeros when k == 0).
+    unsafe { crate::cpu::assume_init(out) }
 }
 
 /// `1` for the faer element types.
@@ -112,7 +117,7 @@ pub fn gemm_int<T: Copy + Default>(
     mul_add: impl Fn(T, T, T) -> T,
 ) -> Vec<T> {
     let (batch, m, k, n) = dims(la, lb);
-    let mut out = vec![T::default(); batch * m * n];
+    let mut out = crate::pool::filled(batch * m * n, T::default());
     for bi in 0..batch {
         for i in 0..m {
             for j in 0..n {

@@ -28,11 +28,18 @@ pub enum Par {
 /// above roughly this much work (measured on 2 cores; see benches).
 pub const PAR_MIN_WORK: usize = 1 << 16;
 
+/// The rayon pool's size, looked up once.
+pub fn threads() -> usize {
+    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *THREADS.get_or_init(rayon::current_num_threads)
+}
+
 impl Par {
     /// `Rayon` when `elems * cost` (cost: 1 for an add, ~10 for exp or sin)
     /// is worth splitting and more than one thread exists.
+    #[inline]
     pub fn for_work(elems: usize, cost: usize) -> Par {
-        if elems.saturating_mul(cost) >= PAR_MIN_WORK && rayon::current_num_threads() > 1 {
+        if elems.saturating_mul(cost) >= PAR_MIN_WORK && threads() > 1 {
             Par::Rayon
         } else {
             Par::Seq
@@ -40,19 +47,19 @@ impl Par {
     }
 }
 
-/// A vector of `n` uninitialized slots that a kernel fills completely.
+/// A vector of `n` uninitialized slots that a kernel fills completely
+/// (from the buffer cache, see `pool`).
 pub(crate) fn alloc_uninit<T>(n: usize) -> Vec<MaybeUninit<T>> {
-    let mut v = Vec::with_capacity(n);
-    // SAFETY: MaybeUninit<T> needs no initialization; capacity is n.
-    unsafe { v.set_len(n) };
-    v
+    crate::pool::alloc_uninit(n)
 }
 
 /// Converts a completely written vector of slots into a vector of values.
 ///
+/// Used with [`crate::pool::alloc_uninit`].
+///
 /// # Safety
 /// Every slot must have been written.
-pub(crate) unsafe fn assume_init<T>(v: Vec<MaybeUninit<T>>) -> Vec<T> {
+pub unsafe fn assume_init<T>(v: Vec<MaybeUninit<T>>) -> Vec<T> {
     let mut v = std::mem::ManuallyDrop::new(v);
     // SAFETY: MaybeUninit<T> has the layout of T, every slot is initialized
     // (the caller's contract), and the allocation is handed over unchanged.

@@ -166,7 +166,7 @@ where
     let shape = &lx.shape;
     let n = shape[axis];
     let out_strides = shape.contiguous_strides();
-    let mut out = vec![U::default(); lx.numel()];
+    let mut out = crate::pool::filled(lx.numel(), U::default());
     let mut outer: Dims = shape.0.clone();
     outer[axis] = 1;
     crate::layout::for_each_index(&outer, |idx| {

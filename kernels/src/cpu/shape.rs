@@ -25,7 +25,7 @@ pub fn pad_shape(shape: &Shape, low: &[i64], high: &[i64], interior: &[usize]) -
 /// (negative values crop), `interior` elements between neighbours.
 pub fn pad<T: Copy>(x: &[T], lx: &Layout, low: &[i64], high: &[i64], interior: &[usize], value: T) -> Vec<T> {
     let out_shape = pad_shape(&lx.shape, low, high, interior).expect("pad shape checked by caller");
-    let mut out = vec![value; out_shape.numel()];
+    let mut out = crate::pool::filled(out_shape.numel(), value);
     if out.is_empty() || lx.numel() == 0 {
         return out;
     }
@@ -58,7 +58,7 @@ pub fn pad<T: Copy>(x: &[T], lx: &Layout, low: &[i64], high: &[i64], interior: &
 
 /// Concatenates `parts` (each a slice and its layout) along `axis`.
 pub fn concatenate<T: Copy + Default>(parts: &[(&[T], &Layout)], axis: usize, out_shape: &Shape) -> Vec<T> {
-    let mut out = vec![T::default(); out_shape.numel()];
+    let mut out = crate::pool::filled(out_shape.numel(), T::default());
     let full = Layout::contiguous(out_shape.clone());
     let mut at = 0usize;
     for (x, lx) in parts {

@@ -327,7 +327,7 @@ impl Tensor {
     /// A tensor that is `self` for the value and a constant for
     /// differentiation (JAX's `stop_gradient`, PyTorch's `detach`).
     pub fn stop_gradient(&self) -> Tensor {
-        crate::interp::bind1(Prim::StopGradient, std::slice::from_ref(self)).or_raise()
+        crate::interp::bind1(&Prim::StopGradient, std::slice::from_ref(self)).or_raise()
     }
 
     /// Alias of [`Tensor::stop_gradient`] (PyTorch's name).

@@ -57,14 +57,14 @@ pub fn physical(a: usize, bdim: usize) -> usize {
 pub fn batch_elementwise(prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
     if let Some(Some(d)) = bdims.first() {
         if bdims.iter().all(|b| *b == Some(*d)) {
-            let outs = bind(prim.clone(), ins)?;
+            let outs = bind(prim, ins)?;
             let n = outs.len();
             return Ok((outs, smallvec![Some(*d); n]));
         }
     }
     let size = batch_size(ins, bdims)?;
     let moved: Vec<Tensor> = ins.iter().zip(bdims).map(|(x, b)| to_front(x, *b, size)).collect::<Result<_>>()?;
-    let outs = bind(prim.clone(), &moved)?;
+    let outs = bind(prim, &moved)?;
     let n = outs.len();
     Ok((outs, smallvec![Some(0); n]))
 }

@@ -131,6 +131,12 @@ impl CompareOp {
 
 // ---- shape rules -----------------------------------------------------------
 
+/// True if `op` accepts operands of dtype `d`.
+#[inline]
+pub(crate) fn accepts(op: BinaryOp, d: DType) -> bool {
+    op.accepts(d)
+}
+
 pub(crate) fn shape_binary(op: BinaryOp, ins: &[AvalRef<'_>]) -> Result<Avals> {
     check_arity(op.name(), ins, 2)?;
     check_same_shapes(op.name(), ins)?;
@@ -352,7 +358,7 @@ pub(crate) fn lower_select(p: &Array, a: &Array, b: &Array) -> Result<Array> {
 
 pub(crate) fn jvp_binary(op: BinaryOp, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
     let (a, b) = (&primals[0], &primals[1]);
-    let out = bind1(Prim::Binary(op), primals)?;
+    let out = bind1(&Prim::Binary(op), primals)?;
     if !a.dtype().is_float() {
         return Ok((smallvec![out], smallvec![None]));
     }
@@ -414,7 +420,7 @@ pub(crate) fn jvp_binary(op: BinaryOp, primals: &[Tensor], tangents: &[Option<Te
 }
 
 pub(crate) fn jvp_select(primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
-    let out = bind1(Prim::Select, primals)?;
+    let out = bind1(&Prim::Select, primals)?;
     let t = match (&tangents[1], &tangents[2]) {
         (None, None) => None,
         (ta, tb) => {

@@ -208,7 +208,8 @@ pub(crate) fn lower_scatter_add(axis: usize, batch_dims: usize, x: &Array, idx: 
         let bx = g.cpu_mut("scatter_add")?;
         std::mem::replace(bx, CpuBuffer::Bool(vec![]))
     };
-    let out = match_buffer!(taken, v => scatter_typed(v, &iv, &bu.as_slice()[ur.clone()], e).map(CpuBuffer::from_vec));
+    let mut taken = taken;
+    let out = match_buffer!(&mut taken, v => scatter_typed(std::mem::take(v), &iv, &bu.as_slice()[ur.clone()], e).map(CpuBuffer::from_vec));
     Ok(Array::from_cpu(out.map_err(|e| index_error("scatter_add", e))?, x.shape().clone()))
 }
 
@@ -219,12 +220,12 @@ pub(crate) fn jvp_dynamic_slice(
     primals: &[Tensor],
     tangents: &[Option<Tensor>],
 ) -> Result<(Outs, Tangents)> {
-    let out = bind1(prim.clone(), primals)?;
+    let out = bind1(prim, primals)?;
     let t = match &tangents[0] {
         Some(t) => {
             let mut ins: SmallVec<[Tensor; 4]> = smallvec![t.clone()];
             ins.extend(primals[1..].iter().cloned());
-            Some(bind1(prim.clone(), &ins)?)
+            Some(bind1(prim, &ins)?)
         }
         None => None,
     };
@@ -232,7 +233,7 @@ pub(crate) fn jvp_dynamic_slice(
 }
 
 pub(crate) fn jvp_dynamic_update_slice(primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
-    let out = bind1(Prim::DynamicUpdateSlice, primals)?;
+    let out = bind1(&Prim::DynamicUpdateSlice, primals)?;
     let t = match (&tangents[0], &tangents[1]) {
         (None, None) => None,
         (tx, tu) => {
@@ -245,9 +246,9 @@ pub(crate) fn jvp_dynamic_update_slice(primals: &[Tensor], tangents: &[Option<Te
 }
 
 pub(crate) fn jvp_gather(prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
-    let out = bind1(prim.clone(), primals)?;
+    let out = bind1(prim, primals)?;
     let t = match &tangents[0] {
-        Some(t) => Some(bind1(prim.clone(), &[t.clone(), primals[1].clone()])?),
+        Some(t) => Some(bind1(prim, &[t.clone(), primals[1].clone()])?),
         None => None,
     };
     Ok((smallvec![out], smallvec![t]))
@@ -258,13 +259,13 @@ pub(crate) fn jvp_scatter_add(
     primals: &[Tensor],
     tangents: &[Option<Tensor>],
 ) -> Result<(Outs, Tangents)> {
-    let out = bind1(prim.clone(), primals)?;
+    let out = bind1(prim, primals)?;
     let t = match (&tangents[0], &tangents[2]) {
         (None, None) => None,
         (tx, tu) => {
             let tx = lax::instantiate(tx, &primals[0])?;
             let tu = lax::instantiate(tu, &primals[2])?;
-            Some(bind1(prim.clone(), &[tx, primals[1].clone(), tu])?)
+            Some(bind1(prim, &[tx, primals[1].clone(), tu])?)
         }
     };
     Ok((smallvec![out], smallvec![t]))

@@ -319,6 +319,6 @@ pub(crate) fn batch_cumsum(
     bdims: &[Option<usize>],
 ) -> Result<(Outs, BDims)> {
     let b = bdims[0].expect("batched operand");
-    let y = bind1(Prim::Cumsum { axis: physical(axis, b), reverse }, &ins[..1])?;
+    let y = bind1(&Prim::Cumsum { axis: physical(axis, b), reverse }, &ins[..1])?;
     Ok((smallvec![y], smallvec![Some(b)]))
 }

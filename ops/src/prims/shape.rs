@@ -221,13 +221,13 @@ pub(crate) fn lower_iota(shape: &Shape, dim: usize, dtype: DType, device: Device
 // ---- JVP ---------------------------------------------------------------------
 
 pub(crate) fn jvp_pad(prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
-    let out = bind1(prim.clone(), primals)?;
+    let out = bind1(prim, primals)?;
     let t = match (&tangents[0], &tangents[1]) {
         (None, None) => None,
         (tx, tv) => {
             let tx = lax::instantiate(tx, &primals[0])?;
             let tv = lax::instantiate(tv, &primals[1])?;
-            Some(bind1(prim.clone(), &[tx, tv])?)
+            Some(bind1(prim, &[tx, tv])?)
         }
     };
     Ok((smallvec![out], smallvec![t]))
@@ -238,12 +238,12 @@ pub(crate) fn jvp_concatenate(
     primals: &[Tensor],
     tangents: &[Option<Tensor>],
 ) -> Result<(Outs, Tangents)> {
-    let out = bind1(prim.clone(), primals)?;
+    let out = bind1(prim, primals)?;
     if tangents.iter().all(Option::is_none) || !primals[0].dtype().is_float() {
         return Ok((smallvec![out], smallvec![None]));
     }
     let ts: Vec<Tensor> = tangents.iter().zip(primals).map(|(t, p)| lax::instantiate(t, p)).collect::<Result<_>>()?;
-    Ok((smallvec![out], smallvec![Some(bind1(prim.clone(), &ts)?)]))
+    Ok((smallvec![out], smallvec![Some(bind1(prim, &ts)?)]))
 }
 
 // ---- transpose ---------------------------------------------------------------

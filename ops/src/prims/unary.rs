@@ -136,6 +136,12 @@ impl UnaryOp {
 
 // ---- shape rules -----------------------------------------------------------
 
+/// True if `op` accepts operands of dtype `d`.
+#[inline]
+pub(crate) fn accepts(op: UnaryOp, d: DType) -> bool {
+    op.accepts(d)
+}
+
 pub(crate) fn shape_unary(op: UnaryOp, ins: &[AvalRef<'_>]) -> Result<Avals> {
     check_arity(op.name(), ins, 1)?;
     let x = &ins[0];
@@ -342,7 +348,7 @@ pub(crate) fn lower_convert(dtype: DType, x: &Array) -> Result<Array> {
 
 pub(crate) fn jvp_unary(op: UnaryOp, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
     let x = &primals[0];
-    let y = bind1(Prim::Unary(op), primals)?;
+    let y = bind1(&Prim::Unary(op), primals)?;
     let t = match &tangents[0] {
         Some(t) if x.dtype().is_float() => t,
         _ => return Ok((smallvec![y], smallvec![None])),

@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# Build the CUDA test binaries and the benchmark here, run them on a GPU
+# machine that has an NVIDIA driver but no Rust toolchain (and possibly no
+# network, no NVRTC and no cuBLAS).
+#
+#   scripts/cuda_device_run.sh build [DIR] [--with-nvrtc]   # here
+#   DIR/run.sh [cuda|suite|bench|all]...                     # on the GPU machine
+#   scripts/cuda_device_run.sh run [DIR] [PHASE]...          # same, from a checkout
+#
+# DIR defaults to target/cuda-bundle. `build` fills it with:
+#   bin/      the release test executables built with `--features cuda` (the
+#             suite, the kernels crate's unit tests) and the benchmark,
+#             stripped of debug info;
+#   ptx/      every generated kernel compiled to PTX for compute_90 with NVRTC
+#             (the run points XFORM_CUDA_PTX_CACHE here, so the GPU machine
+#             needs no NVRTC; the driver JIT-compiles PTX for the device);
+#   include/  cuda_fp16.h / cuda_bf16.h and friends (only used if NVRTC is
+#             there after all, for a kernel missing from ptx/);
+#   lib/      libnvrtc (only with --with-nvrtc: about 100 MB);
+#   run.sh    the runner.
+# NVRTC comes from the PyPI wheels nvidia-cuda-nvrtc / nvidia-cuda-runtime,
+# pinned to CUDA 13.0 so its PTX (ISA 9.0) loads under any CUDA 13 driver.
+# GEMMs use cuBLAS when libcublas is on the GPU machine, else a generated
+# kernel. The binaries need only glibc (the CUDA libraries load at run time).
+#
+# Phases of run.sh: `cuda` (default): the suite's CUDA tests (every primitive
+# on the device against the CPU, transforms on device tensors, NVRTC) and the
+# kernels crate's CUDA unit tests; `suite`: the whole suite; `bench`: the
+# benchmark; `all`: all three. Exit status: non-zero if any phase failed.
+set -euo pipefail
+
+usage() {
+    sed -n '2,12p' "$0" >&2
+    exit 2
+}
+
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+
+# Writes DIR/run.sh.
+write_runner() {
+    local dir="$1"
+    cat >"$dir/run.sh" <<'RUNNER'
+#!/usr/bin/env bash
+# Runs the bundled CUDA tests and benchmark on this (GPU) machine.
+# Usage: run.sh [cuda|suite|bench|all]...   (default: cuda)
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+export XFORM_CUDA_PTX_CACHE="${XFORM_CUDA_PTX_CACHE:-$here/ptx}"
+# The bundled PTX targets compute_90 (runs on sm_90 and newer GPUs).
+export XFORM_CUDA_ARCH="${XFORM_CUDA_ARCH:-compute_90}"
+if [ -d "$here/include" ]; then
+    export XFORM_CUDA_INCLUDE="${XFORM_CUDA_INCLUDE:-$here/include}"
+fi
+if [ -d "$here/lib" ]; then
+    export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
+phases=("$@")
+[ ${#phases[@]} -eq 0 ] && phases=(cuda)
+echo "== GPU"
+nvidia-smi -L 2>/dev/null || echo "(nvidia-smi not found)"
+echo "== $(ls "$XFORM_CUDA_PTX_CACHE" 2>/dev/null | wc -l) precompiled kernels in $XFORM_CUDA_PTX_CACHE"
+status=0
+run() {
+    echo "== $*"
+    if ! "$@"; then
+        echo "== FAILED: $*"
+        status=1
+    fi
+}
+for phase in "${phases[@]}"; do
+    case "$phase" in
+        cuda)
+            run "$here/bin/suite" cuda --nocapture
+            for t in "$here"/bin/unit-*; do
+                [ -x "$t" ] && run "$t" cuda
+            done
+            ;;
+        suite) run "$here/bin/suite" ;;
+        bench)
+            for b in "$here"/bin/bench-*; do
+                [ -x "$b" ] && run "$b" --bench
+            done
+            ;;
+        all)
+            "$0" cuda suite bench || status=1
+            ;;
+        *)
+            echo "unknown phase $phase (cuda, suite, bench, all)" >&2
+            status=2
+            ;;
+    esac
+done
+echo "== done, status $status"
+exit $status
+RUNNER
+    chmod +x "$dir/run.sh"
+}
+
+# Installs (once) the pinned NVRTC wheels into a venv and exports the paths.
+nvrtc_env() {
+    local venv="${XFORM_CUDA_VENV:-${HOME:-/root}/.cache/xform-cuda-venv}"
+    if [ ! -x "$venv/bin/python" ]; then
+        python3 -m venv "$venv"
+    fi
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+        'nvidia-cuda-nvrtc==13.0.*' 'nvidia-cuda-runtime==13.0.*'
+    local site
+    site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    cuda_lib="$site/nvidia/cu13/lib"
+    cuda_include="$site/nvidia/cu13/include"
+    [ -e "$cuda_lib/libnvrtc.so.13" ] || {
+        echo "libnvrtc.so.13 not found under $cuda_lib" >&2
+        exit 1
+    }
+    export LD_LIBRARY_PATH="$cuda_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export XFORM_CUDA_INCLUDE="$cuda_include"
+}
+
+# Prints "name<TAB>kind<TAB>executable" for each test/bench executable in
+# cargo's JSON messages on stdin.
+executables() {
+    python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") != "compiler-artifact" or not m.get("executable"):
+        continue
+    t = m["target"]
+    kind = "bench" if "bench" in t["kind"] else ("unit" if "lib" in t["kind"] else t["kind"][0])
+    print(t["name"], kind, m["executable"], sep="\t")
+'
+}
+
+build() {
+    local dir="$repo/target/cuda-bundle" with_nvrtc=0
+    for a in "$@"; do
+        case "$a" in
+            --with-nvrtc) with_nvrtc=1 ;;
+            -*) usage ;;
+            *) dir="$a" ;;
+        esac
+    done
+    mkdir -p "$dir"
+    dir="$(cd "$dir" && pwd)"
+    rm -rf "$dir/bin" "$dir/ptx" "$dir/include" "$dir/lib"
+    mkdir -p "$dir/bin" "$dir/ptx"
+    cd "$repo"
+    nvrtc_env
+
+    echo "== building the CUDA test binaries (release)"
+    local list
+    list="$(mktemp)"
+    cargo test --release --features cuda --no-run --message-format=json-render-diagnostics | executables >"$list"
+    cargo test --release -p xform-kernels --features cuda --lib --no-run --message-format=json-render-diagnostics |
+        executables >>"$list"
+    if [ -d benches ]; then
+        echo "== building the benchmark"
+        cargo bench --features cuda --no-run --message-format=json-render-diagnostics | executables >>"$list"
+    fi
+    local name kind exe dest
+    while IFS=$'\t' read -r name kind exe; do
+        case "$kind" in
+            test) [ "$name" = suite ] || continue; dest="$dir/bin/suite" ;;
+            unit) [ "$name" = xform_kernels ] || continue; dest="$dir/bin/unit-$name" ;;
+            bench) dest="$dir/bin/bench-$name" ;;
+            *) continue ;;
+        esac
+        cp "$exe" "$dest"
+        strip --strip-debug "$dest" 2>/dev/null || true
+        echo "   $dest"
+    done <"$list"
+    rm -f "$list"
+    [ -x "$dir/bin/suite" ] || {
+        echo "the suite binary was not built" >&2
+        exit 1
+    }
+
+    echo "== precompiling every kernel to PTX (compute_90)"
+    XFORM_CUDA_PTX_CACHE="$dir/ptx" XFORM_CUDA_ARCH=compute_90 \
+        "$dir/bin/suite" cuda::enabled::cuda_every_generated_kernel_compiles_with_nvrtc --exact --nocapture
+    echo "   $(ls "$dir/ptx" | wc -l) kernels in $dir/ptx"
+
+    mkdir -p "$dir/include"
+    cp -r "$XFORM_CUDA_INCLUDE"/. "$dir/include/"
+    if [ "$with_nvrtc" = 1 ]; then
+        mkdir -p "$dir/lib"
+        cp -L "$cuda_lib"/libnvrtc.so.13 "$cuda_lib"/libnvrtc-builtins.so.* "$dir/lib/"
+    fi
+    write_runner "$dir"
+    echo "== bundle: $dir ($(du -sh "$dir" | cut -f1)); on the GPU machine run: $dir/run.sh"
+}
+
+case "${1:-}" in
+    build)
+        shift
+        build "$@"
+        ;;
+    run)
+        shift
+        dir="$repo/target/cuda-bundle"
+        if [ $# -gt 0 ] && [ -d "$1" ]; then
+            dir="$1"
+            shift
+        fi
+        [ -x "$dir/run.sh" ] || {
+            echo "no bundle at $dir: run '$0 build' first" >&2
+            exit 1
+        }
+        exec "$dir/run.sh" "$@"
+        ;;
+    *) usage ;;
+esac
