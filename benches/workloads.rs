@@ -266,6 +266,37 @@ fn w3() {
     emit("W3_jacobian_hessian", "hessian(f)", "float32", &sizes, &st, "");
 }
 
+/// Peak resident memory of this process, in MiB (Linux).
+fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(|l| l.to_string()))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<f64>().ok()))
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+/// W1 medium f32 alone, then the process's peak memory against the size of
+/// one call's output plus the inputs (run it in its own process).
+fn w1_memory() {
+    let (b, d_in, h, c) = (256, 784, 256, 10);
+    let key = Key::new(0);
+    let params = make_mlp(&key, d_in, h, c, DType::F32, None);
+    let xs = key.fold_in(7).normal([b, d_in], DType::F32);
+    let ys = key.fold_in(8).randint([b], 0, c as i64, DType::I32);
+    let psg = vmap(|(x, y): &(Tensor, Tensor)| grad(|p: &Params| loss_one(p, x, y))(&params));
+    let batch = (xs, ys);
+    let st = measure(|| drop(psg(&batch)), false);
+    let n_params = d_in * h + h + h * h + h + h * c + c;
+    let out_mb = (b * n_params * 4) as f64 / (1 << 20) as f64;
+    let in_mb = ((n_params + b * d_in) * 4 + b * 4) as f64 / (1 << 20) as f64;
+    let peak = peak_rss_mb();
+    let extra = format!(
+        ", \"peak_rss_mb\": {peak:.1}, \"output_mb\": {out_mb:.1}, \"inputs_mb\": {in_mb:.1}, \"peak_over_output_plus_inputs\": {:.3}",
+        peak / (out_mb + in_mb)
+    );
+    emit("W1_memory", "vmap(grad) peak RSS", "float32", &mlp_sizes("medium", b, d_in, h, c), &st, &extra);
+}
+
 fn dispatch() {
     let x8 = Tensor::linspace(-1.0, 1.0, 8, DType::F32);
     let vg = vmap(grad(|x: &Tensor| x.sin() * x));
@@ -293,6 +324,10 @@ fn main() {
     }
     if enabled("dispatch") {
         dispatch();
+    }
+    // Only on request: it must run in a process of its own.
+    if std::env::var("XFORM_BENCH").is_ok_and(|v| v.split(',').any(|w| w.trim() == "W1mem")) {
+        w1_memory();
     }
     if enabled("W4") {
         w4_gemm();

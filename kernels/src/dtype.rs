@@ -395,10 +395,16 @@ pub trait Real:
     fn atan2(self, x: Self) -> Self;
     /// NaN test.
     fn is_nan(self) -> bool;
+    /// e^x as array kernels compute it (vectorizable in f32, see `fastmath`).
+    fn exp_v(self) -> Self;
+    /// tanh as array kernels compute it.
+    fn tanh_v(self) -> Self;
+    /// 1 / (1 + e^-x) as array kernels compute it.
+    fn logistic_v(self) -> Self;
 }
 
 macro_rules! real_impl {
-    ($t:ty, $erf:path) => {
+    ($t:ty, $erf:path, $exp_v:expr, $tanh_v:expr, $logistic_v:expr) => {
         impl Real for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -478,11 +484,30 @@ macro_rules! real_impl {
             fn is_nan(self) -> bool {
                 <$t>::is_nan(self)
             }
+            #[inline(always)]
+            fn exp_v(self) -> Self {
+                ($exp_v)(self)
+            }
+            #[inline(always)]
+            fn tanh_v(self) -> Self {
+                ($tanh_v)(self)
+            }
+            #[inline(always)]
+            fn logistic_v(self) -> Self {
+                ($logistic_v)(self)
+            }
         }
     };
 }
-real_impl!(f32, libm::erff);
-real_impl!(f64, libm::erf);
+real_impl!(f32, libm::erff, crate::fastmath::exp_f32, crate::fastmath::tanh_f32, crate::fastmath::logistic_f32);
+real_impl!(f64, libm::erf, f64::exp, f64::tanh, |x: f64| {
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
+});
 
 #[cfg(test)]
 mod tests {

@@ -13,6 +13,7 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod dtype;
+pub mod fastmath;
 pub mod layout;
 pub mod pool;
 

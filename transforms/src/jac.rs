@@ -11,7 +11,7 @@ use crate::jvp::jvp_flat;
 use crate::linearize::linearize_flat;
 use crate::tree::Tree;
 use crate::vmap::vmap;
-use xform_ops::{lax, Device, Error, OrRaise, Result, Shape, Tensor};
+use xform_ops::{lax, Error, OrRaise, Result, Shape, Tensor};
 
 /// Options of [`jacfwd_with`] and [`jacrev_with`].
 #[derive(Clone, Debug)]
@@ -43,29 +43,20 @@ fn check_float_leaves(op: &str, what: &str, leaves: &[Tensor], paths: impl FnOnc
 }
 
 /// Rows `[start, start + k)` of the identity over the concatenated leaves,
-/// split into one `[k, leaf shape]` tensor per leaf.
-fn basis_chunk(leaves: &[Tensor], start: usize, k: usize) -> Vec<Tensor> {
+/// split into one `[k, leaf shape]` tensor per leaf (in each leaf's dtype,
+/// on its device).
+fn basis_chunk(leaves: &[Tensor], start: usize, k: usize) -> Result<Vec<Tensor>> {
     let mut off = 0;
     leaves
         .iter()
         .map(|l| {
             let n = l.numel();
-            let mut data = vec![0.0f64; k * n];
-            for r in 0..k {
-                let g = start + r;
-                if g >= off && g < off + n {
-                    data[r * n + (g - off)] = 1.0;
-                }
-            }
+            // row r is basis vector start + r: column (start + r) - off of this leaf
+            let eye = Tensor::eye_nm(k, n, start as isize - off as isize, l.dtype());
             off += n;
-            let mut shape = l.shape();
-            shape.0.insert(0, k);
-            let t = Tensor::from_vec(data, shape).cast(l.dtype());
-            if l.device() == Device::Cpu {
-                t
-            } else {
-                t.to_device(l.device())
-            }
+            let mut leaf_shape = l.shape();
+            leaf_shape.0.insert(0, k);
+            lax::reshape(&eye.try_to_device(l.device())?, &leaf_shape)
         })
         .collect()
 }
@@ -116,7 +107,7 @@ fn try_jacfwd<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &JacOptions, x: &X) 
     let chunk = rows_per_chunk(opts, row_bytes, total);
     let mut out_template: Option<Y> = None;
     let cols = chunked(total, chunk, |start, k| {
-        let basis = basis_chunk(&ins, start, k);
+        let basis = basis_chunk(&ins, start, k).or_raise();
         let (y, outs) = vmap(|t: &Vec<Tensor>| {
             let (y, _, ts) = jvp_flat("jacfwd", f, x, t.iter().cloned().map(Some).collect());
             let tangents: Vec<Tensor> = ts
@@ -183,7 +174,7 @@ fn try_jacrev<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &JacOptions, x: &X) 
         * 2;
     let chunk = rows_per_chunk(opts, row_bytes, total);
     let rows = chunked(total, chunk, |start, k| {
-        let basis = basis_chunk(&outs, start, k);
+        let basis = basis_chunk(&outs, start, k).or_raise();
         vmap(|cts: &Vec<Tensor>| lin.pull("jacrev", cts).or_raise())(&basis)
     })?;
     // rows[i]: [M, in_i...]; block for output j: its rows, reshaped.

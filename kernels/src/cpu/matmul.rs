@@ -16,8 +16,9 @@ use faer::{Accum, MatMut, MatRef};
 /// rayon task instead of each splitting itself.
 const SMALL_GEMM: usize = 1 << 18;
 
-/// Below this many multiply-adds in all, everything stays on one thread.
-const PAR_GEMM_MIN: usize = 1 << 16;
+/// Below this many multiply-adds in all, everything stays on one thread
+/// (about 40 us of work: waking the pool costs 25-30 us on the target).
+const PAR_GEMM_MIN: usize = 1 << 21;
 
 fn dims(la: &Layout, lb: &Layout) -> (usize, usize, usize, usize) {
     debug_assert_eq!(la.rank(), 3);
@@ -27,12 +28,55 @@ fn dims(la: &Layout, lb: &Layout) -> (usize, usize, usize, usize) {
 
 /// An element faer multiplies natively.
 pub trait FaerElem: faer::traits::ComplexField + Copy + Send + Sync + Default + 'static {}
+/// Re-exported so callers can name the faer element bound.
+pub use num_one::One;
 impl FaerElem for f32 {}
 impl FaerElem for f64 {}
 
-/// Batched GEMM for f32 / f64 through faer.
+/// One operand of a batched product: per batch entry an element offset,
+/// and the row and column strides of the matrix at that offset.
+#[derive(Clone, Debug)]
+pub struct MatOperand {
+    /// Element offset of each batch entry's matrix.
+    pub offsets: Vec<isize>,
+    /// Stride between rows.
+    pub row_stride: isize,
+    /// Stride between columns.
+    pub col_stride: isize,
+}
+
+impl MatOperand {
+    /// The batch entries of a 3-d `[B, R, C]` layout.
+    pub fn of_layout(l: &Layout) -> MatOperand {
+        let b = l.shape[0];
+        MatOperand {
+            offsets: (0..b).map(|i| l.offset as isize + i as isize * l.strides[0]).collect(),
+            row_stride: l.strides[1],
+            col_stride: l.strides[2],
+        }
+    }
+}
+
+/// Batched GEMM for f32 / f64 through faer on 3-d layouts
+/// `[B, M, K] @ [B, K, N]`.
 pub fn gemm<T: FaerElem + num_one::One>(a: &[T], la: &Layout, b: &[T], lb: &Layout, par: Par) -> Vec<T> {
-    let (batch, m, k, n) = dims(la, lb);
+    let (_, m, k, n) = dims(la, lb);
+    gemm_offsets(a, &MatOperand::of_layout(la), b, &MatOperand::of_layout(lb), m, k, n, par)
+}
+
+/// Batched GEMM through faer: `out[i] = A_i @ B_i` with `A_i` (m x k) and
+/// `B_i` (k x n) located by `ma` and `mb`; out is `[B, m, n]` row-major.
+pub fn gemm_offsets<T: FaerElem + num_one::One>(
+    a: &[T],
+    ma: &MatOperand,
+    b: &[T],
+    mb: &MatOperand,
+    m: usize,
+    k: usize,
+    n: usize,
+    par: Par,
+) -> Vec<T> {
+    let batch = ma.offsets.len();
     // faer with Accum::Replace writes every element and reads none (its
     // documented contract), so the output can start uninitialized.
     let mut out = crate::pool::alloc_uninit::<T>(batch * m * n);
@@ -40,25 +84,26 @@ pub fn gemm<T: FaerElem + num_one::One>(a: &[T], la: &Layout, b: &[T], lb: &Layo
         // SAFETY: empty.
         return unsafe { crate::cpu::assume_init(out) };
     }
-    let total = batch * m * n * k;
-    let per = m * n * k;
+    let per = m * n * k.max(1);
+    let total = batch * per;
     let run = |bi: usize, dst: &mut [std::mem::MaybeUninit<T>], inner: faer::Par| {
-        let pa = (la.offset as isize + bi as isize * la.strides[0]) as usize;
-        let pb = (lb.offset as isize + bi as isize * lb.strides[0]) as usize;
-        debug_assert!(pa < a.len().max(1) && pb < b.len().max(1) || k == 0);
-        // SAFETY: the caller guarantees that the layouts stay inside `a` and
-        // `b` (they come from validated arrays); `dst` is an exclusive,
+        let (pa, pb) = (ma.offsets[bi], mb.offsets[bi]);
+        // SAFETY: the caller's operands address elements inside `a` and `b`
+        // (they come from validated arrays); `dst` is an exclusive,
         // row-major m x n block. faer reads and writes nothing else.
         unsafe {
-            let lhs = MatRef::<T>::from_raw_parts(a.as_ptr().wrapping_add(pa), m, k, la.strides[1], la.strides[2]);
-            let rhs = MatRef::<T>::from_raw_parts(b.as_ptr().wrapping_add(pb), k, n, lb.strides[1], lb.strides[2]);
+            let lhs = MatRef::<T>::from_raw_parts(a.as_ptr().wrapping_offset(pa), m, k, ma.row_stride, ma.col_stride);
+            let rhs = MatRef::<T>::from_raw_parts(b.as_ptr().wrapping_offset(pb), k, n, mb.row_stride, mb.col_stride);
             let dst = MatMut::<T>::from_raw_parts_mut(dst.as_mut_ptr() as *mut T, m, n, n as isize, 1);
             faer::linalg::matmul::matmul(dst, Accum::Replace, lhs, rhs, T::one(), inner);
         }
     };
+    let threads = super::threads();
     let par = if total < PAR_GEMM_MIN { Par::Seq } else { par };
     match par {
-        Par::Rayon if batch > 1 && per < SMALL_GEMM => {
+        // Enough independent products to keep every thread busy: one product
+        // per task, each on one thread (never faer's rayon inside rayon).
+        Par::Rayon if batch >= 2 * threads || (batch > 1 && per < SMALL_GEMM) => {
             use rayon::prelude::*;
             out.par_chunks_mut(m * n).enumerate().for_each(|(bi, dst)| run(bi, dst, faer::Par::Seq));
         }

@@ -23,10 +23,11 @@ pub enum Par {
     Rayon,
 }
 
-/// Below this many "cheap element operations" a kernel runs sequentially:
-/// waking the pool costs a few microseconds, which only pays for itself
-/// above roughly this much work (measured on 2 cores; see benches).
-pub const PAR_MIN_WORK: usize = 1 << 16;
+/// Below this many "cheap element operations" a kernel runs sequentially.
+/// Measured on the 2-core target machine: waking the rayon pool costs about
+/// 25-30 us there, and a parallel add only wins from about 2^20 elements,
+/// an f32 exp (cost 8) from about 2^16.
+pub const PAR_MIN_WORK: usize = 1 << 19;
 
 /// The rayon pool's size, looked up once.
 pub fn threads() -> usize {
@@ -35,7 +36,7 @@ pub fn threads() -> usize {
 }
 
 impl Par {
-    /// `Rayon` when `elems * cost` (cost: 1 for an add, ~10 for exp or sin)
+    /// `Rayon` when `elems * cost` (cost: 1 for an add, ~8 for exp or sin)
     /// is worth splitting and more than one thread exists.
     #[inline]
     pub fn for_work(elems: usize, cost: usize) -> Par {

@@ -102,11 +102,23 @@ impl Tensor {
 
     /// The `n x n` identity matrix.
     pub fn eye(n: usize, dtype: DType) -> Tensor {
-        let mut data = vec![0.0f64; n * n];
-        for i in 0..n {
-            data[i * n + i] = 1.0;
-        }
-        Tensor::from_vec(data, [n, n]).cast(dtype)
+        Tensor::eye_nm(n, n, 0, dtype)
+    }
+
+    /// A `rows x cols` matrix with ones on diagonal `k` (`out[r, c] = 1` where
+    /// `c = r + k`) and zeros elsewhere, like numpy's `eye(N, M, k)`.
+    pub fn eye_nm(rows: usize, cols: usize, k: isize, dtype: DType) -> Tensor {
+        let buf = xform_kernels::with_dtype!(dtype, T => {
+            let mut v = xform_kernels::pool::filled(rows * cols, T::ZERO);
+            for r in 0..rows {
+                let c = r as isize + k;
+                if c >= 0 && (c as usize) < cols {
+                    v[r * cols + c as usize] = T::ONE;
+                }
+            }
+            CpuBuffer::from_vec(v)
+        });
+        Tensor::from_array(Array::from_cpu(buf, Shape::from([rows, cols])))
     }
 
     /// The elements, row-major, as `T`.

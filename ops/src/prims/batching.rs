@@ -30,13 +30,16 @@ pub fn to_front(x: &Tensor, bdim: Option<usize>, size: usize) -> Result<Tensor> 
     }
 }
 
-/// `x` with its batch dim at position `to`; unbatched operands broadcast.
+/// `x` with its batch dim at position `to`; unbatched operands are
+/// broadcast (a stride-0 view) with the new axis there.
 pub fn to_position(x: &Tensor, bdim: Option<usize>, to: usize, size: usize) -> Result<Tensor> {
     match bdim {
         Some(d) => lax::moveaxis(x, d, to),
         None => {
-            let front = to_front(x, None, size)?;
-            lax::moveaxis(&front, 0, to)
+            let mut shape = x.shape();
+            shape.0.insert(to, size);
+            let dims: Vec<usize> = (0..shape.rank()).filter(|&a| a != to).collect();
+            lax::broadcast_in_dim(x, &shape, &dims)
         }
     }
 }
@@ -52,19 +55,24 @@ pub fn physical(a: usize, bdim: usize) -> usize {
 }
 
 /// Batches an elementwise primitive (operands of one logical shape): if
-/// every operand is batched at the same dim, apply it there; otherwise move
-/// batch dims to the front and broadcast the unbatched operands.
+/// every batched operand has its batch dim at the same position, apply it
+/// there, broadcasting unbatched operands into that position (no operand
+/// is transposed); otherwise move batch dims to the front.
 pub fn batch_elementwise(prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
-    if let Some(Some(d)) = bdims.first() {
-        if bdims.iter().all(|b| *b == Some(*d)) {
-            let outs = bind(prim, ins)?;
-            let n = outs.len();
-            return Ok((outs, smallvec![Some(*d); n]));
-        }
+    let first = bdims.iter().flatten().next().copied();
+    let Some(d) = first else {
+        return Err(Error::invalid("vmap", "batch rule called with no batched operand"));
+    };
+    let shared = bdims.iter().all(|b| b.is_none() || *b == Some(d));
+    if shared && bdims.iter().all(Option::is_some) {
+        let outs = bind(prim, ins)?;
+        let n = outs.len();
+        return Ok((outs, smallvec![Some(d); n]));
     }
     let size = batch_size(ins, bdims)?;
-    let moved: Vec<Tensor> = ins.iter().zip(bdims).map(|(x, b)| to_front(x, *b, size)).collect::<Result<_>>()?;
+    let to = if shared { d } else { 0 };
+    let moved: Vec<Tensor> = ins.iter().zip(bdims).map(|(x, b)| to_position(x, *b, to, size)).collect::<Result<_>>()?;
     let outs = bind(prim, &moved)?;
     let n = outs.len();
-    Ok((outs, smallvec![Some(0); n]))
+    Ok((outs, smallvec![Some(to); n]))
 }

@@ -174,7 +174,7 @@ pub(crate) fn shape_select(ins: &[AvalRef<'_>]) -> Result<Avals> {
 // ---- lowering --------------------------------------------------------------
 
 fn float_binary<T: Float>(op: BinaryOp, a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Vec<T> {
-    let cost = if matches!(op, BinaryOp::Pow | BinaryOp::Atan2) { 10 } else { 1 };
+    let cost = if matches!(op, BinaryOp::Pow | BinaryOp::Atan2) { 8 } else { 1 };
     let par = Par::for_work(la.numel(), cost);
     macro_rules! m {
         ($f:expr) => {

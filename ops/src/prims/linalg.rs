@@ -104,21 +104,147 @@ fn as_3d(x: &Array, perm: &[usize], p: usize, q: usize, r: usize) -> Result<Arra
     Ok(c.with_layout(Layout::contiguous(target)))
 }
 
+/// `axes` of `l` as one strided dimension `(size, stride)`, if their
+/// strides allow it without a copy.
+fn merge(l: &Layout, axes: &[usize]) -> Option<(usize, isize)> {
+    let size: usize = axes.iter().map(|&a| l.shape[a]).product();
+    let dims: Vec<(usize, isize)> = axes.iter().map(|&a| (l.shape[a], l.strides[a])).filter(|(n, _)| *n != 1).collect();
+    if size == 0 || dims.is_empty() {
+        return Some((size, 1));
+    }
+    for w in dims.windows(2) {
+        if w[0].1 != w[1].1 * w[1].0 as isize {
+            return None;
+        }
+    }
+    Some((size, dims.last().expect("nonempty").1))
+}
+
+/// A copy of `x` whose `axes` are contiguous (and so merge), seen in the
+/// original axis order.
+fn with_contiguous_axes(x: &Array, axes: &[usize]) -> Result<Array> {
+    let rank = x.layout.rank();
+    let mut perm: Vec<usize> = (0..rank).filter(|a| !axes.contains(a)).collect();
+    perm.extend_from_slice(axes);
+    let c = x.with_layout(x.layout.permute(&perm)).contiguous_copy()?;
+    let mut inv = vec![0; rank];
+    for (i, &p) in perm.iter().enumerate() {
+        inv[p] = i;
+    }
+    Ok(c.with_layout(c.layout.permute(&inv)))
+}
+
+/// The smallest split of `axes` whose tail merges into one strided
+/// dimension (the head is looped over as extra batch entries).
+fn split_free(l: &Layout, axes: &[usize]) -> (usize, usize, isize) {
+    for j in 0..=axes.len() {
+        if let Some((n, s)) = merge(l, &axes[j..]) {
+            return (j, n, s);
+        }
+    }
+    unreachable!("an empty group always merges")
+}
+
+/// CPU lowering of `dot_general` for f32 / f64: no operand is copied unless
+/// its contracted axes cannot merge; free axes that cannot merge become
+/// extra batch entries, and the result is a permuted view of `[batch, M, N]`.
+fn dot_general_faer<
+    T: xform_kernels::cpu::matmul::FaerElem + xform_kernels::cpu::matmul::One + xform_kernels::Element,
+>(
+    d: &DotDims,
+    a: &Array,
+    b: &Array,
+    shape: &Shape,
+) -> Result<Array> {
+    let a =
+        if merge(&a.layout, &d.lhs_contract).is_none() { with_contiguous_axes(a, &d.lhs_contract)? } else { a.clone() };
+    let b =
+        if merge(&b.layout, &d.rhs_contract).is_none() { with_contiguous_axes(b, &d.rhs_contract)? } else { b.clone() };
+    let (la, lb) = (&a.layout, &b.layout);
+    let lf = d.free(la.rank(), true);
+    let rf = d.free(lb.rank(), false);
+    let (k, ka) = merge(la, &d.lhs_contract).expect("made contiguous");
+    let (_, kb) = merge(lb, &d.rhs_contract).expect("made contiguous");
+    let (jl, m, ms) = split_free(la, &lf);
+    let (jr, n, ns) = split_free(lb, &rf);
+    // Loop dims: (size, lhs stride, rhs stride).
+    let mut loops: Vec<(usize, isize, isize)> =
+        d.lhs_batch.iter().zip(&d.rhs_batch).map(|(&x, &y)| (la.shape[x], la.strides[x], lb.strides[y])).collect();
+    loops.extend(lf[..jl].iter().map(|&x| (la.shape[x], la.strides[x], 0)));
+    loops.extend(rf[..jr].iter().map(|&y| (lb.shape[y], 0, lb.strides[y])));
+    let count: usize = loops.iter().map(|l| l.0).product();
+    let (mut oa, mut ob) = (Vec::with_capacity(count), Vec::with_capacity(count));
+    if count > 0 {
+        let mut idx = vec![0usize; loops.len()];
+        let (mut pa, mut pb) = (la.offset as isize, lb.offset as isize);
+        for _ in 0..count {
+            oa.push(pa);
+            ob.push(pb);
+            for t in (0..loops.len()).rev() {
+                idx[t] += 1;
+                pa += loops[t].1;
+                pb += loops[t].2;
+                if idx[t] < loops[t].0 {
+                    break;
+                }
+                pa -= loops[t].1 * loops[t].0 as isize;
+                pb -= loops[t].2 * loops[t].0 as isize;
+                idx[t] = 0;
+            }
+        }
+    }
+    use xform_kernels::cpu::matmul::{gemm_offsets, MatOperand};
+    let ma = MatOperand { offsets: oa, row_stride: ms, col_stride: ka };
+    let mb = MatOperand { offsets: ob, row_stride: kb, col_stride: ns };
+    let par = Par::for_work(count * m * n * k, 1);
+    let out = {
+        let (ga, gb) = (a.read(), b.read());
+        let (ba, bb) = (ga.cpu("dot_general")?, gb.cpu("dot_general")?);
+        gemm_offsets(ba.as_slice::<T>(), &ma, bb.as_slice::<T>(), &mb, m, k, n, par)
+    };
+    // Storage order: [batch, lhs looped, rhs looped, lhs merged, rhs merged].
+    let nb = d.lhs_batch.len();
+    let mut storage: Vec<usize> = loops.iter().map(|l| l.0).collect();
+    storage.extend(lf[jl..].iter().map(|&x| la.shape[x]));
+    storage.extend(rf[jr..].iter().map(|&y| lb.shape[y]));
+    let mut perm: Vec<usize> = (0..nb).collect();
+    let rest = nb + jl + jr;
+    perm.extend((0..lf.len()).map(|t| if t < jl { nb + t } else { rest + (t - jl) }));
+    perm.extend((0..rf.len()).map(|t| if t < jr { nb + jl + t } else { rest + (lf.len() - jl) + (t - jr) }));
+    let arr = Array::from_cpu(CpuBuffer::from_vec(out), Shape::from(storage));
+    let view = arr.with_layout(arr.layout.permute(&perm));
+    debug_assert_eq!(view.shape(), shape);
+    Ok(view)
+}
+
 pub(crate) fn lower_dot_general(d: &DotDims, a: &Array, b: &Array) -> Result<Array> {
     let sa = a.shape();
     let sb = b.shape();
     let lf = d.free(sa.rank(), true);
     let rf = d.free(sb.rank(), false);
+    let mut shape: Vec<usize> = d.lhs_batch.iter().map(|&x| sa[x]).collect();
+    shape.extend(lf.iter().map(|&x| sa[x]));
+    shape.extend(rf.iter().map(|&x| sb[x]));
+    let shape = Shape::from(shape);
+    if a.device() == Device::Cpu {
+        match a.dtype {
+            DType::F32 => return dot_general_faer::<f32>(d, a, b, &shape),
+            DType::F64 => return dot_general_faer::<f64>(d, a, b, &shape),
+            DType::F16 | DType::BF16 => {
+                // Compute in f32, round once.
+                let wide = |x: &Array| super::unary::lower_convert(DType::F32, x);
+                let out = dot_general_faer::<f32>(d, &wide(a)?, &wide(b)?, &shape)?;
+                return super::unary::lower_convert(a.dtype, &out);
+            }
+            _ => {}
+        }
+    }
     let size = |s: &Shape, ax: &[usize]| ax.iter().map(|&x| s[x]).product::<usize>();
     let (bt, m, k, n) = (size(sa, &d.lhs_batch), size(sa, &lf), size(sa, &d.lhs_contract), size(sb, &rf));
     let pa: Axes = d.lhs_batch.iter().chain(lf.iter()).chain(d.lhs_contract.iter()).copied().collect();
     let pb: Axes = d.rhs_batch.iter().chain(d.rhs_contract.iter()).chain(rf.iter()).copied().collect();
     let a3 = as_3d(a, &pa, bt, m, k)?;
     let b3 = as_3d(b, &pb, bt, k, n)?;
-    let mut shape: Vec<usize> = d.lhs_batch.iter().map(|&x| sa[x]).collect();
-    shape.extend(lf.iter().map(|&x| sa[x]));
-    shape.extend(rf.iter().map(|&x| sb[x]));
-    let shape = Shape::from(shape);
     if let Device::Cuda(_) = a.device() {
         return crate::backend::cuda_gemm(&a3, &b3, shape);
     }

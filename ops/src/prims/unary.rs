@@ -129,7 +129,7 @@ impl UnaryOp {
             | UnaryOp::Ceil
             | UnaryOp::Round => 1,
             UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::IntegerPow(_) => 2,
-            _ => 10,
+            _ => 8,
         }
     }
 }
@@ -165,15 +165,6 @@ pub(crate) fn shape_convert(dtype: DType, ins: &[AvalRef<'_>]) -> Result<Avals> 
 
 // ---- lowering --------------------------------------------------------------
 
-fn logistic<R: Real>(x: R) -> R {
-    if x >= R::ZERO {
-        R::ONE / (R::ONE + (-x).exp())
-    } else {
-        let e = x.exp();
-        e / (R::ONE + e)
-    }
-}
-
 fn sign<R: Real>(x: R) -> R {
     if x.is_nan() {
         x
@@ -205,15 +196,15 @@ fn float_unary<T: Float>(op: UnaryOp, v: &[T], l: &Layout) -> Vec<T> {
     }
     match op {
         UnaryOp::Neg => m!(|x: T::Compute| -x),
-        UnaryOp::Exp => m!(Real::exp),
+        UnaryOp::Exp => m!(Real::exp_v),
         UnaryOp::Log => m!(Real::ln),
         UnaryOp::Log1p => m!(Real::ln_1p),
         UnaryOp::Expm1 => m!(Real::exp_m1),
         UnaryOp::Sin => m!(Real::sin),
         UnaryOp::Cos => m!(Real::cos),
         UnaryOp::Tan => m!(Real::tan),
-        UnaryOp::Tanh => m!(Real::tanh),
-        UnaryOp::Logistic => m!(logistic),
+        UnaryOp::Tanh => m!(Real::tanh_v),
+        UnaryOp::Logistic => m!(Real::logistic_v),
         UnaryOp::Sqrt => m!(Real::sqrt),
         UnaryOp::Rsqrt => m!(|x: T::Compute| T::Compute::ONE / x.sqrt()),
         UnaryOp::Abs => m!(Real::abs),
