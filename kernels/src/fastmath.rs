@@ -50,7 +50,7 @@ pub fn exp_f32(x: f32) -> f32 {
 /// XLA and Eigen, with inputs clamped to +-7.905 (where tanh rounds to +-1).
 #[inline(always)]
 pub fn tanh_f32(x: f32) -> f32 {
-    const CLAMP: f32 = 7.905_311_1;
+    const CLAMP: f32 = 7.905_311;
     let xc = x.clamp(-CLAMP, CLAMP);
     let x2 = xc * xc;
     let p = -2.760_768_5e-16_f32;
