@@ -4,7 +4,7 @@
 # network, no NVRTC and no cuBLAS).
 #
 #   scripts/cuda_device_run.sh build [DIR] [--with-nvrtc]   # here
-#   DIR/run.sh [cuda|suite|bench|all]...                     # on the GPU machine
+#   DIR/run.sh [cuda|suite|device-suite|bench|all]...        # on the GPU machine
 #   scripts/cuda_device_run.sh run [DIR] [PHASE]...          # same, from a checkout
 #
 # DIR defaults to target/cuda-bundle. `build` fills it with:
@@ -25,8 +25,11 @@
 #
 # Phases of run.sh: `cuda` (default): the suite's CUDA tests (every primitive
 # on the device against the CPU, transforms on device tensors, NVRTC) and the
-# kernels crate's CUDA unit tests; `suite`: the whole suite; `bench`: the
-# benchmark; `all`: all three. Exit status: non-zero if any phase failed.
+# kernels crate's CUDA unit tests; `suite`: the whole suite (the rule and
+# composition tests run each body on the CPU and then on the GPU);
+# `device-suite`: the whole suite again with XFORM_DEFAULT_DEVICE=cuda:0, so
+# every test's tensors start on the GPU; `bench`: the benchmark; `all`: all
+# of them. Exit status: non-zero if any phase failed.
 set -euo pipefail
 
 usage() {
@@ -42,7 +45,7 @@ write_runner() {
     cat >"$dir/run.sh" <<'RUNNER'
 #!/usr/bin/env bash
 # Runs the bundled CUDA tests and benchmark on this (GPU) machine.
-# Usage: run.sh [cuda|suite|bench|all]...   (default: cuda)
+# Usage: run.sh [cuda|suite|device-suite|bench|all]...   (default: cuda)
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 export XFORM_CUDA_PTX_CACHE="${XFORM_CUDA_PTX_CACHE:-$here/ptx}"
@@ -77,16 +80,17 @@ for phase in "${phases[@]}"; do
             done
             ;;
         suite) run "$here/bin/suite" ;;
+        device-suite) run env XFORM_DEFAULT_DEVICE=cuda:0 "$here/bin/suite" ;;
         bench)
             for b in "$here"/bin/bench-*; do
                 [ -x "$b" ] && run "$b" --bench
             done
             ;;
         all)
-            "$0" cuda suite bench || status=1
+            "$0" cuda suite device-suite bench || status=1
             ;;
         *)
-            echo "unknown phase $phase (cuda, suite, bench, all)" >&2
+            echo "unknown phase $phase (cuda, suite, device-suite, bench, all)" >&2
             status=2
             ;;
     esac

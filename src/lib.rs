@@ -31,8 +31,8 @@ pub mod nn;
 pub mod testing;
 
 pub use xform_ops::{
-    catch, lax, s, Array, Aval, DType, Device, DotDims, Error, ErrorKind, Idx, Key, OrRaise, Prim, Program, Result,
-    Scalar, Shape, Tensor,
+    catch, default_device, lax, s, set_default_device, Array, Aval, DType, Device, DotDims, Error, ErrorKind, Idx, Key,
+    OrRaise, Prim, Program, Result, Scalar, Shape, Tensor,
 };
 pub use xform_transforms::{
     functionalize, functionalize_with, grad, grad_with_aux, hessian, impl_tree, jacfwd, jacfwd_with, jacrev,

@@ -22,7 +22,7 @@ pub mod program;
 pub mod random;
 pub mod tensor;
 
-pub use array::{Array, Device};
+pub use array::{default_device, set_default_device, Array, Device};
 pub use error::{catch, raise, Error, ErrorKind, OrRaise, Result};
 pub use interp::{bind, bind1, Interpreter, Level, Outs, Tag};
 pub use methods::{Idx, Scalar};

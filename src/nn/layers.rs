@@ -37,7 +37,8 @@ impl Linear {
     #[track_caller]
     pub fn init(key: &Key, d_in: usize, d_out: usize, dtype: DType) -> Linear {
         let w = key.normal([d_in, d_out], dtype) * (1.0 / (d_in.max(1) as f64).sqrt());
-        Linear { w, b: Tensor::zeros([d_out], dtype) }
+        let b = Tensor::zeros([d_out], dtype).to_device(w.device());
+        Linear { w, b }
     }
 
     /// `x @ w + b` for one example `x: [d_in]` (giving `[d_out]`) or a

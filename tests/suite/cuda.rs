@@ -16,6 +16,42 @@ fn cuda_tests_skipped_without_the_feature() {
     println!("skipped: CUDA tests need `cargo test --features cuda`");
 }
 
+/// The default device: parsed from "cpu" / "cuda" / "cuda:N", set per
+/// thread, and used by constructors (the mechanism that runs each rule and
+/// composition test body on every device).
+#[test]
+fn default_device_parses_and_applies_per_thread() {
+    use xform::{DType, Device, Tensor};
+    assert_eq!("cpu".parse::<Device>(), Ok(Device::Cpu));
+    assert_eq!("cuda".parse::<Device>(), Ok(Device::Cuda(0)));
+    assert_eq!(" cuda:3 ".parse::<Device>(), Ok(Device::Cuda(3)));
+    assert!("tpu".parse::<Device>().unwrap_err().contains("tpu"));
+    assert!("cuda:x".parse::<Device>().is_err());
+    xform::set_default_device(Device::Cpu);
+    assert_eq!(xform::default_device(), Device::Cpu);
+    assert_eq!(Tensor::zeros([2], DType::F32).device(), Device::Cpu);
+    // another thread keeps its own setting
+    std::thread::spawn(|| {
+        xform::set_default_device(Device::Cuda(1));
+        assert_eq!(xform::default_device(), Device::Cuda(1));
+    })
+    .join()
+    .unwrap();
+    assert_eq!(xform::default_device(), Device::Cpu);
+    #[cfg(not(feature = "cuda"))]
+    {
+        // asking for a GPU that is not there is a clear error, not a crash
+        let r = std::thread::spawn(|| {
+            xform::set_default_device(Device::Cuda(0));
+            xform::catch(|| Tensor::zeros([2], DType::F32)).map(|_| ()).map_err(|e| e.to_string())
+        })
+        .join()
+        .unwrap();
+        let e = r.unwrap_err();
+        assert!(e.contains("cuda"), "{e}");
+    }
+}
+
 #[cfg(feature = "cuda")]
 mod enabled {
     use crate::harness::{close, tol};

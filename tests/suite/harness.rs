@@ -2,23 +2,56 @@
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use xform::DType;
+use xform::{DType, Device};
+
+/// The devices every rule and composition test body runs on: the CPU, and
+/// the first CUDA device when the `cuda` feature is on and a GPU is present.
+pub fn devices() -> Vec<Device> {
+    #[cfg(feature = "cuda")]
+    let have_gpu = xform::core::kernels::cuda::is_available();
+    #[cfg(not(feature = "cuda"))]
+    let have_gpu = false;
+    if have_gpu {
+        vec![Device::Cpu, Device::Cuda(0)]
+    } else {
+        vec![Device::Cpu]
+    }
+}
+
+/// Runs `body` once per device of [`devices`], with that device as the
+/// default for new tensors (so the same test body exercises each backend);
+/// a failure names the device.
+pub fn on_each_device(body: impl Fn()) {
+    for d in devices() {
+        xform::set_default_device(d);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&body));
+        xform::set_default_device(Device::Cpu);
+        if let Err(e) = r {
+            eprintln!("(the failure above happened on device {d})");
+            std::panic::resume_unwind(e);
+        }
+    }
+}
 
 /// Number of cases per registry entry and dtype (PROPTEST_CASES overrides).
 pub fn cases(default: u32) -> u32 {
     std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-/// Runs `body(seed)` for `n` proptest-chosen seeds; panics with the first
-/// failure and its seed.
+/// Runs `body(seed)` for `n` proptest-chosen seeds on each device of
+/// [`devices`]; panics with the first failure, its seed and its device.
 pub fn run(name: &str, n: u32, body: impl Fn(u64) -> Result<(), String>) {
-    let mut runner =
-        TestRunner::new(Config { cases: n, failure_persistence: None, max_shrink_iters: 0, ..Config::default() });
-    let r = runner.run(&any::<u64>(), |seed| body(seed).map_err(TestCaseError::fail));
-    if let Err(e) = r {
-        panic!("{name}: {e}");
+    for d in devices() {
+        xform::set_default_device(d);
+        let mut runner =
+            TestRunner::new(Config { cases: n, failure_persistence: None, max_shrink_iters: 0, ..Config::default() });
+        let r = runner.run(&any::<u64>(), |seed| body(seed).map_err(TestCaseError::fail));
+        xform::set_default_device(Device::Cpu);
+        if let Err(e) = r {
+            panic!("{name} on {d}: {e}");
+        }
+        assert_eq!(xform::core::interp::stack_depth(), 0, "{name}: interpreter stack not restored");
     }
-    assert_eq!(xform::core::interp::stack_depth(), 0, "{name}: interpreter stack not restored");
 }
 
 /// Absolute-and-relative tolerance for comparing results in `dtype`.

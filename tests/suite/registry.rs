@@ -7,7 +7,7 @@
 
 use std::rc::Rc;
 use xform::core::prim::{ArgOp, Axes, BinaryOp, CompareOp, ReduceOp, UnaryOp};
-use xform::{DType, Device, DotDims, Prim, Shape, Tensor};
+use xform::{DType, DotDims, Prim, Shape, Tensor};
 
 /// A small deterministic generator (splitmix64).
 pub struct G(u64);
@@ -453,7 +453,10 @@ fn all_entries() -> Vec<Entry> {
     v.push(entry("iota", vec![DType::F32, DType::F64, DType::I32, DType::I64, DType::U32], vec![], false, |g, d| {
         let r = g.int(1, 3);
         let shape = g.dims(r);
-        case(Prim::Iota { shape: Shape::from(shape), dim: g.int(0, r - 1), dtype: d, device: Device::Cpu }, vec![])
+        case(
+            Prim::Iota { shape: Shape::from(shape), dim: g.int(0, r - 1), dtype: d, device: xform::default_device() },
+            vec![],
+        )
     }));
     v.push(entry("copy", all_numeric(), vec![0], true, |g, d| {
         let shape = g.shape(3, 0, 3);

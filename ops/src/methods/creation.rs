@@ -26,7 +26,8 @@ impl Tensor {
                 &[&shape],
             ));
         }
-        Ok(Tensor::from_array(Array::from_cpu(CpuBuffer::from_vec(data), shape)))
+        let a = Array::from_cpu(CpuBuffer::from_vec(data), shape);
+        Ok(Tensor::from_array(a.to_device(crate::array::default_device())?))
     }
 
     /// A tensor copied from `data` with `shape`.
@@ -46,7 +47,8 @@ impl Tensor {
     /// `shape` filled with `value` (cast to `dtype`), in fresh writable storage.
     pub fn full(shape: impl Into<Shape>, value: f64, dtype: DType) -> Tensor {
         let shape = shape.into();
-        Tensor::from_array(Array::from_cpu(CpuBuffer::full(dtype, shape.numel(), value), shape))
+        let a = Array::from_cpu(CpuBuffer::full(dtype, shape.numel(), value), shape);
+        Tensor::from_array(a.to_device(crate::array::default_device()).or_raise())
     }
 
     /// Zeros.
@@ -63,7 +65,8 @@ impl Tensor {
     /// transform, an unbatched constant of the logical shape).
     pub fn full_like(&self, value: f64) -> Tensor {
         let a = self.aval();
-        Tensor::full(a.shape, value, a.dtype).to_device(a.device)
+        let arr = Array::from_cpu(CpuBuffer::full(a.dtype, a.shape.numel(), value), a.shape);
+        Tensor::from_array(arr.to_device(a.device).or_raise())
     }
 
     /// Zeros like `self`.
@@ -118,7 +121,8 @@ impl Tensor {
             }
             CpuBuffer::from_vec(v)
         });
-        Tensor::from_array(Array::from_cpu(buf, Shape::from([rows, cols])))
+        let a = Array::from_cpu(buf, Shape::from([rows, cols]));
+        Tensor::from_array(a.to_device(crate::array::default_device()).or_raise())
     }
 
     /// The elements, row-major, as `T`.
