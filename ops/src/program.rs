@@ -194,9 +194,15 @@ pub struct ProgramBuilder {
 }
 
 impl ProgramBuilder {
-    /// An empty builder.
+    /// An empty builder, with room for a small program (a transformed tiny
+    /// function records about a dozen equations; growing from empty cost
+    /// several reallocations per call).
     pub fn new() -> Self {
-        Self::default()
+        let mut b = Self::default();
+        b.program.eqns.reserve(16);
+        b.program.avals.reserve(32);
+        b.program.inputs.reserve(4);
+        b
     }
 
     /// A fresh variable of abstract value `aval`.

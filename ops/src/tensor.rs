@@ -227,6 +227,20 @@ impl Tensor {
         }
     }
 
+    /// Runs `f` on the borrowed abstract values of `inputs` (no shape is
+    /// cloned: the staging interpreters call this on every op).
+    pub fn with_avals<R>(inputs: &[Tensor], f: impl FnOnce(&[AvalRef<'_>]) -> R) -> R {
+        let vals: smallvec::SmallVec<[Ref<'_, Value>; 4]> = inputs.iter().map(|t| t.value()).collect();
+        let refs: smallvec::SmallVec<[AvalRef<'_>; 4]> = vals
+            .iter()
+            .map(|v| match &**v {
+                Value::Array(a) => AvalRef { shape: &a.layout.shape, dtype: a.dtype, device: a.device() },
+                Value::Tracer(t) => t.aval.as_ref(),
+            })
+            .collect();
+        f(&refs)
+    }
+
     /// Shape, dtype and device.
     pub fn aval(&self) -> Aval {
         match &*self.value() {

@@ -11,8 +11,7 @@ use std::rc::Rc;
 use xform_ops::interp::push_interpreter;
 use xform_ops::prim::shape_rule;
 use xform_ops::{
-    Atom, Aval, AvalRef, Interpreter, Level, Outs, Prim, Program, ProgramBuilder, Result, Tag, Tensor, Tracer, Value,
-    Var,
+    Atom, Aval, Interpreter, Level, Outs, Prim, Program, ProgramBuilder, Result, Tag, Tensor, Tracer, Value, Var,
 };
 
 /// The staging interpreter.
@@ -66,9 +65,7 @@ impl Interpreter for TraceInterp {
     }
 
     fn process(&self, _level: Level, prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
-        let avals: SmallVec<[Aval; 4]> = inputs.iter().map(|t| t.aval()).collect();
-        let refs: SmallVec<[AvalRef<'_>; 4]> = avals.iter().map(|a| a.as_ref()).collect();
-        let out_avals = shape_rule(prim, &refs)?;
+        let out_avals = Tensor::with_avals(inputs, |refs| shape_rule(prim, refs))?;
         let ins: SmallVec<[Atom; 4]> = inputs.iter().map(|t| self.atom(t)).collect();
         let mut b = self.builder.borrow_mut();
         let outs: SmallVec<[Var; 2]> = out_avals.iter().map(|a| b.new_var(a.clone())).collect();

@@ -32,7 +32,7 @@ pub trait Tree: Sized {
 
     /// The leaves.
     fn leaves(&self) -> Vec<Tensor> {
-        let mut v = Vec::new();
+        let mut v = Vec::with_capacity(4);
         self.flatten_into(&mut v);
         v
     }
