@@ -188,6 +188,27 @@ mod tests {
     }
 
     #[test]
+    fn rank_one_products_match_naive() {
+        // k == 1 (the per-example weight gradients of vmap(grad)): contiguous
+        // and strided rhs rows, sequential and parallel.
+        for (bt, m, n) in [(3, 5, 4), (2, 70, 300), (1, 1, 1)] {
+            let a: Vec<f64> = (0..bt * m).map(|v| (v as f64 * 0.37).sin()).collect();
+            let b: Vec<f64> = (0..bt * n).map(|v| (v as f64 * 0.11).cos()).collect();
+            let la = Layout::contiguous(Shape::from([bt, m, 1]));
+            let lb_rows = Layout::contiguous(Shape::from([bt, 1, n]));
+            // the same values read through a [B, N, 1] buffer viewed as [B, 1, N]
+            let lb_cols = Layout::contiguous(Shape::from([bt, n, 1])).permute(&[0, 2, 1]);
+            for lb in [&lb_rows, &lb_cols] {
+                for par in [Par::Seq, Par::Rayon] {
+                    let got = gemm(&a, &la, &b, lb, par);
+                    let want = naive(&a, &la, &b, lb);
+                    assert_eq!(got, want, "bt={bt} m={m} n={n} strides={:?} {par:?}", lb.strides);
+                }
+            }
+        }
+    }
+
+    #[test]
     fn faer_matches_naive_on_strided_operands() {
         let (bt, m, k, n) = (3, 5, 7, 4);
         let a: Vec<f64> = (0..bt * m * k).map(|v| (v as f64 * 0.37).sin()).collect();
