@@ -65,7 +65,8 @@ pub enum Dom {
     Real(f64, f64),
     /// Magnitude in `[lo, hi)`, either sign (away from zero).
     AwayFromZero(f64, f64),
-    /// Away from integers (for floor / ceil / round): k + [0.2, 0.8).
+    /// Away from the jumps of floor / ceil (integers) and round (half
+    /// integers): k / 2 + [0.15, 0.35).
     AwayFromInt(f64, f64),
     /// Small integers in `[lo, hi]` stored in the input dtype (ties for compare).
     Small(i64, i64),
@@ -101,7 +102,7 @@ pub fn values(seed: u64, shape: &[usize], dtype: DType, dom: Dom) -> Tensor {
                     m
                 }
             }
-            Dom::AwayFromInt(lo, hi) => (lo + (hi - lo) * g.f64()).floor() + 0.2 + 0.6 * g.f64(),
+            Dom::AwayFromInt(lo, hi) => (2.0 * (lo + (hi - lo) * g.f64())).floor() / 2.0 + 0.15 + 0.2 * g.f64(),
             Dom::Small(lo, hi) => {
                 let k = g.int(0, (hi - lo) as usize) as i64 + lo;
                 if dtype == DType::Bool {
