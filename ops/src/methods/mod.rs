@@ -4,7 +4,7 @@
 //! here is built from the primitives in `lax`, so every transform works on
 //! it with no rule of its own.
 //!
-//! Methods panic with an [`Error`](crate::Error) message at the caller when
+//! Methods panic with an [`Error`] message at the caller when
 //! the input is invalid; the `try_` forms and [`catch`](crate::catch) are
 //! the `Result` path.
 
