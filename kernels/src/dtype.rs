@@ -73,6 +73,20 @@ impl DType {
         }
     }
 
+    /// The short name programs and kernel names use: "f32", "i64", ...
+    pub fn short_name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::I32 => "i32",
+            DType::I64 => "i64",
+            DType::U32 => "u32",
+            DType::Bool => "bool",
+        }
+    }
+
     /// Machine epsilon of a float dtype (1 for the others), for tolerances.
     pub fn eps(self) -> f64 {
         match self {

@@ -166,6 +166,41 @@ impl Layout {
         self.shape.rank()
     }
 
+    /// The kept axes (in order) and the `axes` to reduce over, each as sizes
+    /// and strides: `(kept_shape, kept_strides, reduced_shape, reduced_strides)`.
+    pub fn split_axes(&self, axes: &[usize]) -> (Dims, Strides, Dims, Strides) {
+        let (mut ks, mut kt, mut rs, mut rt) = (Dims::new(), Strides::new(), Dims::new(), Strides::new());
+        for d in 0..self.rank() {
+            if axes.contains(&d) {
+                rs.push(self.shape[d]);
+                rt.push(self.strides[d]);
+            } else {
+                ks.push(self.shape[d]);
+                kt.push(self.strides[d]);
+            }
+        }
+        (ks, kt, rs, rt)
+    }
+
+    /// The destination of each part of a concatenation along `axis`: the
+    /// slices of a contiguous `out_shape` layout, one per size in `sizes`.
+    pub fn concat_slots(out_shape: &Shape, axis: usize, sizes: impl IntoIterator<Item = usize>) -> Vec<Layout> {
+        let full = Layout::contiguous(out_shape.clone());
+        let ones = vec![1; full.rank()];
+        let mut at = 0usize;
+        sizes
+            .into_iter()
+            .map(|n| {
+                let mut start = vec![0; full.rank()];
+                let mut limit: Vec<usize> = out_shape.to_vec();
+                start[axis] = at;
+                limit[axis] = at + n;
+                at += n;
+                full.slice(&start, &limit, &ones)
+            })
+            .collect()
+    }
+
     /// True if the elements are row-major and dense from `offset` on.
     pub fn is_contiguous(&self) -> bool {
         let mut expected = 1isize;

@@ -36,17 +36,7 @@ impl Aval {
 
 impl std::fmt::Display for Aval {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let short = match self.dtype {
-            DType::F32 => "f32",
-            DType::F64 => "f64",
-            DType::F16 => "f16",
-            DType::BF16 => "bf16",
-            DType::I32 => "i32",
-            DType::I64 => "i64",
-            DType::U32 => "u32",
-            DType::Bool => "bool",
-        };
-        write!(f, "{short}{}", self.shape)
+        write!(f, "{}{}", self.dtype.short_name(), self.shape)
     }
 }
 

@@ -2,20 +2,10 @@
 //! loops, finite differences, known closed forms.
 
 use crate::harness::on_each_device;
+use crate::harness::{assert_close as close, v};
 use xform::prelude::*;
 use xform::testing::{check_grads, check_vmap, Modes};
 use xform::{jacfwd_with, JacOptions};
-
-fn v(t: &Tensor) -> Vec<f64> {
-    t.to_vec_f64()
-}
-
-fn close(a: &[f64], b: &[f64], tol: f64) {
-    assert_eq!(a.len(), b.len(), "{a:?} vs {b:?}");
-    for (x, y) in a.iter().zip(b) {
-        assert!((x - y).abs() <= tol * (1.0 + y.abs()), "{a:?} vs {b:?}");
-    }
-}
 
 fn x3() -> Tensor {
     Tensor::from_vec(vec![0.3f64, -1.2, 2.0], [3])

@@ -78,3 +78,17 @@ pub fn close(what: &str, got: &[f64], want: &[f64], t: f64) -> Result<(), String
     }
     Ok(())
 }
+
+/// The elements of a tensor as f64.
+pub fn v(t: &xform::Tensor) -> Vec<f64> {
+    t.to_vec_f64()
+}
+
+/// Asserts `|a - b| <= tol * (1 + |b|)` elementwise.
+#[track_caller]
+pub fn assert_close(a: &[f64], b: &[f64], tol: f64) {
+    assert_eq!(a.len(), b.len(), "{a:?} vs {b:?}");
+    for (x, y) in a.iter().zip(b) {
+        assert!((x - y).abs() <= tol * (1.0 + y.abs()), "{a:?} vs {b:?} (tolerance {tol})");
+    }
+}

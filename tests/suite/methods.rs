@@ -1,17 +1,7 @@
 //! The numpy-style methods, checked with numbers.
 
+use crate::harness::{assert_close as close, v};
 use xform::prelude::*;
-
-fn v(t: &Tensor) -> Vec<f64> {
-    t.to_vec_f64()
-}
-
-fn close(a: &[f64], b: &[f64], tol: f64) {
-    assert_eq!(a.len(), b.len(), "{a:?} vs {b:?}");
-    for (x, y) in a.iter().zip(b) {
-        assert!((x - y).abs() <= tol * (1.0 + y.abs()), "{a:?} vs {b:?}");
-    }
-}
 
 #[test]
 fn broadcasting_arithmetic_and_promotion() {

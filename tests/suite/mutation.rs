@@ -2,15 +2,12 @@
 //! eager execution, for hand-written cases and for random programs of view
 //! ops and in-place ops.
 
+use crate::harness::v;
 use crate::harness::{cases, close, run};
 use crate::registry::G;
 use xform::prelude::*;
 use xform::testing::{check_grads_with, GradCheckOptions, Modes};
 use xform::{functionalize, functionalize_with, FunctionalizeOptions};
-
-fn v(t: &Tensor) -> Vec<f64> {
-    t.to_vec_f64()
-}
 
 /// A buffer of zeros filled slice by slice, and `+=` through views.
 fn fill_by_slices(x: &Tensor) -> Tensor {

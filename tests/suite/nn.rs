@@ -2,24 +2,12 @@
 //! optimizers) and `xform::data` (the digits loader), with numbers and
 //! stated tolerances, plus a short training run on the digits.
 
+use crate::harness::{assert_close as close, v};
 use xform::data::{batches, digits, digits_all, digits_split, permutation};
 use xform::nn::*;
 use xform::prelude::*;
 use xform::testing::{check_grads, check_vmap, Modes};
 use xform::{catch, ErrorKind};
-
-fn v(t: &Tensor) -> Vec<f64> {
-    t.to_vec_f64()
-}
-
-/// Asserts `|a - b| <= tol * (1 + |b|)` elementwise.
-#[track_caller]
-fn close(a: &[f64], b: &[f64], tol: f64) {
-    assert_eq!(a.len(), b.len(), "{a:?} vs {b:?}");
-    for (x, y) in a.iter().zip(b) {
-        assert!((x - y).abs() <= tol * (1.0 + y.abs()), "{a:?} vs {b:?} (tolerance {tol})");
-    }
-}
 
 /// The largest absolute difference between two trees' elements.
 fn max_diff<T: Tree>(a: &T, b: &T) -> f64 {

@@ -204,20 +204,8 @@ fn binary(op: BinaryOp, a: f64, b: f64, d: DType) -> f64 {
                 a.powf(b)
             }
         }
-        BinaryOp::Max => {
-            if a.is_nan() || b.is_nan() {
-                f64::NAN
-            } else {
-                a.max(b)
-            }
-        }
-        BinaryOp::Min => {
-            if a.is_nan() || b.is_nan() {
-                f64::NAN
-            } else {
-                a.min(b)
-            }
-        }
+        BinaryOp::Max => nan_max(a, b),
+        BinaryOp::Min => nan_min(a, b),
         BinaryOp::Rem => {
             if int && b == 0.0 {
                 a
@@ -236,6 +224,24 @@ fn binary(op: BinaryOp, a: f64, b: f64, d: DType) -> f64 {
             DType::U32 => ((a as u32) | (b as u32)) as f64,
             _ => ((a as i64) | (b as i64)) as f64,
         },
+    }
+}
+
+/// Maximum that propagates NaN (numpy's `maximum`).
+fn nan_max(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.max(b)
+    }
+}
+
+/// Minimum that propagates NaN (numpy's `minimum`).
+fn nan_min(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.min(b)
     }
 }
 
@@ -292,20 +298,8 @@ pub fn apply(prim: &Prim, ins: &[Nd], dtypes: &[DType]) -> Vec<Nd> {
                 let cur = out.at(&o);
                 let new = match op {
                     ReduceOp::Sum => cur + v,
-                    ReduceOp::Max => {
-                        if v.is_nan() || cur.is_nan() {
-                            f64::NAN
-                        } else {
-                            cur.max(v)
-                        }
-                    }
-                    ReduceOp::Min => {
-                        if v.is_nan() || cur.is_nan() {
-                            f64::NAN
-                        } else {
-                            cur.min(v)
-                        }
-                    }
+                    ReduceOp::Max => nan_max(cur, v),
+                    ReduceOp::Min => nan_min(cur, v),
                 };
                 out.set(&o, new);
             }

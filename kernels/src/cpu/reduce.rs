@@ -1,7 +1,7 @@
 //! Reductions over axes, arg-reductions over one axis, and cumulative sums.
 
 use super::{alloc_uninit, assume_init, for_run_chunks, Par};
-use crate::layout::{Coalesced, Dims, Layout, Shape, Strides};
+use crate::layout::{Coalesced, Dims, Layout, Shape};
 
 /// How to reduce: an accumulator `A` started at `init`, fed elements with
 /// `fold`, and turned into the result with `finish`.
@@ -14,21 +14,6 @@ pub struct Reducer<A, FF, FO> {
     pub finish: FO,
 }
 
-/// Splits a layout into the kept axes (in order) and the reduced axes.
-fn split_axes(lx: &Layout, axes: &[usize]) -> (Dims, Strides, Dims, Strides) {
-    let (mut ks, mut kt, mut rs, mut rt) = (Dims::new(), Strides::new(), Dims::new(), Strides::new());
-    for d in 0..lx.rank() {
-        if axes.contains(&d) {
-            rs.push(lx.shape[d]);
-            rt.push(lx.strides[d]);
-        } else {
-            ks.push(lx.shape[d]);
-            kt.push(lx.strides[d]);
-        }
-    }
-    (ks, kt, rs, rt)
-}
-
 /// Reduces `x` over `axes`; the result has the kept axes, row-major.
 pub fn reduce<T, A, U, FF, FO>(x: &[T], lx: &Layout, axes: &[usize], par: Par, r: Reducer<A, FF, FO>) -> Vec<U>
 where
@@ -38,7 +23,7 @@ where
     FF: Fn(A, T) -> A + Sync,
     FO: Fn(A) -> U + Sync,
 {
-    let (ks, kt, rs, rt) = split_axes(lx, axes);
+    let (ks, kt, rs, rt) = lx.split_axes(axes);
     let nout: usize = ks.iter().product();
     let nred: usize = rs.iter().product();
     let kept = Coalesced::new(&ks, [(&kt[..], lx.offset)]);
@@ -118,7 +103,7 @@ where
     I: Send,
     FB: Fn(T, T) -> bool + Sync,
 {
-    let (ks, kt, _, _) = split_axes(lx, &[axis]);
+    let (ks, kt, _, _) = lx.split_axes(&[axis]);
     let n = lx.shape[axis];
     let s = lx.strides[axis];
     let nout: usize = ks.iter().product();

@@ -59,19 +59,11 @@ pub fn pad<T: Copy>(x: &[T], lx: &Layout, low: &[i64], high: &[i64], interior: &
 /// Concatenates `parts` (each a slice and its layout) along `axis`.
 pub fn concatenate<T: Copy + Default>(parts: &[(&[T], &Layout)], axis: usize, out_shape: &Shape) -> Vec<T> {
     let mut out = crate::pool::filled(out_shape.numel(), T::default());
-    let full = Layout::contiguous(out_shape.clone());
-    let mut at = 0usize;
-    for (x, lx) in parts {
-        let n = lx.shape[axis];
-        let mut start = vec![0; full.rank()];
-        let mut limit: Vec<usize> = out_shape.to_vec();
-        start[axis] = at;
-        limit[axis] = at + n;
-        let dst = full.slice(&start, &limit, &vec![1; full.rank()]);
+    let slots = Layout::concat_slots(out_shape, axis, parts.iter().map(|(_, lx)| lx.shape[axis]));
+    for ((x, lx), dst) in parts.iter().zip(&slots) {
         if dst.numel() > 0 {
-            write_strided(&mut out, &dst, x, lx);
+            write_strided(&mut out, dst, x, lx);
         }
-        at += n;
     }
     out
 }

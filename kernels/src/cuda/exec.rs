@@ -251,21 +251,6 @@ pub fn write_strided(dst: &mut CudaBuffer, ld: &Layout, src: &CudaBuffer, ls: &L
     launch(&dev, &source::write_kernel(dst.dtype()), grid_1d(n), &args)
 }
 
-/// Kept and reduced axes of a layout (as in `crate::cpu::reduce`).
-fn split_axes(lx: &Layout, axes: &[usize]) -> (Dims, Strides, Dims, Strides) {
-    let (mut ks, mut kt, mut rs, mut rt) = (Dims::new(), Strides::new(), Dims::new(), Strides::new());
-    for d in 0..lx.rank() {
-        if axes.contains(&d) {
-            rs.push(lx.shape[d]);
-            rt.push(lx.strides[d]);
-        } else {
-            ks.push(lx.shape[d]);
-            kt.push(lx.strides[d]);
-        }
-    }
-    (ks, kt, rs, rt)
-}
-
 fn red_params(ks: &[usize], kt: &[isize], rs: &[usize], rt: &[isize], offset: usize) -> Result<RedParams> {
     let kept = Coalesced::new(ks, [(kt, 0)]);
     let red = Coalesced::new(rs, [(rt, 0)]);
@@ -300,7 +285,7 @@ fn grid_per_output(nout: usize, nred: usize) -> LaunchConfig {
 /// axes, row-major.
 pub fn reduce(f: &Fold, x: &CudaBuffer, lx: &Layout, axes: &[usize], out: DType) -> Result<CudaBuffer> {
     let dev = x.device().clone();
-    let (ks, kt, rs, rt) = split_axes(lx, axes);
+    let (ks, kt, rs, rt) = lx.split_axes(axes);
     let p = red_params(&ks, &kt, &rs, &rt, lx.offset)?;
     let y = CudaBuffer::alloc(&dev, out, p.nout as usize)?;
     if p.nout == 0 {
@@ -315,7 +300,7 @@ pub fn reduce(f: &Fold, x: &CudaBuffer, lx: &Layout, axes: &[usize], out: DType)
 /// `r` (NaN counts as extreme); the result has `axis` removed.
 pub fn arg_reduce(r: &Ranking, x: &CudaBuffer, lx: &Layout, axis: usize, index: DType) -> Result<CudaBuffer> {
     let dev = x.device().clone();
-    let (ks, kt, _, _) = split_axes(lx, &[axis]);
+    let (ks, kt, _, _) = lx.split_axes(&[axis]);
     let mut p = red_params(&ks, &kt, &[], &[], lx.offset)?;
     p.nred = lx.shape[axis] as i64;
     p.rrank = 1;
@@ -415,19 +400,11 @@ pub fn concatenate(parts: &[(&CudaBuffer, &Layout)], axis: usize, out_shape: &Sh
     let bufs: Vec<&CudaBuffer> = parts.iter().map(|(b, _)| *b).collect();
     let dev = same_device(&bufs)?;
     let mut out = CudaBuffer::alloc(&dev, bufs[0].dtype(), out_shape.numel())?;
-    let full = Layout::contiguous(out_shape.clone());
-    let mut at = 0usize;
-    for (x, lx) in parts {
-        let n = lx.shape[axis];
-        let mut start = vec![0; full.rank()];
-        let mut limit: Vec<usize> = out_shape.to_vec();
-        start[axis] = at;
-        limit[axis] = at + n;
-        let dst = full.slice(&start, &limit, &vec![1; full.rank()]);
+    let slots = Layout::concat_slots(out_shape, axis, parts.iter().map(|(_, lx)| lx.shape[axis]));
+    for ((x, lx), dst) in parts.iter().zip(&slots) {
         if dst.numel() > 0 {
-            write_strided(&mut out, &dst, x, lx)?;
+            write_strided(&mut out, dst, x, lx)?;
         }
-        at += n;
     }
     Ok(out)
 }

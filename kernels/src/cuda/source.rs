@@ -84,20 +84,6 @@ pub struct Ranking {
     pub better: String,
 }
 
-/// The short dtype name used in kernel names.
-pub fn short_name(d: DType) -> &'static str {
-    match d {
-        DType::F32 => "f32",
-        DType::F64 => "f64",
-        DType::F16 => "f16",
-        DType::BF16 => "bf16",
-        DType::I32 => "i32",
-        DType::I64 => "i64",
-        DType::U32 => "u32",
-        DType::Bool => "bool",
-    }
-}
-
 /// The C type elements of `d` are stored as on the device (bool as a byte).
 pub fn storage_type(d: DType) -> &'static str {
     match d {
@@ -137,7 +123,7 @@ pub fn kernel_name(family: &str, tag: &str, dtypes: &[DType]) -> String {
     }
     for d in dtypes {
         s.push('_');
-        s.push_str(short_name(*d));
+        s.push_str(d.short_name());
     }
     debug_assert!(s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "bad kernel name {s}");
     s
@@ -611,6 +597,20 @@ const GATHER_STRUCT: &str = r#"struct XfGather {
     long long count;
     long long total;
 };
+// The operand element that gathered element `o` ([B, PRE, I, POST]) reads
+// (and that scatter-add writes): index idx[b, i] (negative counts from the
+// end) along the N axis of [B, PRE, N, POST].
+static __device__ __forceinline__ long long xf_gather_src(const XfGather g, const long long* idx, long long o) {
+    const long long q = o % g.post;
+    long long r = o / g.post;
+    const long long i = r % g.count;
+    r /= g.count;
+    const long long p = r % g.pre;
+    const long long b = r / g.pre;
+    const long long v = idx[b * g.count + i];
+    const long long j = v < 0 ? v + g.n : v;
+    return ((b * g.pre + p) * g.n + j) * g.post + q;
+}
 "#;
 
 /// Gather with `tf.gather` semantics over a contiguous operand `[B, PRE, N,
@@ -625,15 +625,7 @@ pub fn gather_kernel(d: DType) -> Kernel {
         s,
         r#"extern "C" __global__ void {name}({t}* __restrict__ out, const {t}* __restrict__ x, const long long* __restrict__ idx, const XfGather g) {{
     XF_GRID_LOOP(o, g.total) {{
-        const long long q = o % g.post;
-        long long r = o / g.post;
-        const long long i = r % g.count;
-        r /= g.count;
-        const long long p = r % g.pre;
-        const long long b = r / g.pre;
-        const long long v = idx[b * g.count + i];
-        const long long j = v < 0 ? v + g.n : v;
-        out[o] = x[((b * g.pre + p) * g.n + j) * g.post + q];
+        out[o] = x[xf_gather_src(g, idx, o)];
     }}
 }}
 "#
@@ -666,15 +658,7 @@ pub fn scatter_add_kernel(d: DType) -> Option<Kernel> {
         s,
         r#"extern "C" __global__ void {name}({t}* out, const long long* __restrict__ idx, const {t}* __restrict__ upd, const XfGather g) {{
     XF_GRID_LOOP(o, g.total) {{
-        const long long q = o % g.post;
-        long long r = o / g.post;
-        const long long i = r % g.count;
-        r /= g.count;
-        const long long p = r % g.pre;
-        const long long b = r / g.pre;
-        const long long v = idx[b * g.count + i];
-        const long long j = v < 0 ? v + g.n : v;
-        {t}* dst = out + ((b * g.pre + p) * g.n + j) * g.post + q;
+        {t}* dst = out + xf_gather_src(g, idx, o);
         const {t} u = upd[o];
         {add};
     }}
