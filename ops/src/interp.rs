@@ -189,7 +189,11 @@ pub fn set_current(level: Level) -> CurrentGuard {
 
 /// Runs `f` with the parent of `level` current (how rules run).
 pub fn run_at_parent<R>(level: Level, f: impl FnOnce() -> R) -> R {
-    let _g = set_current(parent_of(level));
+    let _g = STACK.with(|s| {
+        let mut s = s.borrow_mut();
+        let parent = s.entries[level - 1].parent;
+        CurrentGuard { prev: std::mem::replace(&mut s.current, parent) }
+    });
     f()
 }
 
@@ -208,20 +212,36 @@ pub fn bind1(prim: &Prim, inputs: &[Tensor]) -> Result<Tensor> {
 
 /// Applies a primitive starting at `level`: levels that own no input
 /// forward it down, level 0 evaluates it.
-pub fn bind_at(mut level: Level, prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
-    loop {
-        if level == 0 {
-            return eval(prim, inputs);
+pub fn bind_at(level: Level, prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
+    // The interpreter instances the inputs belong to, read once; concrete
+    // inputs only (the common case under every transform) go straight to
+    // level 0 without walking the stack.
+    let mut tags: SmallVec<[u64; 4]> = SmallVec::new();
+    for t in inputs {
+        if let Value::Tracer(tr) = &*t.value() {
+            tags.push(tr.tag.id);
         }
-        let (interp, tag, parent) = STACK.with(|s| {
-            let s = s.borrow();
+    }
+    if tags.is_empty() {
+        return eval(prim, inputs);
+    }
+    // The first level, walking down through parents, that owns an input.
+    let owner = STACK.with(|s| {
+        let s = s.borrow();
+        let mut level = level;
+        while level > 0 {
             let e = &s.entries[level - 1];
-            (e.interp.clone(), e.tag, e.parent)
-        });
-        if inputs.iter().any(|t| owned_by(t, tag)) {
-            return interp.process(level, prim, inputs);
+            if tags.contains(&e.tag.id) {
+                return Some((level, e.interp.clone()));
+            }
+            level = e.parent;
         }
-        level = parent;
+        None
+    });
+    match owner {
+        Some((level, interp)) => interp.process(level, prim, inputs),
+        // Tracers of no interpreter below: escaped; eval reports them.
+        None => eval(prim, inputs),
     }
 }
 

@@ -348,16 +348,17 @@ pub fn jvp_rule(prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) ->
 }
 
 /// The input to a transposed primitive: a linear (unknown) operand, known
-/// only by its abstract value, or a constant.
-#[derive(Clone, Debug)]
-pub enum LinearArg {
+/// only by its abstract value, or a constant. Borrowed from the program
+/// being transposed (nothing is cloned per equation).
+#[derive(Clone, Copy, Debug)]
+pub enum LinearArg<'a> {
     /// The operand the primitive is linear in.
-    Linear(Aval),
+    Linear(&'a Aval),
     /// A known operand.
-    Const(Tensor),
+    Const(&'a Tensor),
 }
 
-impl LinearArg {
+impl LinearArg<'_> {
     /// True for a linear operand.
     pub fn is_linear(&self) -> bool {
         matches!(self, LinearArg::Linear(_))
@@ -372,7 +373,7 @@ impl LinearArg {
     /// Shape, dtype and device.
     pub fn aval(&self) -> Aval {
         match self {
-            LinearArg::Linear(a) => a.clone(),
+            LinearArg::Linear(a) => (*a).clone(),
             LinearArg::Const(t) => t.aval(),
         }
     }

@@ -158,7 +158,7 @@ impl fmt::Debug for Program {
     }
 }
 
-/// Hashes the (pointer, version) keys of constants: one multiply, as the
+/// Hashes the (pointer, version, base version) keys of constants: one multiply, as the
 /// keys are already well spread (std's SipHash costs more than the rest of
 /// recording an equation).
 #[derive(Default)]
@@ -181,7 +181,7 @@ impl std::hash::Hasher for KeyHasher {
     }
 }
 
-type KeyMap = HashMap<(*const (), u64), usize, std::hash::BuildHasherDefault<KeyHasher>>;
+type KeyMap = HashMap<(*const (), u64, u64), usize, std::hash::BuildHasherDefault<KeyHasher>>;
 
 /// Builds a [`Program`] equation by equation (used by the staging
 /// interpreters).
@@ -222,11 +222,17 @@ impl ProgramBuilder {
     /// value (a later functionalized write to the tensor does not change
     /// the program); the same value is stored once.
     pub fn constant(&mut self, t: &Tensor) -> Atom {
-        let key = (Rc::as_ptr(&t.0) as *const (), t.version());
+        // A view's value changes when its base is written, without a new
+        // version of its own: reading it syncs it, and the base version it
+        // was synced to is part of the key.
+        let value = t.value();
+        let seen = t.view_link().map_or(0, |l| l.seen_version.get());
+        let key = (Rc::as_ptr(&t.0) as *const (), t.version(), seen);
         if let Some(&i) = self.const_index.get(&key) {
             return Atom::Const(i);
         }
-        self.program.consts.push(Tensor::from_value(t.value_cloned()));
+        self.program.consts.push(Tensor::from_value(value.clone()));
+        drop(value);
         self.keep_alive.push(t.clone());
         let i = self.program.consts.len() - 1;
         self.const_index.insert(key, i);

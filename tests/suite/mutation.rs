@@ -2,8 +2,7 @@
 //! eager execution, for hand-written cases and for random programs of view
 //! ops and in-place ops.
 
-use crate::harness::v;
-use crate::harness::{cases, close, run};
+use crate::harness::{cases, close, run, v};
 use crate::registry::G;
 use xform::prelude::*;
 use xform::testing::{check_grads_with, GradCheckOptions, Modes};
@@ -305,4 +304,24 @@ fn random_programs_of_views_and_mutations() {
             .map_err(|e| format!("{}: {e}", ctx("grad")))?;
         Ok(())
     });
+}
+
+/// A captured concrete view whose base is written in place inside `trace`
+/// must be read again: the program sees each value the eager code saw.
+#[test]
+fn traced_constants_follow_writes_to_a_views_base() {
+    let buf = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 4.0], [4]);
+    let view = buf.slice(s![0..2]);
+    let prog = trace(
+        |x: &Tensor| {
+            let first = x * &view;
+            buf.add_scalar_(10.0);
+            let second = x * &view;
+            first + second
+        },
+        &Tensor::zeros([2], DType::F64),
+    );
+    let out = prog.eval(&[Tensor::from_vec(vec![1.0f64, 1.0], [2])]).unwrap();
+    // (1 + 11, 2 + 12): the second product sees the written base
+    assert_eq!(v(&out[0]), vec![12.0, 14.0]);
 }

@@ -108,11 +108,22 @@ pub fn functionalize_with<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y, opts: Functiona
         let wrapped: Vec<Tensor> = leaves.iter().map(|l| interp.wrap(l.clone())).collect();
         let y = f(&x.with_leaves(wrapped.clone()));
         let outs: Vec<Tensor> = y.leaves().iter().map(|o| interp.unwrap(o)).collect();
-        let finals: Vec<Option<Tensor>> = wrapped.iter().map(|w| (w.version() > 0).then(|| interp.unwrap(w))).collect();
+        let finals = mutated_finals(&leaves, &wrapped, |w| interp.unwrap(w));
         drop(guard);
         write_back("functionalize", &leaves, finals).or_raise();
         y.with_leaves(outs)
     }
+}
+
+/// The final value (through `unwrap`) of each argument `f` mutated: a
+/// wrapped leaf whose version moved. A leaf passed through unwrapped is the
+/// caller's own tensor, which already holds its final value.
+pub(crate) fn mutated_finals<T>(
+    originals: &[Tensor],
+    wrapped: &[Tensor],
+    unwrap: impl Fn(&Tensor) -> T,
+) -> Vec<Option<T>> {
+    wrapped.iter().zip(originals).map(|(w, o)| (!w.same_node(o) && w.version() > 0).then(|| unwrap(w))).collect()
 }
 
 /// Copies the final values of mutated arguments (`Some`) into the caller's

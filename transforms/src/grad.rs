@@ -51,11 +51,11 @@ fn value_grad_aux<X: Tree, A: Tree>(
     let lin = linearize_flat(op, f, x);
     let y = lin.out_leaves[0].clone();
     check_scalar(op, &y)?;
-    let mut cts = vec![lax::ones_like(&y)?];
-    for o in &lin.out_leaves[1..] {
-        cts.push(lax::zeros_like(o)?);
-    }
-    let g = lin.pull(op, &cts)?;
+    // Only the scalar output is differentiated: the aux outputs get no
+    // cotangent, so their part of the linear program is skipped.
+    let mut cts = vec![Some(lax::ones_like(&y)?)];
+    cts.resize(lin.out_leaves.len(), None);
+    let g = lin.pull_some(cts)?;
     Ok((lin.out, x.with_leaves(g)))
 }
 

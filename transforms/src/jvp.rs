@@ -106,7 +106,7 @@ pub(crate) fn jvp_flat<X: Tree, Y: Tree>(
     let out = f(&primals.with_leaves(wrapped.clone()));
     let outs = out.leaves();
     let (ps, ts): (Vec<Tensor>, Vec<Option<Tensor>>) = outs.iter().map(|o| interp.unwrap(o)).unzip();
-    let finals: Vec<Option<Tensor>> = wrapped.iter().map(|w| (w.version() > 0).then(|| interp.unwrap(w).0)).collect();
+    let finals = crate::functionalize::mutated_finals(&leaves, &wrapped, |w| interp.unwrap(w).0);
     drop(guard);
     crate::functionalize::write_back(label, &leaves, finals).or_raise();
     (out.with_leaves(ps.clone()), ps, ts)

@@ -49,7 +49,7 @@ pub(crate) fn linearize_flat<X: Tree, Y: Tree>(label: &'static str, f: impl FnOn
         .collect();
     let out = f(&x.with_leaves(wrapped.clone()));
     let (out_leaves, tangents): (Vec<Tensor>, Vec<Option<Tensor>>) = out.leaves().iter().map(|o| jvp.unwrap(o)).unzip();
-    let finals: Vec<Option<Tensor>> = wrapped.iter().map(|w| (w.version() > 0).then(|| jvp.unwrap(w).0)).collect();
+    let finals = crate::functionalize::mutated_finals(&in_leaves, &wrapped, |w| jvp.unwrap(w).0);
     drop(g_jvp);
     let tangent_outs: Vec<Tensor> = tangents
         .into_iter()
@@ -75,11 +75,9 @@ pub(crate) fn linearize_flat<X: Tree, Y: Tree>(label: &'static str, f: impl FnOn
     Linearized { out: out.with_leaves(out_leaves.clone()), out_leaves, in_leaves, diff, program }
 }
 
+/// Adds a cotangent contribution into its slot.
 fn accumulate(slot: &mut Option<Tensor>, ct: Tensor) -> Result<()> {
-    *slot = Some(match slot.take() {
-        None => ct,
-        Some(prev) => lax::add(&prev, &ct)?,
-    });
+    *slot = lax::add_any(slot.take(), Some(ct))?;
     Ok(())
 }
 
@@ -101,8 +99,8 @@ pub fn backward_pass(program: &Program, cts: &[Option<Tensor>]) -> Result<Vec<Op
             .inputs
             .iter()
             .map(|a| match a {
-                Atom::Var(v) => LinearArg::Linear(program.aval(*v).clone()),
-                Atom::Const(i) => LinearArg::Const(program.consts[*i].clone()),
+                Atom::Var(v) => LinearArg::Linear(program.aval(*v)),
+                Atom::Const(i) => LinearArg::Const(&program.consts[*i]),
             })
             .collect();
         let cts_in = transpose_rule(&eqn.prim, &outs, &args)?;
@@ -136,6 +134,12 @@ impl<Y> Linearized<Y> {
         }
         let cts: Vec<Option<Tensor>> =
             cts.iter().zip(&self.out_leaves).map(|(c, o)| o.dtype().is_float().then(|| c.clone())).collect();
+        self.pull_some(cts)
+    }
+
+    /// Input cotangent leaves from output cotangents already checked
+    /// (`None`: zero, whose part of the program is not transposed at all).
+    pub(crate) fn pull_some(&self, cts: Vec<Option<Tensor>>) -> Result<Vec<Tensor>> {
         let mut ins = backward_pass(&self.program, &cts)?.into_iter();
         self.in_leaves
             .iter()

@@ -11,9 +11,8 @@ use smallvec::SmallVec;
 use std::rc::Rc;
 use xform_ops::interp::{push_interpreter, run_at_parent};
 use xform_ops::prim::{batch_rule, shape_rule};
-use xform_ops::{
-    lax, AvalRef, Error, Interpreter, Level, OrRaise, Outs, Prim, Result, Shape, Tag, Tensor, Tracer, Value,
-};
+use xform_ops::prims::batching::to_position;
+use xform_ops::{lax, Error, Interpreter, Level, OrRaise, Outs, Prim, Result, Tag, Tensor, Tracer, Value};
 
 /// The batching interpreter (one instance per vmap call).
 pub(crate) struct BatchInterp {
@@ -22,15 +21,12 @@ pub(crate) struct BatchInterp {
 }
 
 impl BatchInterp {
-    fn wrap(&self, val: Tensor, bdim: Option<usize>, aval: Option<xform_ops::Aval>) -> Tensor {
+    fn wrap(&self, val: Tensor, bdim: Option<usize>) -> Tensor {
         match bdim {
             None => val,
             Some(d) => {
-                let aval = aval.unwrap_or_else(|| {
-                    let mut a = val.aval();
-                    a.shape.0.remove(d);
-                    a
-                });
+                let mut aval = val.aval();
+                aval.shape.0.remove(d);
                 Tensor::from_tracer(Tracer { tag: self.tag, aval, a: Some(val), b: None, n: d })
             }
         }
@@ -64,13 +60,11 @@ impl Interpreter for BatchInterp {
             bdims.push(b);
         }
         match run_at_parent(level, || batch_rule(prim, &vals, &bdims)) {
-            Ok((outs, obdims)) => Ok(outs.into_iter().zip(obdims).map(|(o, b)| self.wrap(o, b, None)).collect()),
+            Ok((outs, obdims)) => Ok(outs.into_iter().zip(obdims).map(|(o, b)| self.wrap(o, b)).collect()),
             Err(e) => {
                 // Report the error with the per-example shapes the user's code
                 // sees, not the batched ones the rule worked on.
-                let avals: SmallVec<[xform_ops::Aval; 4]> = inputs.iter().map(|t| t.aval()).collect();
-                let refs: SmallVec<[AvalRef<'_>; 4]> = avals.iter().map(|a| a.as_ref()).collect();
-                shape_rule(prim, &refs)?;
+                Tensor::with_avals(inputs, |refs| shape_rule(prim, refs))?;
                 Err(e)
             }
         }
@@ -304,27 +298,17 @@ fn vmap_once<X: Tree, Y: Tree>(
 ) -> Result<(Y, Vec<Tensor>)> {
     let interp = Rc::new(BatchInterp { tag: Tag::fresh("vmap"), size });
     let guard = push_interpreter(interp.clone());
-    let wrapped: Vec<Tensor> = leaves.iter().zip(batch_axes).map(|(l, b)| interp.wrap(l.clone(), *b, None)).collect();
+    let wrapped: Vec<Tensor> = leaves.iter().zip(batch_axes).map(|(l, b)| interp.wrap(l.clone(), *b)).collect();
     let y = f(&x.with_leaves(wrapped.clone()));
     let outs: Vec<(Tensor, Option<usize>)> = y.leaves().iter().map(|o| interp.unwrap(o)).collect();
     // Arguments mutated inside f: their final values, batch dim back in place.
-    let finals: Vec<Option<(Tensor, Option<usize>)>> = wrapped
-        .iter()
-        .zip(batch_axes)
-        .map(|(w, b)| (b.is_some() && w.version() > 0).then(|| interp.unwrap(w)))
-        .collect();
+    let finals = crate::functionalize::mutated_finals(&leaves, &wrapped, |w| interp.unwrap(w));
     drop(guard);
     let finals: Vec<Option<Tensor>> = finals
         .into_iter()
         .zip(batch_axes)
         .map(|(fin, b)| match (fin, b) {
-            (Some((v, Some(d))), Some(a)) => lax::moveaxis(&v, d, *a).map(Some),
-            (Some((v, None)), Some(a)) => {
-                let mut shape = v.shape();
-                shape.0.insert(*a, size);
-                let dims: Vec<usize> = (0..shape.rank()).filter(|&d| d != *a).collect();
-                lax::broadcast_in_dim(&v, &shape, &dims).map(Some)
-            }
+            (Some((v, d)), Some(a)) => to_position(&v, d, *a, size).map(Some),
             _ => Ok(None),
         })
         .collect::<Result<_>>()?;
@@ -351,15 +335,13 @@ fn vmap_once<X: Tree, Y: Tree>(
                     ));
                 }
                 let to = to as usize;
-                match b {
-                    Some(d) => lax::moveaxis(&v, d, to),
-                    None => {
-                        let mut shape: Shape = v.shape();
-                        shape.0.insert(to, size);
-                        let dims: Vec<usize> = (0..shape.rank()).filter(|&d| d != to).collect();
-                        // Materialized, so the result is writable like any other.
-                        lax::copy(&lax::broadcast_in_dim(&v, &shape, &dims)?)
-                    }
+                let placed = to_position(&v, b, to, size)?;
+                // An unbatched output is a broadcast view: materialized, so the
+                // result is writable like any other.
+                if b.is_some() {
+                    Ok(placed)
+                } else {
+                    lax::copy(&placed)
                 }
             }
         })

@@ -19,15 +19,7 @@ pub fn batch_size(ins: &[Tensor], bdims: &[Option<usize>]) -> Result<usize> {
 /// `x` with its batch dim at the front; an unbatched `x` is broadcast
 /// (a stride-0 view, no copy) to `size` along a new leading axis.
 pub fn to_front(x: &Tensor, bdim: Option<usize>, size: usize) -> Result<Tensor> {
-    match bdim {
-        Some(d) => lax::moveaxis(x, d, 0),
-        None => {
-            let mut shape = x.shape();
-            shape.0.insert(0, size);
-            let dims: Vec<usize> = (1..shape.rank()).collect();
-            lax::broadcast_in_dim(x, &shape, &dims)
-        }
-    }
+    to_position(x, bdim, 0, size)
 }
 
 /// `x` with its batch dim at position `to`; unbatched operands are
