@@ -117,6 +117,11 @@ pub struct Array {
 }
 
 impl Array {
+    /// Shape, dtype and device, borrowed.
+    pub fn aval_ref(&self) -> crate::tensor::AvalRef<'_> {
+        crate::tensor::AvalRef { shape: &self.layout.shape, dtype: self.dtype, device: self.device() }
+    }
+
     /// A contiguous CPU array over `buf`.
     ///
     /// # Panics
@@ -205,8 +210,7 @@ impl Array {
                 &[self.dtype, T::DTYPE],
             ));
         }
-        let host = self.to_device(Device::Cpu)?;
-        host.with_cpu("to_vec", |b, l| {
+        self.with_cpu("to_vec", |b, l| {
             xform_kernels::cpu::elementwise::to_contiguous(b.as_slice::<T>(), l, xform_kernels::cpu::Par::Seq)
         })
     }

@@ -266,7 +266,7 @@ fn eval(prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
     for v in &vals {
         if let Value::Array(a) = &**v {
             arrays.push(a);
-            avals.push(AvalRef { shape: &a.layout.shape, dtype: a.dtype, device: a.device() });
+            avals.push(a.aval_ref());
         }
     }
     crate::prim::check(prim, &avals)?;

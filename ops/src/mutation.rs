@@ -161,39 +161,24 @@ fn scatter_into_base(op: &str, base: &Tensor, ops: &[crate::prim::Prim], value: 
     }
     let mut v = value.clone();
     for (p, prev) in ops.iter().zip(&chain).rev() {
+        let aval = prev.aval();
+        let args = [crate::prim::LinearArg::Linear(&aval)];
+        // A view op is linear in its input: its transpose puts the view's
+        // elements where they live in that input (zeros elsewhere).
+        let place = |t: &Tensor| -> crate::Result<Tensor> {
+            crate::prim::transpose_rule(p, &[Some(t.clone())], &args)?
+                .into_iter()
+                .next()
+                .flatten()
+                .ok_or_else(|| crate::Error::in_place(op, format!("{} has no transpose", p.name())))
+        };
         v =
             match p {
-                Prim::Reshape { .. } => lax::reshape(&v, &prev.shape())?,
-                Prim::Transpose { perm } => {
-                    let mut inv = vec![0; perm.len()];
-                    for (i, &a) in perm.iter().enumerate() {
-                        inv[a] = i;
-                    }
-                    lax::transpose(&v, &inv)?
-                }
-                Prim::Rev { axes } => lax::rev(&v, axes)?,
-                Prim::Slice { start, limit, strides } => {
-                    let shape = prev.shape();
-                    let low: Vec<i64> = start.iter().map(|&s| s as i64).collect();
-                    let high: Vec<i64> = (0..shape.rank())
-                        .map(|d| {
-                            let k = v.shape()[d] as i64;
-                            let n = shape[d] as i64;
-                            if k == 0 {
-                                n - start[d] as i64
-                            } else {
-                                n - start[d] as i64 - (k - 1) * strides[d] as i64 - 1
-                            }
-                        })
-                        .collect();
-                    let _ = limit;
-                    let interior: Vec<usize> = strides.iter().map(|s| s - 1).collect();
-                    let zero = lax::scalar(0.0, v.dtype(), v.device())?;
-                    let placed = lax::pad(&v, &zero, &low, &high, &interior)?;
-                    let ones = lax::full(&v.shape(), 1.0, xform_kernels::DType::Bool, v.device())?;
-                    let f = lax::scalar(0.0, xform_kernels::DType::Bool, v.device())?;
-                    let mask = lax::pad(&ones, &f, &low, &high, &interior)?;
-                    lax::select(&mask, &placed, prev)?
+                Prim::Reshape { .. } | Prim::Transpose { .. } | Prim::Rev { .. } => place(&v)?,
+                Prim::Slice { .. } => {
+                    // the written elements from `v`, the others from the input
+                    let mask = place(&lax::full(&v.shape(), 1.0, xform_kernels::DType::Bool, v.device())?)?;
+                    lax::select(&mask, &place(&v)?, prev)?
                 }
                 Prim::BroadcastInDim { .. } => return Err(crate::Error::in_place(
                     op,

@@ -244,15 +244,10 @@ impl fmt::Display for Prim {
 #[inline]
 pub fn check(prim: &Prim, ins: &[AvalRef<'_>]) -> Result<()> {
     match prim {
-        Prim::Unary(op) if ins.len() == 1 && unary::accepts(*op, ins[0].dtype) => Ok(()),
-        Prim::Binary(op)
-            if ins.len() == 2
-                && ins[0].dtype == ins[1].dtype
-                && ins[0].shape.dims() == ins[1].shape.dims()
-                && binary::accepts(*op, ins[0].dtype) =>
-        {
-            Ok(())
-        }
+        Prim::Unary(op) => unary::check_unary(*op, ins),
+        Prim::Binary(op) => binary::check_binary(*op, ins),
+        Prim::Compare(op) => binary::check_compare(*op, ins),
+        Prim::Select => binary::check_select(ins),
         _ => shape_rule(prim, ins).map(|_| ()),
     }
 }

@@ -224,7 +224,7 @@ impl Tensor {
         let refs: smallvec::SmallVec<[AvalRef<'_>; 4]> = vals
             .iter()
             .map(|v| match &**v {
-                Value::Array(a) => AvalRef { shape: &a.layout.shape, dtype: a.dtype, device: a.device() },
+                Value::Array(a) => a.aval_ref(),
                 Value::Tracer(t) => t.aval.as_ref(),
             })
             .collect();
@@ -234,16 +234,21 @@ impl Tensor {
     /// Shape, dtype and device.
     pub fn aval(&self) -> Aval {
         match &*self.value() {
-            Value::Array(a) => Aval { shape: a.layout.shape.clone(), dtype: a.dtype, device: a.device() },
+            Value::Array(a) => a.aval_ref().to_owned(),
             Value::Tracer(t) => t.aval.clone(),
         }
     }
 
     /// The shape.
     pub fn shape(&self) -> Shape {
+        self.with_shape(Shape::clone)
+    }
+
+    /// Runs `f` on the borrowed shape (no copy, for the getters below).
+    fn with_shape<R>(&self, f: impl FnOnce(&Shape) -> R) -> R {
         match &*self.value() {
-            Value::Array(a) => a.layout.shape.clone(),
-            Value::Tracer(t) => t.aval.shape.clone(),
+            Value::Array(a) => f(&a.layout.shape),
+            Value::Tracer(t) => f(&t.aval.shape),
         }
     }
 
@@ -253,9 +258,8 @@ impl Tensor {
     /// If the axis is out of range.
     #[track_caller]
     pub fn dim(&self, axis: isize) -> usize {
-        let s = self.shape();
-        let a = crate::methods::norm_axis("dim", axis, s.rank()).unwrap_or_else(|e| e.raise());
-        s[a]
+        self.with_shape(|s| crate::methods::norm_axis("dim", axis, s.rank()).map(|a| s[a]))
+            .unwrap_or_else(|e| e.raise())
     }
 
     /// The element type.
@@ -276,12 +280,12 @@ impl Tensor {
 
     /// The number of axes.
     pub fn rank(&self) -> usize {
-        self.shape().rank()
+        self.with_shape(Shape::rank)
     }
 
     /// The number of elements.
     pub fn numel(&self) -> usize {
-        self.shape().numel()
+        self.with_shape(Shape::numel)
     }
 
     /// True if both handles point at the same tensor node.

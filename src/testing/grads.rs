@@ -85,21 +85,10 @@ fn check_order<X: Tree, Y: Tree>(
     let tol = opts.tol.unwrap_or(tol0);
     let key = Key::new(opts.seed.wrapping_add(level as u64 * 7919));
     let dirs = directions(x, &leaves, opts.per_element_limit.unwrap_or(64), &key);
-    let paths = x.paths();
     let y0 = f(x);
     let out_paths = y0.paths();
     let y0l = y0.leaves();
-    let cts: Vec<Tensor> = y0l
-        .iter()
-        .enumerate()
-        .map(|(i, y)| {
-            if y.dtype().is_float() {
-                key.fold_in(1000 + i as u32).normal(y.shape(), y.dtype())
-            } else {
-                y.zeros_like()
-            }
-        })
-        .collect();
+    let cts: Vec<Tensor> = y0l.iter().enumerate().map(|(i, y)| rand_like(y, &key.fold_in(1000 + i as u32))).collect();
     let pullback = if modes != Modes::Fwd { Some(vjp(|x: &X| f(x), x).1) } else { None };
     let rev_grad: Option<Vec<Tensor>> = pullback.as_ref().map(|pb| pb(&y0.with_leaves(cts.clone())).leaves());
     for (dir, label) in &dirs {
@@ -146,7 +135,6 @@ fn check_order<X: Tree, Y: Tree>(
             }
         }
     }
-    let _ = paths;
     if order > 1 {
         if modes != Modes::Rev {
             let v: Vec<Tensor> =

@@ -109,12 +109,8 @@ fn try_jacfwd<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &JacOptions, x: &X) 
     let cols = chunked(total, chunk, |start, k| {
         let basis = basis_chunk(&ins, start, k).or_raise();
         let (y, outs) = vmap(|t: &Vec<Tensor>| {
-            let (y, _, ts) = jvp_flat("jacfwd", f, x, t.iter().cloned().map(Some).collect());
-            let tangents: Vec<Tensor> = ts
-                .into_iter()
-                .zip(y.leaves())
-                .map(|(t, p)| t.unwrap_or_else(|| lax::zeros_like(&p).or_raise()))
-                .collect();
+            let (y, ps, ts) = jvp_flat("jacfwd", f, x, t.iter().cloned().map(Some).collect());
+            let tangents: Vec<Tensor> = ts.iter().zip(&ps).map(|(t, p)| lax::instantiate(t, p).or_raise()).collect();
             (y, tangents)
         })(&basis);
         out_template.get_or_insert(y);

@@ -142,10 +142,7 @@ pub fn try_jvp<X: Tree, Y: Tree>(f: impl FnOnce(&X) -> Y, primals: &X, tangents:
         check_tangent("jvp", path, p, t)?;
     }
     let (out, ps, ts) = jvp_flat("jvp", f, primals, tl.into_iter().map(Some).collect());
-    let tangents_out: Vec<Tensor> = ts
-        .into_iter()
-        .zip(&ps)
-        .map(|(t, p)| t.map_or_else(|| xform_ops::lax::zeros_like(p), Ok))
-        .collect::<Result<_>>()?;
+    let tangents_out: Vec<Tensor> =
+        ts.iter().zip(&ps).map(|(t, p)| xform_ops::lax::instantiate(t, p)).collect::<Result<_>>()?;
     Ok((out.with_leaves(ps), out.with_leaves(tangents_out)))
 }

@@ -51,11 +51,8 @@ pub(crate) fn linearize_flat<X: Tree, Y: Tree>(label: &'static str, f: impl FnOn
     let (out_leaves, tangents): (Vec<Tensor>, Vec<Option<Tensor>>) = out.leaves().iter().map(|o| jvp.unwrap(o)).unzip();
     let finals = crate::functionalize::mutated_finals(&in_leaves, &wrapped, |w| jvp.unwrap(w).0);
     drop(g_jvp);
-    let tangent_outs: Vec<Tensor> = tangents
-        .into_iter()
-        .zip(&out_leaves)
-        .map(|(t, p)| t.unwrap_or_else(|| lax::zeros_like(p).or_raise()))
-        .collect();
+    let tangent_outs: Vec<Tensor> =
+        tangents.into_iter().zip(&out_leaves).map(|(t, p)| lax::instantiate(&t, p).or_raise()).collect();
     let mut program = tracer.finish(&tangent_outs);
     drop(g_trace);
     if finals.iter().any(Option::is_some) {

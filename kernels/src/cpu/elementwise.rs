@@ -5,8 +5,9 @@
 //! contiguous. Otherwise the axes are coalesced and the innermost run is a
 //! tight loop, unit-stride where the layouts allow.
 
-use super::{alloc_uninit, assume_init, for_run_chunks, Par};
+use super::{assume_init, for_run_chunks, Par};
 use crate::layout::{Coalesced, Layout};
+use crate::pool::alloc_uninit;
 use std::mem::MaybeUninit;
 
 #[inline(always)]

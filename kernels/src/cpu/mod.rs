@@ -48,12 +48,6 @@ impl Par {
     }
 }
 
-/// A vector of `n` uninitialized slots that a kernel fills completely
-/// (from the buffer cache, see `pool`).
-pub(crate) fn alloc_uninit<T>(n: usize) -> Vec<MaybeUninit<T>> {
-    crate::pool::alloc_uninit(n)
-}
-
 /// Converts a completely written vector of slots into a vector of values.
 ///
 /// Used with [`crate::pool::alloc_uninit`].
@@ -81,7 +75,7 @@ pub(crate) fn for_run_chunks<U: Send>(
     let runs = out.len() / run_len;
     let tasks = match par {
         Par::Seq => 1,
-        Par::Rayon => (rayon::current_num_threads() * 4).min(runs).max(1),
+        Par::Rayon => (threads() * 4).min(runs).max(1),
     };
     if tasks == 1 {
         body(0, out);

@@ -1,7 +1,8 @@
 //! Reductions over axes, arg-reductions over one axis, and cumulative sums.
 
-use super::{alloc_uninit, assume_init, for_run_chunks, Par};
+use super::{assume_init, for_run_chunks, Par};
 use crate::layout::{Coalesced, Dims, Layout, Shape};
+use crate::pool::alloc_uninit;
 
 /// How to reduce: an accumulator `A` started at `init`, fed elements with
 /// `fold`, and turned into the result with `finish`.

@@ -131,13 +131,9 @@ impl CompareOp {
 
 // ---- shape rules -----------------------------------------------------------
 
-/// True if `op` accepts operands of dtype `d`.
-#[inline]
-pub(crate) fn accepts(op: BinaryOp, d: DType) -> bool {
-    op.accepts(d)
-}
-
-pub(crate) fn shape_binary(op: BinaryOp, ins: &[AvalRef<'_>]) -> Result<Avals> {
+/// Validates the operands of a binary op (the whole shape rule but the
+/// output, which is the first operand's aval).
+pub(crate) fn check_binary(op: BinaryOp, ins: &[AvalRef<'_>]) -> Result<()> {
     check_arity(op.name(), ins, 2)?;
     check_same_shapes(op.name(), ins)?;
     check_same_dtypes(op.name(), ins)?;
@@ -149,25 +145,40 @@ pub(crate) fn shape_binary(op: BinaryOp, ins: &[AvalRef<'_>]) -> Result<Avals> {
         };
         return Err(Error::dtype(op.name(), what, &[ins[0].dtype]));
     }
+    Ok(())
+}
+
+pub(crate) fn shape_binary(op: BinaryOp, ins: &[AvalRef<'_>]) -> Result<Avals> {
+    check_binary(op, ins)?;
     Ok(smallvec![ins[0].to_owned()])
 }
 
-pub(crate) fn shape_compare(op: CompareOp, ins: &[AvalRef<'_>]) -> Result<Avals> {
+/// Validates the operands of a comparison.
+pub(crate) fn check_compare(op: CompareOp, ins: &[AvalRef<'_>]) -> Result<()> {
     check_arity(op.name(), ins, 2)?;
     check_same_shapes(op.name(), ins)?;
-    check_same_dtypes(op.name(), ins)?;
+    check_same_dtypes(op.name(), ins)
+}
+
+pub(crate) fn shape_compare(op: CompareOp, ins: &[AvalRef<'_>]) -> Result<Avals> {
+    check_compare(op, ins)?;
     let mut a = ins[0].to_owned();
     a.dtype = DType::Bool;
     Ok(smallvec![a])
 }
 
-pub(crate) fn shape_select(ins: &[AvalRef<'_>]) -> Result<Avals> {
+/// Validates the operands of a select.
+pub(crate) fn check_select(ins: &[AvalRef<'_>]) -> Result<()> {
     check_arity("select", ins, 3)?;
     check_same_shapes("select", ins)?;
     if ins[0].dtype != DType::Bool {
         return Err(Error::dtype("select", "the predicate must be bool", &[ins[0].dtype]));
     }
-    check_same_dtypes("select", &ins[1..])?;
+    check_same_dtypes("select", &ins[1..])
+}
+
+pub(crate) fn shape_select(ins: &[AvalRef<'_>]) -> Result<Avals> {
+    check_select(ins)?;
     Ok(smallvec![ins[1].to_owned()])
 }
 

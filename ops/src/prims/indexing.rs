@@ -170,12 +170,8 @@ pub(crate) fn lower_gather(axis: usize, batch_dims: usize, x: &Array, idx: &Arra
         let r = l.contiguous_range().expect("contiguous");
         match_buffer!(b, v => k::gather(&v[r], &iv, e).map(CpuBuffer::from_vec))
     })?;
-    let shape = gather_shape("gather", &x_aval(x), &x_aval(idx), axis, batch_dims)?;
+    let shape = gather_shape("gather", &x.aval_ref(), &idx.aval_ref(), axis, batch_dims)?;
     Ok(Array::from_cpu(out.map_err(|e| index_error("gather", e))?, shape))
-}
-
-fn x_aval(a: &Array) -> AvalRef<'_> {
-    AvalRef { shape: a.shape(), dtype: a.dtype, device: a.device() }
 }
 
 fn scatter_typed<T: Element>(x: Vec<T>, iv: &[i64], u: &[T], e: GatherExtents) -> Result<Vec<T>, k::IndexOutOfRange> {

@@ -136,13 +136,8 @@ impl UnaryOp {
 
 // ---- shape rules -----------------------------------------------------------
 
-/// True if `op` accepts operands of dtype `d`.
-#[inline]
-pub(crate) fn accepts(op: UnaryOp, d: DType) -> bool {
-    op.accepts(d)
-}
-
-pub(crate) fn shape_unary(op: UnaryOp, ins: &[AvalRef<'_>]) -> Result<Avals> {
+/// Validates the operand of a unary op (the output is its aval).
+pub(crate) fn check_unary(op: UnaryOp, ins: &[AvalRef<'_>]) -> Result<()> {
     check_arity(op.name(), ins, 1)?;
     let x = &ins[0];
     if !op.accepts(x.dtype) {
@@ -153,7 +148,12 @@ pub(crate) fn shape_unary(op: UnaryOp, ins: &[AvalRef<'_>]) -> Result<Avals> {
         };
         return Err(Error::dtype(op.name(), what, &[x.dtype]));
     }
-    Ok(smallvec![x.to_owned()])
+    Ok(())
+}
+
+pub(crate) fn shape_unary(op: UnaryOp, ins: &[AvalRef<'_>]) -> Result<Avals> {
+    check_unary(op, ins)?;
+    Ok(smallvec![ins[0].to_owned()])
 }
 
 pub(crate) fn shape_convert(dtype: DType, ins: &[AvalRef<'_>]) -> Result<Avals> {
