@@ -213,9 +213,22 @@ pub fn bind1(prim: &Prim, inputs: &[Tensor]) -> Result<Tensor> {
 /// Applies a primitive starting at `level`: levels that own no input
 /// forward it down, level 0 evaluates it.
 pub fn bind_at(level: Level, prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
-    // The interpreter instances the inputs belong to, read once; concrete
-    // inputs only (the common case under every transform) go straight to
-    // level 0 without walking the stack.
+    match owner(level, inputs) {
+        Some((level, interp)) => interp.process(level, prim, inputs),
+        // Concrete inputs, or tracers of no interpreter below (escaped:
+        // eval reports them).
+        None => eval(prim, inputs),
+    }
+}
+
+/// The first level from `level` down (through parents) that owns an input,
+/// with its interpreter. The inputs' tags are read once, and concrete
+/// inputs only (the common case under every transform) walk no stack.
+#[inline]
+fn owner(level: Level, inputs: &[Tensor]) -> Option<(Level, Rc<dyn Interpreter>)> {
+    if level == 0 {
+        return None;
+    }
     let mut tags: SmallVec<[u64; 4]> = SmallVec::new();
     for t in inputs {
         if let Value::Tracer(tr) = &*t.value() {
@@ -223,10 +236,9 @@ pub fn bind_at(level: Level, prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
         }
     }
     if tags.is_empty() {
-        return eval(prim, inputs);
+        return None;
     }
-    // The first level, walking down through parents, that owns an input.
-    let owner = STACK.with(|s| {
+    STACK.with(|s| {
         let s = s.borrow();
         let mut level = level;
         while level > 0 {
@@ -237,12 +249,7 @@ pub fn bind_at(level: Level, prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
             level = e.parent;
         }
         None
-    });
-    match owner {
-        Some((level, interp)) => interp.process(level, prim, inputs),
-        // Tracers of no interpreter below: escaped; eval reports them.
-        None => eval(prim, inputs),
-    }
+    })
 }
 
 /// True if `t` is a tracer of the interpreter tagged `tag`.

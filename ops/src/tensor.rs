@@ -169,6 +169,7 @@ impl Tensor {
 
     /// The current value. For a view whose base was replaced by a
     /// functionalized write, the view is recomputed from the base first.
+    #[inline]
     pub fn value(&self) -> Ref<'_, Value> {
         if self.0.view.is_some() {
             crate::mutation::sync_view(self);

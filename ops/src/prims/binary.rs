@@ -133,6 +133,7 @@ impl CompareOp {
 
 /// Validates the operands of a binary op (the whole shape rule but the
 /// output, which is the first operand's aval).
+#[inline]
 pub(crate) fn check_binary(op: BinaryOp, ins: &[AvalRef<'_>]) -> Result<()> {
     check_arity(op.name(), ins, 2)?;
     check_same_shapes(op.name(), ins)?;
@@ -154,6 +155,7 @@ pub(crate) fn shape_binary(op: BinaryOp, ins: &[AvalRef<'_>]) -> Result<Avals> {
 }
 
 /// Validates the operands of a comparison.
+#[inline]
 pub(crate) fn check_compare(op: CompareOp, ins: &[AvalRef<'_>]) -> Result<()> {
     check_arity(op.name(), ins, 2)?;
     check_same_shapes(op.name(), ins)?;
@@ -168,6 +170,7 @@ pub(crate) fn shape_compare(op: CompareOp, ins: &[AvalRef<'_>]) -> Result<Avals>
 }
 
 /// Validates the operands of a select.
+#[inline]
 pub(crate) fn check_select(ins: &[AvalRef<'_>]) -> Result<()> {
     check_arity("select", ins, 3)?;
     check_same_shapes("select", ins)?;

@@ -16,6 +16,7 @@ use crate::tensor::AvalRef;
 use xform_kernels::DType;
 
 /// Checks the operand count.
+#[inline]
 pub(crate) fn check_arity(op: &str, ins: &[AvalRef<'_>], n: usize) -> Result<()> {
     if ins.len() != n {
         return Err(Error::invalid(op, format!("expects {n} operand(s), got {}", ins.len())));
@@ -24,9 +25,10 @@ pub(crate) fn check_arity(op: &str, ins: &[AvalRef<'_>], n: usize) -> Result<()>
 }
 
 /// Checks that all operands have one shape.
+#[inline]
 pub(crate) fn check_same_shapes(op: &str, ins: &[AvalRef<'_>]) -> Result<()> {
     if let Some(first) = ins.first() {
-        if ins.iter().any(|a| a.shape != first.shape) {
+        if ins[1..].iter().any(|a| a.shape != first.shape) {
             let shapes: Vec<&xform_kernels::Shape> = ins.iter().map(|a| a.shape).collect();
             return Err(Error::shape(op, "operands must have equal shapes", &shapes));
         }
@@ -35,9 +37,10 @@ pub(crate) fn check_same_shapes(op: &str, ins: &[AvalRef<'_>]) -> Result<()> {
 }
 
 /// Checks that all operands have one dtype.
+#[inline]
 pub(crate) fn check_same_dtypes(op: &str, ins: &[AvalRef<'_>]) -> Result<()> {
     if let Some(first) = ins.first() {
-        if ins.iter().any(|a| a.dtype != first.dtype) {
+        if ins[1..].iter().any(|a| a.dtype != first.dtype) {
             let d: Vec<DType> = ins.iter().map(|a| a.dtype).collect();
             return Err(Error::dtype(op, "operands must have equal dtypes", &d));
         }

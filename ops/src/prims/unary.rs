@@ -137,6 +137,7 @@ impl UnaryOp {
 // ---- shape rules -----------------------------------------------------------
 
 /// Validates the operand of a unary op (the output is its aval).
+#[inline]
 pub(crate) fn check_unary(op: UnaryOp, ins: &[AvalRef<'_>]) -> Result<()> {
     check_arity(op.name(), ins, 1)?;
     let x = &ins[0];
