@@ -44,6 +44,16 @@ impl Shape {
     /// Row-major strides of a contiguous array of this shape.
     pub fn contiguous_strides(&self) -> Strides {
         let n = self.0.len();
+        if n <= 4 {
+            // Inline ranks (nearly every array) without pushes and a reverse.
+            let mut buf = [0isize; 4];
+            let mut acc = 1isize;
+            for d in (0..n).rev() {
+                buf[d] = acc;
+                acc *= self.0[d].max(1) as isize;
+            }
+            return Strides::from_buf_and_len(buf, n);
+        }
         let mut strides = Strides::new();
         let mut acc = 1isize;
         for d in (0..n).rev() {
@@ -52,6 +62,17 @@ impl Shape {
         }
         strides.reverse();
         strides
+    }
+    /// This shape without axis `axis` (which must exist).
+    #[inline]
+    pub fn without_axis(&self, axis: usize) -> Shape {
+        let mut dims = Dims::new();
+        for (i, &n) in self.0.iter().enumerate() {
+            if i != axis {
+                dims.push(n);
+            }
+        }
+        Shape(dims)
     }
     /// The dims as a slice.
     pub fn dims(&self) -> &[usize] {

@@ -6,7 +6,8 @@
 //! by all (PyTorch semantics).
 
 use crate::error::{Error, Result};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use crate::storage_ref::StorageRef;
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use xform_kernels::{CpuBuffer, DType, Element, Layout, Shape};
 
 /// Where an array's elements live.
@@ -109,7 +110,7 @@ pub struct Storage {
 /// A concrete array: storage, layout and dtype.
 #[derive(Clone, Debug)]
 pub struct Array {
-    storage: Arc<Storage>,
+    storage: StorageRef,
     /// Shape, strides and offset into the storage.
     pub layout: Layout,
     /// Element type (the storage's).
@@ -130,7 +131,7 @@ impl Array {
         debug_assert_eq!(buf.len(), shape.numel(), "buffer length does not match shape {shape}");
         let dtype = buf.dtype();
         Array {
-            storage: Arc::new(Storage { data: RwLock::new(Buffer::Cpu(buf)), device: Device::Cpu }),
+            storage: StorageRef::new(Storage { data: RwLock::new(Buffer::Cpu(buf)), device: Device::Cpu }),
             layout: Layout::contiguous(shape),
             dtype,
         }
@@ -139,7 +140,7 @@ impl Array {
     /// A contiguous array over a buffer on any device.
     pub fn from_buffer(buf: Buffer, shape: Shape, dtype: DType, device: Device) -> Array {
         Array {
-            storage: Arc::new(Storage { data: RwLock::new(buf), device }),
+            storage: StorageRef::new(Storage { data: RwLock::new(buf), device }),
             layout: Layout::contiguous(shape),
             dtype,
         }
@@ -170,12 +171,12 @@ impl Array {
 
     /// True if both arrays are views of one storage.
     pub fn shares_storage(&self, other: &Array) -> bool {
-        Arc::ptr_eq(&self.storage, &other.storage)
+        self.storage.ptr_eq(&other.storage)
     }
 
     /// True if no other array or view holds this storage.
     pub fn is_unique(&self) -> bool {
-        Arc::strong_count(&self.storage) == 1
+        self.storage.strong_count() == 1
     }
 
     /// Read access to the storage.

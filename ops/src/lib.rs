@@ -16,10 +16,12 @@ pub mod interp;
 pub mod lax;
 pub mod methods;
 mod mutation;
+mod node_ref;
 pub mod prim;
 pub mod prims;
 pub mod program;
 pub mod random;
+mod storage_ref;
 pub mod tensor;
 
 pub use array::{default_device, set_default_device, Array, Device};

@@ -10,7 +10,6 @@ use crate::tensor::{Aval, Tensor};
 use smallvec::SmallVec;
 use std::collections::HashMap;
 use std::fmt;
-use std::rc::Rc;
 
 /// A variable: an index into the program's abstract values.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -227,7 +226,7 @@ impl ProgramBuilder {
         // was synced to is part of the key.
         let value = t.value();
         let seen = t.view_link().map_or(0, |l| l.seen_version.get());
-        let key = (Rc::as_ptr(&t.0) as *const (), t.version(), seen);
+        let key = (t.0.as_ptr(), t.version(), seen);
         if let Some(&i) = self.const_index.get(&key) {
             return Atom::Const(i);
         }

@@ -11,6 +11,7 @@
 use crate::array::{Array, Device};
 use crate::error::{Error, Result};
 use crate::interp::Tag;
+use crate::node_ref::NodeRef;
 use std::cell::{Cell, Ref, RefCell};
 use std::rc::Rc;
 use xform_kernels::{DType, Shape};
@@ -132,12 +133,12 @@ pub(crate) struct Node {
 /// Operations go through [`bind`](crate::bind), so every method works the
 /// same eagerly and under any stack of transforms.
 #[derive(Clone)]
-pub struct Tensor(pub(crate) Rc<Node>);
+pub struct Tensor(pub(crate) NodeRef);
 
 impl Tensor {
     /// A tensor holding `value`.
     pub fn from_value(value: Value) -> Tensor {
-        Tensor(Rc::new(Node {
+        Tensor(NodeRef::new(Node {
             value: RefCell::new(value),
             view: None,
             version: Cell::new(0),
@@ -158,7 +159,7 @@ impl Tensor {
 
     /// A view tensor of `base` (see [`ViewLink`]).
     pub(crate) fn new_view(value: Value, link: ViewLink) -> Tensor {
-        Tensor(Rc::new(Node {
+        Tensor(NodeRef::new(Node {
             value: RefCell::new(value),
             view: Some(Box::new(link)),
             version: Cell::new(0),
@@ -171,10 +172,10 @@ impl Tensor {
     /// functionalized write, the view is recomputed from the base first.
     #[inline]
     pub fn value(&self) -> Ref<'_, Value> {
-        if self.0.view.is_some() {
+        if self.0.node().view.is_some() {
             crate::mutation::sync_view(self);
         }
-        self.0.value.borrow()
+        self.0.node().value.borrow()
     }
 
     /// The current value (a clone of the handle inside).
@@ -221,14 +222,19 @@ impl Tensor {
     /// Runs `f` on the borrowed abstract values of `inputs` (no shape is
     /// cloned: the staging interpreters call this on every op).
     pub fn with_avals<R>(inputs: &[Tensor], f: impl FnOnce(&[AvalRef<'_>]) -> R) -> R {
-        let vals: smallvec::SmallVec<[Ref<'_, Value>; 4]> = inputs.iter().map(|t| t.value()).collect();
-        let refs: smallvec::SmallVec<[AvalRef<'_>; 4]> = vals
-            .iter()
-            .map(|v| match &**v {
+        // Plain pushes: `collect` into a SmallVec costs several times more
+        // on this path, which every staged op takes.
+        let mut vals: smallvec::SmallVec<[Ref<'_, Value>; 4]> = smallvec::SmallVec::new();
+        for t in inputs {
+            vals.push(t.value());
+        }
+        let mut refs: smallvec::SmallVec<[AvalRef<'_>; 4]> = smallvec::SmallVec::new();
+        for v in &vals {
+            refs.push(match &**v {
                 Value::Array(a) => a.aval_ref(),
                 Value::Tracer(t) => t.aval.as_ref(),
-            })
-            .collect();
+            });
+        }
         f(&refs)
     }
 
@@ -251,6 +257,11 @@ impl Tensor {
             Value::Array(a) => f(&a.layout.shape),
             Value::Tracer(t) => f(&t.aval.shape),
         }
+    }
+
+    /// True if both tensors have the same shape (compared without copies).
+    pub(crate) fn same_shape(&self, other: &Tensor) -> bool {
+        self.with_shape(|a| other.with_shape(|b| a == b))
     }
 
     /// The size of one axis (negative counts from the end).
@@ -291,35 +302,35 @@ impl Tensor {
 
     /// True if both handles point at the same tensor node.
     pub fn same_node(&self, other: &Tensor) -> bool {
-        Rc::ptr_eq(&self.0, &other.0)
+        self.0.ptr_eq(&other.0)
     }
 
     /// Replaces this node's value (functionalized mutation) and bumps its
     /// version so that views of it re-read.
     pub(crate) fn replace_value(&self, v: Value) {
-        let mut hint = self.0.eager_layout.borrow_mut();
+        let mut hint = self.0.node().eager_layout.borrow_mut();
         if hint.is_none() {
-            *hint = Some(Box::new(match &*self.0.value.borrow() {
+            *hint = Some(Box::new(match &*self.0.node().value.borrow() {
                 Value::Array(a) => a.layout.clone(),
                 Value::Tracer(t) => xform_kernels::Layout::contiguous(t.aval.shape.clone()),
             }));
         }
         drop(hint);
-        *self.0.value.borrow_mut() = v;
-        self.0.version.set(self.0.version.get() + 1);
+        *self.0.node().value.borrow_mut() = v;
+        self.0.node().version.set(self.0.node().version.get() + 1);
     }
 
     /// How many times an in-place op under a transform replaced this
     /// tensor's value (0 if it never did). Transforms use it to write
     /// mutated arguments back to the caller.
     pub fn version(&self) -> u64 {
-        self.0.version.get()
+        self.0.node().version.get()
     }
 
     /// The layout eager execution would give this tensor (its layout before
     /// any functionalized write; contiguous for a tracer).
     pub(crate) fn eager_layout(&self) -> xform_kernels::Layout {
-        if let Some(l) = &*self.0.eager_layout.borrow() {
+        if let Some(l) = &*self.0.node().eager_layout.borrow() {
             return (**l).clone();
         }
         match self.array() {
@@ -330,12 +341,12 @@ impl Tensor {
 
     /// When the node was made (thread epoch clock).
     pub(crate) fn birth(&self) -> u64 {
-        self.0.birth
+        self.0.node().birth
     }
 
     /// The view link, if this tensor was made by a view method.
     pub(crate) fn view_link(&self) -> Option<&ViewLink> {
-        self.0.view.as_deref()
+        self.0.node().view.as_deref()
     }
 }
 

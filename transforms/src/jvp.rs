@@ -66,7 +66,11 @@ impl Interpreter for JvpInterp {
             tangents.push(d);
         }
         let (outs, touts) = run_at_parent(level, || jvp_rule(prim, &primals, &tangents))?;
-        Ok(outs.into_iter().zip(touts).map(|(o, t)| self.wrap(o, t)).collect())
+        let mut wrapped = Outs::new();
+        for (o, t) in outs.into_iter().zip(touts) {
+            wrapped.push(self.wrap(o, t));
+        }
+        Ok(wrapped)
     }
 }
 

@@ -88,18 +88,20 @@ pub fn backward_pass(program: &Program, cts: &[Option<Tensor>]) -> Result<Vec<Op
         }
     }
     for eqn in program.eqns.iter().rev() {
-        let outs: SmallVec<[Option<Tensor>; 2]> = eqn.outputs.iter().map(|v| env[v.0 as usize].take()).collect();
+        let mut outs: SmallVec<[Option<Tensor>; 2]> = SmallVec::new();
+        for v in &eqn.outputs {
+            outs.push(env[v.0 as usize].take());
+        }
         if outs.iter().all(Option::is_none) {
             continue;
         }
-        let args: SmallVec<[LinearArg; 4]> = eqn
-            .inputs
-            .iter()
-            .map(|a| match a {
+        let mut args: SmallVec<[LinearArg; 4]> = SmallVec::new();
+        for a in &eqn.inputs {
+            args.push(match a {
                 Atom::Var(v) => LinearArg::Linear(program.aval(*v)),
                 Atom::Const(i) => LinearArg::Const(&program.consts[*i]),
-            })
-            .collect();
+            });
+        }
         let cts_in = transpose_rule(&eqn.prim, &outs, &args)?;
         for (a, ct) in eqn.inputs.iter().zip(cts_in) {
             if let (Atom::Var(v), Some(ct)) = (a, ct) {

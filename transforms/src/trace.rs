@@ -66,16 +66,20 @@ impl Interpreter for TraceInterp {
 
     fn process(&self, _level: Level, prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
         let out_avals = Tensor::with_avals(inputs, |refs| shape_rule(prim, refs))?;
-        let ins: SmallVec<[Atom; 4]> = inputs.iter().map(|t| self.atom(t)).collect();
+        let mut ins: SmallVec<[Atom; 4]> = SmallVec::new();
+        for t in inputs {
+            ins.push(self.atom(t));
+        }
         let mut b = self.builder.borrow_mut();
-        let outs: SmallVec<[Var; 2]> = out_avals.iter().map(|a| b.new_var(a.clone())).collect();
-        b.push(prim.clone(), ins, outs.clone());
-        drop(b);
-        Ok(outs
-            .into_iter()
-            .zip(out_avals)
-            .map(|(var, aval)| Tensor::from_tracer(Tracer { tag: self.tag, aval, a: None, b: None, n: var.0 as usize }))
-            .collect())
+        let mut vars: SmallVec<[Var; 2]> = SmallVec::new();
+        let mut outs = Outs::new();
+        for aval in out_avals {
+            let var = b.new_var(aval.clone());
+            vars.push(var);
+            outs.push(Tensor::from_tracer(Tracer { tag: self.tag, aval, a: None, b: None, n: var.0 as usize }));
+        }
+        b.push(prim.clone(), ins, vars);
+        Ok(outs)
     }
 }
 

@@ -12,7 +12,7 @@ use std::rc::Rc;
 use xform_ops::interp::{push_interpreter, run_at_parent};
 use xform_ops::prim::{batch_rule, shape_rule};
 use xform_ops::prims::batching::to_position;
-use xform_ops::{lax, Error, Interpreter, Level, OrRaise, Outs, Prim, Result, Tag, Tensor, Tracer, Value};
+use xform_ops::{lax, Aval, Error, Interpreter, Level, OrRaise, Outs, Prim, Result, Tag, Tensor, Tracer, Value};
 
 /// The batching interpreter (one instance per vmap call).
 pub(crate) struct BatchInterp {
@@ -25,8 +25,12 @@ impl BatchInterp {
         match bdim {
             None => val,
             Some(d) => {
-                let mut aval = val.aval();
-                aval.shape.0.remove(d);
+                let aval = match &*val.value() {
+                    Value::Array(a) => {
+                        Aval { shape: a.layout.shape.without_axis(d), dtype: a.dtype, device: a.device() }
+                    }
+                    Value::Tracer(t) => Aval { shape: t.aval.shape.without_axis(d), ..t.aval.clone() },
+                };
                 Tensor::from_tracer(Tracer { tag: self.tag, aval, a: Some(val), b: None, n: d })
             }
         }
@@ -60,7 +64,13 @@ impl Interpreter for BatchInterp {
             bdims.push(b);
         }
         match run_at_parent(level, || batch_rule(prim, &vals, &bdims)) {
-            Ok((outs, obdims)) => Ok(outs.into_iter().zip(obdims).map(|(o, b)| self.wrap(o, b)).collect()),
+            Ok((outs, obdims)) => {
+                let mut wrapped = Outs::new();
+                for (o, b) in outs.into_iter().zip(obdims) {
+                    wrapped.push(self.wrap(o, b));
+                }
+                Ok(wrapped)
+            }
             Err(e) => {
                 // Report the error with the per-example shapes the user's code
                 // sees, not the batched ones the rule worked on.

@@ -75,11 +75,10 @@ pub(crate) fn align(op: &str, a: &Tensor, b: &Tensor) -> Result<(Tensor, Tensor)
         let d = DType::promote(da, db);
         (lax::convert(a, d)?, lax::convert(b, d)?)
     };
-    let (sa, sb) = (a.shape(), b.shape());
-    if sa == sb {
+    if a.same_shape(&b) {
         return Ok((a, b));
     }
-    let s = broadcast_shapes(op, &sa, &sb)?;
+    let s = broadcast_shapes(op, &a.shape(), &b.shape())?;
     Ok((lax::broadcast_to(&a, &s)?, lax::broadcast_to(&b, &s)?))
 }
 

@@ -6,7 +6,6 @@ use crate::interp::{bind, Outs};
 use crate::lax;
 use crate::prim::{BDims, Prim};
 use crate::tensor::Tensor;
-use smallvec::smallvec;
 
 /// The batch size: the size of the first batched operand's batch dim.
 pub fn batch_size(ins: &[Tensor], bdims: &[Option<usize>]) -> Result<usize> {
@@ -46,6 +45,16 @@ pub fn physical(a: usize, bdim: usize) -> usize {
     }
 }
 
+/// `n` outputs all batched at `d`.
+#[inline]
+fn same_bdims(n: usize, d: usize) -> BDims {
+    let mut b = BDims::new();
+    for _ in 0..n {
+        b.push(Some(d));
+    }
+    b
+}
+
 /// Batches an elementwise primitive (operands of one logical shape): if
 /// every batched operand has its batch dim at the same position, apply it
 /// there, broadcasting unbatched operands into that position (no operand
@@ -58,13 +67,13 @@ pub fn batch_elementwise(prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -
     let shared = bdims.iter().all(|b| b.is_none() || *b == Some(d));
     if shared && bdims.iter().all(Option::is_some) {
         let outs = bind(prim, ins)?;
-        let n = outs.len();
-        return Ok((outs, smallvec![Some(d); n]));
+        let b = same_bdims(outs.len(), d);
+        return Ok((outs, b));
     }
     let size = batch_size(ins, bdims)?;
     let to = if shared { d } else { 0 };
     let moved: Vec<Tensor> = ins.iter().zip(bdims).map(|(x, b)| to_position(x, *b, to, size)).collect::<Result<_>>()?;
     let outs = bind(prim, &moved)?;
-    let n = outs.len();
-    Ok((outs, smallvec![Some(to); n]))
+    let b = same_bdims(outs.len(), to);
+    Ok((outs, b))
 }
