@@ -105,13 +105,18 @@ impl std::ops::DerefMut for Error {
 /// `Result` with xform's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+// The constructors are `#[cold]`: the code that builds an error's message
+// at a call site is then laid out away from the hot path (smaller
+// instruction-cache footprint of every op).
 impl Error {
     /// An error in `op`, recording the transforms in force now.
+    #[cold]
     pub fn new(op: impl Into<String>, kind: ErrorKind) -> Error {
         Error(Box::new(ErrorInfo { op: op.into(), kind, transforms: crate::interp::describe_transforms() }))
     }
 
     /// A shape error.
+    #[cold]
     pub fn shape(op: impl Into<String>, message: impl Into<String>, shapes: &[&Shape]) -> Error {
         Error::new(
             op,
@@ -120,36 +125,43 @@ impl Error {
     }
 
     /// A dtype error.
+    #[cold]
     pub fn dtype(op: impl Into<String>, message: impl Into<String>, dtypes: &[DType]) -> Error {
         Error::new(op, ErrorKind::DType { message: message.into(), dtypes: dtypes.to_vec() })
     }
 
     /// An invalid-argument error.
+    #[cold]
     pub fn invalid(op: impl Into<String>, message: impl Into<String>) -> Error {
         Error::new(op, ErrorKind::Invalid { message: message.into() })
     }
 
     /// A transform error (non-scalar output to grad, integer input, ...).
+    #[cold]
     pub fn transform(op: impl Into<String>, message: impl Into<String>) -> Error {
         Error::new(op, ErrorKind::Transform { message: message.into() })
     }
 
     /// A vmap specification error.
+    #[cold]
     pub fn batching(op: impl Into<String>, message: impl Into<String>) -> Error {
         Error::new(op, ErrorKind::Batching { message: message.into() })
     }
 
     /// An in-place error.
+    #[cold]
     pub fn in_place(op: impl Into<String>, message: impl Into<String>) -> Error {
         Error::new(op, ErrorKind::InPlace { message: message.into() })
     }
 
     /// A device error.
+    #[cold]
     pub fn device(op: impl Into<String>, message: impl Into<String>) -> Error {
         Error::new(op, ErrorKind::Device { message: message.into() })
     }
 
     /// An axis error.
+    #[cold]
     pub fn axis(op: impl Into<String>, axis: isize, rank: usize) -> Error {
         Error::new(op, ErrorKind::Axis { axis, rank })
     }
