@@ -252,12 +252,6 @@ fn owner(level: Level, inputs: &[Tensor]) -> Option<(Level, Rc<dyn Interpreter>)
     })
 }
 
-/// True if `t` is a tracer of the interpreter tagged `tag`.
-#[inline]
-pub fn owned_by(t: &Tensor, tag: Tag) -> bool {
-    matches!(&*t.value(), Value::Tracer(tr) if tr.tag.id == tag.id)
-}
-
 /// Level 0: check shapes, run the kernels.
 fn eval(prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
     let mut vals: SmallVec<[std::cell::Ref<'_, Value>; 4]> = SmallVec::new();

@@ -12,6 +12,7 @@ pub mod array;
 mod backend;
 mod display;
 pub mod error;
+mod free_list;
 pub mod interp;
 pub mod lax;
 pub mod methods;

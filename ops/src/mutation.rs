@@ -34,7 +34,7 @@ pub(crate) fn sync_view(view: &Tensor) {
         }
     }
     let new_value: Value = v.value_cloned();
-    *view.0.node().value.borrow_mut() = new_value;
+    *view.0.value.borrow_mut() = new_value;
     link.seen_version.set(base_version);
 }
 
@@ -142,7 +142,7 @@ pub(crate) fn functionalized_write(op: &str, target: &Tensor, value: &Tensor) ->
             let new_base = scatter_into_base(op, &link.base, &link.ops, value)?;
             crate::mutation::check_scope(op, &link.base, &new_base)?;
             link.base.replace_value(new_base.value_cloned());
-            *target.0.node().value.borrow_mut() = value.value_cloned();
+            *target.0.value.borrow_mut() = value.value_cloned();
             link.seen_version.set(link.base.version());
             Ok(())
         }

@@ -1,15 +1,14 @@
 //! `StorageRef`: the atomically counted pointer from arrays to their
-//! [`Storage`](crate::array::Storage).
+//! [`Storage`].
 //!
-//! It is `Arc<Storage>` whose freed blocks go to a free list of the thread
-//! that frees them and are reused by the next storage that thread makes:
-//! every eager op makes one, and the system allocator is slow at the
-//! bursts of frees that end a transformed call. (The elements themselves
-//! come from the buffer pool in `xform_kernels::pool`.)
+//! It is `Arc<Storage>` whose freed blocks go to the [`FreeList`] of the
+//! thread that frees them and are reused by the next storage that thread
+//! makes (every eager op makes one). The elements themselves come from the
+//! buffer pool in `xform_kernels::pool`.
 
 use crate::array::Storage;
-use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
-use std::cell::Cell;
+use crate::free_list::FreeList;
+use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicUsize, Ordering};
 
@@ -18,45 +17,13 @@ struct Block {
     storage: Storage,
 }
 
-/// Blocks kept per thread at most.
-const MAX_FREE: usize = 256;
-
-struct FreeBlock {
-    next: *mut FreeBlock,
-}
-
-const _: () = assert!(std::mem::size_of::<FreeBlock>() <= std::mem::size_of::<Block>());
-const _: () = assert!(std::mem::align_of::<FreeBlock>() <= std::mem::align_of::<Block>());
-
-/// A list threaded through freed blocks (plain memory: a block freed on
-/// this thread may have been allocated on another, which the global
-/// allocator allows).
-struct FreeList {
-    head: Cell<*mut FreeBlock>,
-    len: Cell<usize>,
-}
-
-impl Drop for FreeList {
-    fn drop(&mut self) {
-        let mut p = self.head.get();
-        while !p.is_null() {
-            // SAFETY: each listed block was allocated with
-            // `Layout::new::<Block>()`, holds no live storage, and starts
-            // with the link written when it was listed.
-            unsafe {
-                let next = (*p).next;
-                dealloc(p.cast(), Layout::new::<Block>());
-                p = next;
-            }
-        }
-    }
-}
+const LAYOUT: Layout = Layout::new::<Block>();
 
 thread_local! {
-    static FREE: FreeList = const { FreeList { head: Cell::new(std::ptr::null_mut()), len: Cell::new(0) } };
+    static FREE: FreeList = const { FreeList::new(LAYOUT, 256) };
 }
 
-/// A counted, thread-safe reference to one storage (see the module docs).
+/// A counted, thread-safe reference to one storage; dereferences to it.
 pub(crate) struct StorageRef {
     ptr: NonNull<Block>,
 }
@@ -74,35 +41,13 @@ impl StorageRef {
     /// A new storage with a count of one.
     #[inline]
     pub(crate) fn new(storage: Storage) -> StorageRef {
-        let reused = FREE
-            .try_with(|f| {
-                let head = f.head.get();
-                if head.is_null() {
-                    return None;
-                }
-                // SAFETY: `head` is a listed block, valid for reads of its link.
-                f.head.set(unsafe { (*head).next });
-                f.len.set(f.len.get() - 1);
-                Some(head.cast::<Block>())
-            })
-            .ok()
-            .flatten();
-        let block = match reused {
-            Some(p) => p,
-            None => {
-                let layout = Layout::new::<Block>();
-                // SAFETY: `Block` has a non-zero size.
-                let p = unsafe { alloc(layout) }.cast::<Block>();
-                if p.is_null() {
-                    handle_alloc_error(layout);
-                }
-                p
-            }
-        };
-        // SAFETY: `block` is valid for writes and holds no live value.
-        unsafe { block.write(Block { strong: AtomicUsize::new(1), storage }) };
-        // SAFETY: non-null (checked, or taken from the list).
-        StorageRef { ptr: unsafe { NonNull::new_unchecked(block) } }
+        let block = FreeList::take(&FREE, LAYOUT).cast::<Block>();
+        // SAFETY: `block` is non-null, valid for writes of a `Block` and
+        // holds no live value.
+        unsafe {
+            block.write(Block { strong: AtomicUsize::new(1), storage });
+            StorageRef { ptr: NonNull::new_unchecked(block) }
+        }
     }
 
     #[inline]
@@ -122,26 +67,6 @@ impl StorageRef {
     #[inline]
     pub(crate) fn strong_count(&self) -> usize {
         self.block().strong.load(Ordering::Acquire)
-    }
-
-    fn release(block: *mut Block) {
-        let kept = FREE
-            .try_with(|f| {
-                if f.len.get() >= MAX_FREE {
-                    return false;
-                }
-                let b = block.cast::<FreeBlock>();
-                // SAFETY: the block is valid for writes; its storage was dropped.
-                unsafe { b.write(FreeBlock { next: f.head.get() }) };
-                f.head.set(b);
-                f.len.set(f.len.get() + 1);
-                true
-            })
-            .unwrap_or(false);
-        if !kept {
-            // SAFETY: allocated with this layout; storage already dropped.
-            unsafe { dealloc(block.cast(), Layout::new::<Block>()) };
-        }
     }
 }
 
@@ -175,10 +100,12 @@ impl Drop for StorageRef {
         // their uses of the storage happen before it is dropped (as in `Arc`).
         fence(Ordering::Acquire);
         let block = self.ptr.as_ptr();
-        // SAFETY: this was the last reference; the storage is dropped once
-        // and the block is only reused through `release`.
-        unsafe { std::ptr::drop_in_place(&mut (*block).storage) };
-        StorageRef::release(block);
+        // SAFETY: this was the last reference: the storage is dropped once
+        // and the block is handed over dead.
+        unsafe {
+            std::ptr::drop_in_place(&mut (*block).storage);
+            FreeList::give(&FREE, block.cast(), LAYOUT);
+        }
     }
 }
 

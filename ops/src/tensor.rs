@@ -97,6 +97,17 @@ pub enum Value {
     Tracer(Tracer),
 }
 
+impl Value {
+    /// The abstract value, borrowed.
+    #[inline]
+    pub fn aval_ref(&self) -> AvalRef<'_> {
+        match self {
+            Value::Array(a) => a.aval_ref(),
+            Value::Tracer(t) => t.aval.as_ref(),
+        }
+    }
+}
+
 /// How a view tensor was derived from its base, for functionalization.
 #[derive(Clone)]
 pub struct ViewLink {
@@ -172,10 +183,10 @@ impl Tensor {
     /// functionalized write, the view is recomputed from the base first.
     #[inline]
     pub fn value(&self) -> Ref<'_, Value> {
-        if self.0.node().view.is_some() {
+        if self.0.view.is_some() {
             crate::mutation::sync_view(self);
         }
-        self.0.node().value.borrow()
+        self.0.value.borrow()
     }
 
     /// The current value (a clone of the handle inside).
@@ -230,20 +241,20 @@ impl Tensor {
         }
         let mut refs: smallvec::SmallVec<[AvalRef<'_>; 4]> = smallvec::SmallVec::new();
         for v in &vals {
-            refs.push(match &**v {
-                Value::Array(a) => a.aval_ref(),
-                Value::Tracer(t) => t.aval.as_ref(),
-            });
+            refs.push(v.aval_ref());
         }
         f(&refs)
     }
 
     /// Shape, dtype and device.
     pub fn aval(&self) -> Aval {
-        match &*self.value() {
-            Value::Array(a) => a.aval_ref().to_owned(),
-            Value::Tracer(t) => t.aval.clone(),
-        }
+        self.with_aval(|a| a.to_owned())
+    }
+
+    /// Runs `f` on the borrowed shape, dtype and device (no shape copy).
+    #[inline]
+    pub fn with_aval<R>(&self, f: impl FnOnce(AvalRef<'_>) -> R) -> R {
+        f(self.value().aval_ref())
     }
 
     /// The shape.
@@ -253,10 +264,7 @@ impl Tensor {
 
     /// Runs `f` on the borrowed shape (no copy, for the getters below).
     fn with_shape<R>(&self, f: impl FnOnce(&Shape) -> R) -> R {
-        match &*self.value() {
-            Value::Array(a) => f(&a.layout.shape),
-            Value::Tracer(t) => f(&t.aval.shape),
-        }
+        self.with_aval(|a| f(a.shape))
     }
 
     /// True if both tensors have the same shape (compared without copies).
@@ -276,18 +284,12 @@ impl Tensor {
 
     /// The element type.
     pub fn dtype(&self) -> DType {
-        match &*self.value() {
-            Value::Array(a) => a.dtype,
-            Value::Tracer(t) => t.aval.dtype,
-        }
+        self.with_aval(|a| a.dtype)
     }
 
     /// The device.
     pub fn device(&self) -> Device {
-        match &*self.value() {
-            Value::Array(a) => a.device(),
-            Value::Tracer(t) => t.aval.device,
-        }
+        self.with_aval(|a| a.device)
     }
 
     /// The number of axes.
@@ -308,29 +310,29 @@ impl Tensor {
     /// Replaces this node's value (functionalized mutation) and bumps its
     /// version so that views of it re-read.
     pub(crate) fn replace_value(&self, v: Value) {
-        let mut hint = self.0.node().eager_layout.borrow_mut();
+        let mut hint = self.0.eager_layout.borrow_mut();
         if hint.is_none() {
-            *hint = Some(Box::new(match &*self.0.node().value.borrow() {
+            *hint = Some(Box::new(match &*self.0.value.borrow() {
                 Value::Array(a) => a.layout.clone(),
                 Value::Tracer(t) => xform_kernels::Layout::contiguous(t.aval.shape.clone()),
             }));
         }
         drop(hint);
-        *self.0.node().value.borrow_mut() = v;
-        self.0.node().version.set(self.0.node().version.get() + 1);
+        *self.0.value.borrow_mut() = v;
+        self.0.version.set(self.0.version.get() + 1);
     }
 
     /// How many times an in-place op under a transform replaced this
     /// tensor's value (0 if it never did). Transforms use it to write
     /// mutated arguments back to the caller.
     pub fn version(&self) -> u64 {
-        self.0.node().version.get()
+        self.0.version.get()
     }
 
     /// The layout eager execution would give this tensor (its layout before
     /// any functionalized write; contiguous for a tracer).
     pub(crate) fn eager_layout(&self) -> xform_kernels::Layout {
-        if let Some(l) = &*self.0.node().eager_layout.borrow() {
+        if let Some(l) = &*self.0.eager_layout.borrow() {
             return (**l).clone();
         }
         match self.array() {
@@ -341,12 +343,12 @@ impl Tensor {
 
     /// When the node was made (thread epoch clock).
     pub(crate) fn birth(&self) -> u64 {
-        self.0.node().birth
+        self.0.birth
     }
 
     /// The view link, if this tensor was made by a view method.
     pub(crate) fn view_link(&self) -> Option<&ViewLink> {
-        self.0.node().view.as_deref()
+        self.0.view.as_deref()
     }
 }
 

@@ -25,12 +25,7 @@ impl BatchInterp {
         match bdim {
             None => val,
             Some(d) => {
-                let aval = match &*val.value() {
-                    Value::Array(a) => {
-                        Aval { shape: a.layout.shape.without_axis(d), dtype: a.dtype, device: a.device() }
-                    }
-                    Value::Tracer(t) => Aval { shape: t.aval.shape.without_axis(d), ..t.aval.clone() },
-                };
+                let aval = val.with_aval(|a| Aval { shape: a.shape.without_axis(d), dtype: a.dtype, device: a.device });
                 Tensor::from_tracer(Tracer { tag: self.tag, aval, a: Some(val), b: None, n: d })
             }
         }

@@ -215,8 +215,7 @@ impl Tensor {
         let mut lim: Axes = shape.iter().copied().collect();
         st[a] = i as usize;
         lim[a] = i as usize + 1;
-        let mut out = shape.clone();
-        out.0.remove(a);
+        let out = shape.without_axis(a);
         make_view(
             self,
             &[

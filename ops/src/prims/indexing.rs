@@ -365,11 +365,7 @@ pub(crate) fn batch_dynamic_slice(sizes: &[usize], ins: &[Tensor], bdims: &[Opti
     }
     // Per-example starts: one batched gather per axis.
     let mut x = to_front(&ins[0], bdims[0], size)?;
-    let logical = {
-        let mut s = x.shape();
-        s.0.remove(0);
-        s
-    };
+    let logical = x.shape().without_axis(0);
     for d in 0..sizes.len() {
         if sizes[d] == logical[d] {
             continue; // the start clamps to 0: the whole axis

@@ -430,10 +430,7 @@ pub(crate) fn batch_pad(
             let zero = lax::scalar(0.0, x.dtype(), x.device())?;
             let padded = lax::pad(&x, &zero, &lo, &hi, &it)?;
             let logical = ins[0].shape();
-            let mut lshape = logical.clone();
-            if let Some(bd) = bdims[0] {
-                lshape.0.remove(bd);
-            }
+            let lshape = bdims[0].map_or_else(|| logical.clone(), |bd| logical.without_axis(bd));
             let inner = lax::full(&lshape, 1.0, DType::Bool, x.device())?;
             let f = lax::scalar(0.0, DType::Bool, x.device())?;
             let mask = lax::pad(&inner, &f, low, high, interior)?;
