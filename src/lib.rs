@@ -37,7 +37,7 @@ pub use xform_ops::{
 pub use xform_transforms::{
     functionalize, functionalize_with, grad, grad_with_aux, hessian, impl_tree, jacfwd, jacfwd_with, jacrev,
     jacrev_with, jvp, linearize, trace, try_jvp, value_and_grad, value_and_grad_with_aux, vjp, vmap, vmap_with, Axes,
-    FunctionalizeOptions, JacOptions, Tree, VmapOptions,
+    FunctionalizeOptions, JacOptions, Leaves, Tree, VmapOptions,
 };
 
 /// Lower layers, for extension and inspection: the interpreter core, the

@@ -15,7 +15,6 @@ use crate::prim::Prim;
 use crate::tensor::{AvalRef, Tensor, Value};
 use smallvec::SmallVec;
 use std::cell::{Cell, RefCell};
-use std::rc::Rc;
 
 /// The outputs of one primitive application (almost always one).
 pub type Outs = SmallVec<[Tensor; 2]>;
@@ -67,7 +66,9 @@ pub trait Interpreter {
 }
 
 struct Entry {
-    interp: Rc<dyn Interpreter>,
+    /// Borrowed by the [`with_interpreter`] call that pushed the entry,
+    /// which pops it before it returns (see the SAFETY note there).
+    interp: *const dyn Interpreter,
     tag: Tag,
     parent: Level,
     epoch: u64,
@@ -119,7 +120,9 @@ pub fn describe_transforms() -> String {
         let mut level = s.entries.len();
         while level > 0 {
             let e = &s.entries[level - 1];
-            if let Some(d) = e.interp.describe() {
+            // SAFETY: an entry's interpreter is alive while the entry is on
+            // the stack (see `with_interpreter`).
+            if let Some(d) = unsafe { &*e.interp }.describe() {
                 names.push(d);
             }
             level = e.parent;
@@ -129,17 +132,11 @@ pub fn describe_transforms() -> String {
     })
 }
 
-/// Restores the stack when a transform call ends, also on panic.
-pub struct PushGuard {
+/// Pops the entry a [`with_interpreter`] call pushed, on return and on
+/// panic.
+struct PushGuard {
     level: Level,
     prev_current: Level,
-}
-
-impl PushGuard {
-    /// This interpreter's level.
-    pub fn level(&self) -> Level {
-        self.level
-    }
 }
 
 impl Drop for PushGuard {
@@ -153,18 +150,32 @@ impl Drop for PushGuard {
     }
 }
 
-/// Pushes `interp` with the current level as its parent and makes it
-/// current until the guard drops.
-pub fn push_interpreter(interp: Rc<dyn Interpreter>) -> PushGuard {
-    STACK.with(|s| {
+/// Runs `f` with `interp` pushed (the current level as its parent) and
+/// current; pops it when `f` returns or panics. This is how every
+/// transform call runs the user's function.
+///
+/// The interpreter is borrowed, not moved: it lives in the transform's
+/// frame, so pushing one allocates nothing.
+pub fn with_interpreter<R>(interp: &dyn Interpreter, f: impl FnOnce() -> R) -> R {
+    let ptr: *const (dyn Interpreter + '_) = interp;
+    // SAFETY: only the pointer's lifetime bound is erased (same layout).
+    // The entry holding it is popped by `_guard` before this function
+    // returns or unwinds, while `interp` is still borrowed; entries are
+    // pushed and popped only here, in LIFO order, and all code that runs
+    // on this thread meanwhile runs inside `f`. So every dereference of an
+    // entry's pointer (in `bind_at` and `describe_transforms`, which find
+    // it on the stack) happens while `interp` is alive.
+    let ptr: *const (dyn Interpreter + 'static) = unsafe { std::mem::transmute(ptr) };
+    let _guard = STACK.with(|s| {
         let mut s = s.borrow_mut();
         let parent = s.current;
         let tag = interp.tag();
-        s.entries.push(Entry { interp, tag, parent, epoch: next_epoch() });
+        s.entries.push(Entry { interp: ptr, tag, parent, epoch: next_epoch() });
         let level = s.entries.len();
         let prev_current = std::mem::replace(&mut s.current, level);
         PushGuard { level, prev_current }
-    })
+    });
+    f()
 }
 
 /// Restores the current level when dropped.
@@ -214,7 +225,10 @@ pub fn bind1(prim: &Prim, inputs: &[Tensor]) -> Result<Tensor> {
 /// forward it down, level 0 evaluates it.
 pub fn bind_at(level: Level, prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
     match owner(level, inputs) {
-        Some((level, interp)) => interp.process(level, prim, inputs),
+        // SAFETY: `owner` found the entry on the stack, so the interpreter
+        // it points at is alive (see `with_interpreter`) and outlives this
+        // call, which runs inside the `with_interpreter` that pushed it.
+        Some((level, interp)) => unsafe { &*interp }.process(level, prim, inputs),
         // Concrete inputs, or tracers of no interpreter below (escaped:
         // eval reports them).
         None => eval(prim, inputs),
@@ -225,26 +239,36 @@ pub fn bind_at(level: Level, prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
 /// with its interpreter. The inputs' tags are read once, and concrete
 /// inputs only (the common case under every transform) walk no stack.
 #[inline]
-fn owner(level: Level, inputs: &[Tensor]) -> Option<(Level, Rc<dyn Interpreter>)> {
+fn owner(level: Level, inputs: &[Tensor]) -> Option<(Level, *const dyn Interpreter)> {
     if level == 0 {
         return None;
     }
-    let mut tags: SmallVec<[u64; 4]> = SmallVec::new();
+    // Up to four tags inline (primitives take one to three operands); more
+    // tracer operands are looked up again on the tensors themselves.
+    let mut tags = [0u64; 4];
+    let mut n = 0;
     for t in inputs {
         if let Value::Tracer(tr) = &*t.value() {
-            tags.push(tr.tag.id);
+            if n < tags.len() {
+                tags[n] = tr.tag.id;
+            }
+            n += 1;
         }
     }
-    if tags.is_empty() {
+    if n == 0 {
         return None;
     }
+    let owns = |id: u64| {
+        tags[..n.min(4)].contains(&id)
+            || (n > 4 && inputs.iter().any(|t| matches!(&*t.value(), Value::Tracer(tr) if tr.tag.id == id)))
+    };
     STACK.with(|s| {
         let s = s.borrow();
         let mut level = level;
         while level > 0 {
             let e = &s.entries[level - 1];
-            if tags.contains(&e.tag.id) {
-                return Some((level, e.interp.clone()));
+            if owns(e.tag.id) {
+                return Some((level, e.interp));
             }
             level = e.parent;
         }
@@ -252,14 +276,56 @@ fn owner(level: Level, inputs: &[Tensor]) -> Option<(Level, Rc<dyn Interpreter>)
     })
 }
 
-/// Level 0: check shapes, run the kernels.
+/// The concrete array of an operand that reached `Eval`.
+#[inline]
+fn concrete<'v>(prim: &Prim, v: &'v Value) -> Result<&'v crate::Array> {
+    match v {
+        Value::Array(a) => Ok(a),
+        Value::Tracer(tr) => {
+            Err(Error::new(prim.name(), ErrorKind::EscapedTracer { transform: tr.tag.name.to_string() }))
+        }
+    }
+}
+
+#[cold]
+fn mixed_devices(prim: &Prim, first: crate::Device, other: crate::Device) -> Error {
+    Error::device(
+        prim.name(),
+        format!("operands are on different devices ({first} and {other}); move them with to_device"),
+    )
+}
+
+/// Level 0: check shapes, run the kernels. One and two operands (nearly
+/// every op) are handled without building operand lists.
 fn eval(prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
+    match inputs {
+        [x] => {
+            let vx = x.value();
+            let ax = concrete(prim, &vx)?;
+            crate::prim::check(prim, &[ax.aval_ref()])?;
+            crate::prim::lower(prim, &[ax])
+        }
+        [x, y] => {
+            let (vx, vy) = (x.value(), y.value());
+            let (ax, ay) = (concrete(prim, &vx)?, concrete(prim, &vy)?);
+            let (rx, ry) = (ax.aval_ref(), ay.aval_ref());
+            let (dx, dy) = (rx.device, ry.device);
+            crate::prim::check(prim, &[rx, ry])?;
+            if dx != dy {
+                return Err(mixed_devices(prim, dx, dy));
+            }
+            crate::prim::lower(prim, &[ax, ay])
+        }
+        _ => eval_any(prim, inputs),
+    }
+}
+
+/// [`eval`] for any number of operands.
+fn eval_any(prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
     let mut vals: SmallVec<[std::cell::Ref<'_, Value>; 4]> = SmallVec::new();
     for t in inputs {
         let v = t.value();
-        if let Value::Tracer(tr) = &*v {
-            return Err(Error::new(prim.name(), ErrorKind::EscapedTracer { transform: tr.tag.name.to_string() }));
-        }
+        concrete(prim, &v)?;
         vals.push(v);
     }
     let mut arrays: SmallVec<[&crate::Array; 4]> = SmallVec::new();
@@ -273,13 +339,7 @@ fn eval(prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
     crate::prim::check(prim, &avals)?;
     if let Some(first) = avals.first() {
         if let Some(other) = avals.iter().find(|a| a.device != first.device) {
-            return Err(Error::device(
-                prim.name(),
-                format!(
-                    "operands are on different devices ({} and {}); move them with to_device",
-                    first.device, other.device
-                ),
-            ));
+            return Err(mixed_devices(prim, first.device, other.device));
         }
     }
     crate::prim::lower(prim, &arrays)

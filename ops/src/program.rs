@@ -193,15 +193,12 @@ pub struct ProgramBuilder {
 }
 
 impl ProgramBuilder {
-    /// An empty builder, with room for a small program (a transformed tiny
-    /// function records about a dozen equations; growing from empty cost
-    /// several reallocations per call).
+    /// An empty builder. Its buffers are those of a program dropped earlier
+    /// on this thread when there is one (see [`spare`]), else new ones with
+    /// room for a small program.
     pub fn new() -> Self {
-        let mut b = Self::default();
-        b.program.eqns.reserve(16);
-        b.program.avals.reserve(32);
-        b.program.inputs.reserve(4);
-        b
+        let (program, const_index, keep_alive) = spare::take();
+        ProgramBuilder { program, const_index, keep_alive }
     }
 
     /// A fresh variable of abstract value `aval`.
@@ -259,8 +256,149 @@ impl ProgramBuilder {
     }
 
     /// Finishes the program with these outputs.
-    pub fn finish(mut self, outputs: Vec<Atom>) -> Program {
-        self.program.outputs = outputs;
-        self.program
+    pub fn finish(mut self, outputs: impl IntoIterator<Item = Atom>) -> Program {
+        self.program.outputs.extend(outputs);
+        spare::give_keys(std::mem::take(&mut self.const_index), std::mem::take(&mut self.keep_alive));
+        std::mem::take(&mut self.program)
+    }
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        spare::give_program(self);
+    }
+}
+
+/// Buffers of finished builders and dropped programs, reused by the next
+/// builder on this thread.
+///
+/// Every `grad` or `vjp` call records a small program and drops it before
+/// it returns; allocating and freeing its seven buffers (two of them over
+/// glibc's per-thread cache size) cost more than recording the equations.
+/// A few sets are kept, for nested transforms; buffers that grew large are
+/// freed instead, so a big traced program does not pin memory.
+mod spare {
+    use super::{Atom, Eqn, KeyMap, Program, Var};
+    use crate::tensor::{Aval, Tensor};
+    use std::cell::RefCell;
+
+    /// Sets kept per thread.
+    const KEEP: usize = 4;
+    /// Equations (and, times four, variables) above which a buffer is freed.
+    const MAX_EQNS: usize = 256;
+
+    struct Bufs {
+        inputs: Vec<Var>,
+        consts: Vec<Tensor>,
+        eqns: Vec<Eqn>,
+        outputs: Vec<Atom>,
+        avals: Vec<Aval>,
+    }
+
+    thread_local! {
+        static PROGRAMS: RefCell<Vec<Bufs>> = const { RefCell::new(Vec::new()) };
+        static KEYS: RefCell<Vec<(KeyMap, Vec<Tensor>)>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// Empty buffers for a builder: recycled ones, or new ones with room
+    /// for about a dozen equations (growing from empty costs several
+    /// reallocations per call).
+    pub(super) fn take() -> (Program, KeyMap, Vec<Tensor>) {
+        let bufs = PROGRAMS.try_with(|p| p.try_borrow_mut().ok().and_then(|mut p| p.pop())).ok().flatten();
+        let program = match bufs {
+            Some(b) => Program { inputs: b.inputs, consts: b.consts, eqns: b.eqns, outputs: b.outputs, avals: b.avals },
+            None => Program {
+                inputs: Vec::with_capacity(4),
+                consts: Vec::with_capacity(8),
+                eqns: Vec::with_capacity(16),
+                outputs: Vec::with_capacity(4),
+                avals: Vec::with_capacity(32),
+            },
+        };
+        let keys = KEYS.try_with(|k| k.try_borrow_mut().ok().and_then(|mut k| k.pop())).ok().flatten();
+        let (const_index, keep_alive) = keys.unwrap_or_default();
+        (program, const_index, keep_alive)
+    }
+
+    /// Keeps a dropped program's buffers (emptied) for reuse.
+    pub(super) fn give_program(p: &mut Program) {
+        if p.eqns.capacity() == 0 || p.eqns.capacity() > MAX_EQNS || p.avals.capacity() > 4 * MAX_EQNS {
+            return;
+        }
+        // Emptied before the thread-local is borrowed: dropping constants
+        // may drop other programs' tensors, never a program, but this keeps
+        // the borrow short either way.
+        p.inputs.clear();
+        p.consts.clear();
+        p.eqns.clear();
+        p.outputs.clear();
+        p.avals.clear();
+        let bufs = Bufs {
+            inputs: std::mem::take(&mut p.inputs),
+            consts: std::mem::take(&mut p.consts),
+            eqns: std::mem::take(&mut p.eqns),
+            outputs: std::mem::take(&mut p.outputs),
+            avals: std::mem::take(&mut p.avals),
+        };
+        let _ = PROGRAMS.try_with(|s| {
+            if let Ok(mut s) = s.try_borrow_mut() {
+                if s.len() < KEEP {
+                    s.push(bufs);
+                }
+            }
+        });
+    }
+
+    /// Keeps a finished builder's constant index (emptied) for reuse.
+    pub(super) fn give_keys(mut index: KeyMap, mut keep_alive: Vec<Tensor>) {
+        if index.capacity() > MAX_EQNS || keep_alive.capacity() > MAX_EQNS {
+            return;
+        }
+        index.clear();
+        keep_alive.clear();
+        let _ = KEYS.try_with(|s| {
+            if let Ok(mut s) = s.try_borrow_mut() {
+                if s.len() < KEEP {
+                    s.push((index, keep_alive));
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::prims::binary::BinaryOp;
+    use smallvec::smallvec;
+
+    fn add_const_program(x: &Tensor) -> Program {
+        let mut b = ProgramBuilder::new();
+        let v = b.new_input(x.aval());
+        let c = b.constant(x);
+        let o = b.new_var(x.aval());
+        b.push(Prim::Binary(BinaryOp::Add), smallvec![Atom::Var(v), c], smallvec![o]);
+        b.finish([Atom::Var(o)])
+    }
+
+    /// A builder that reuses a dropped program's buffers starts empty and
+    /// records a correct program.
+    #[test]
+    fn recycled_buffers_start_empty() {
+        let x = Tensor::from_vec(vec![1.0f32, 2.0], [2]);
+        let first = add_const_program(&x);
+        assert_eq!(first.eval(&[x.clone()]).unwrap()[0].to_vec::<f32>(), vec![2.0, 4.0]);
+        drop(first);
+        let fresh = ProgramBuilder::new();
+        assert!(fresh.is_empty());
+        let empty = fresh.finish([]);
+        assert!(empty.eqns.capacity() > 0, "the dropped program's buffers are reused");
+        assert!(empty.inputs.is_empty() && empty.consts.is_empty() && empty.outputs.is_empty());
+        assert!(empty.avals.is_empty());
+        drop(empty);
+        let y = Tensor::from_vec(vec![5.0f32, -1.0], [2]);
+        let second = add_const_program(&y);
+        assert_eq!((second.eqns.len(), second.consts.len()), (1, 1));
+        assert_eq!(second.eval(&[x]).unwrap()[0].to_vec::<f32>(), vec![6.0, 1.0]);
     }
 }

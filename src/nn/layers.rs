@@ -1,7 +1,7 @@
 //! Layers whose parameters are plain pytree structs: [`Linear`] and
 //! [`Mlp`], with initializers from random keys.
 
-use crate::{impl_tree, DType, Error, Key, Tensor, Tree};
+use crate::{impl_tree, DType, Error, Key, Leaves, Tensor, Tree};
 
 /// A fully connected layer `y = x @ w + b`.
 ///
@@ -106,7 +106,7 @@ impl Activation {
 
 impl Tree for Activation {
     type Map<T> = ();
-    fn flatten_into(&self, _: &mut Vec<Tensor>) {}
+    fn flatten_into(&self, _: &mut Leaves) {}
     fn rebuild(&self, _: &mut dyn Iterator<Item = Tensor>) -> Self {
         *self
     }

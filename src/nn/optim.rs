@@ -5,12 +5,12 @@
 //! vmapped over an ensemble of models and their optimizer states.
 
 use super::tree_util::tree_zeros_like;
-use crate::{DType, Error, Tensor, Tree};
+use crate::{DType, Error, Leaves, Tensor, Tree};
 
 /// Raises unless the parameters and gradients have the same structure and
 /// leaf shapes; returns their leaves.
 #[track_caller]
-fn leaves2<T: Tree>(op: &str, params: &T, grads: &T) -> (Vec<Tensor>, Vec<Tensor>) {
+fn leaves2<T: Tree>(op: &str, params: &T, grads: &T) -> (Leaves, Leaves) {
     let (p, g) = (params.leaves(), grads.leaves());
     let paths = params.paths();
     if p.len() != g.len() || paths != grads.paths() {
@@ -68,7 +68,7 @@ pub struct SgdState<T> {
 
 impl<T: Tree> Tree for SgdState<T> {
     type Map<U> = Option<T::Map<U>>;
-    fn flatten_into(&self, out: &mut Vec<Tensor>) {
+    fn flatten_into(&self, out: &mut Leaves) {
         self.velocity.flatten_into(out)
     }
     fn rebuild(&self, leaves: &mut dyn Iterator<Item = Tensor>) -> Self {
@@ -104,7 +104,7 @@ impl Sgd {
             let new: Vec<Tensor> = p.iter().zip(&g).map(|(p, g)| p - &(g * self.lr)).collect();
             return (params.with_leaves(new), SgdState { velocity: None });
         }
-        let v: Vec<Tensor> = match &state.velocity {
+        let v: Leaves = match &state.velocity {
             Some(v) => {
                 let (_, vl) = leaves2("Sgd::update", params, v);
                 vl.iter().zip(&g).map(|(v, g)| v * self.momentum + g).collect()
@@ -172,7 +172,7 @@ pub struct AdamState<T> {
 
 impl<T: Tree> Tree for AdamState<T> {
     type Map<U> = (U, T::Map<U>, T::Map<U>);
-    fn flatten_into(&self, out: &mut Vec<Tensor>) {
+    fn flatten_into(&self, out: &mut Leaves) {
         out.push(self.step.clone());
         self.m.flatten_into(out);
         self.v.flatten_into(out);

@@ -14,12 +14,12 @@
 //! transform: `vmap(|g: &Mlp| tree_norm(g))(&per_example_grads)` gives one
 //! norm per example.
 
-use crate::{DType, Error, Key, Tensor, Tree};
+use crate::{DType, Error, Key, Leaves, Tensor, Tree};
 
 /// The leaves of `a` and `b`, after checking that the trees have the same
 /// structure.
 #[track_caller]
-fn zip_leaves<T: Tree>(op: &str, a: &T, b: &T) -> (Vec<Tensor>, Vec<Tensor>) {
+fn zip_leaves<T: Tree>(op: &str, a: &T, b: &T) -> (Leaves, Leaves) {
     let (la, lb) = (a.leaves(), b.leaves());
     check_structure(op, "the second tree", a, b, la.len(), lb.len());
     (la, lb)
@@ -120,7 +120,7 @@ pub fn tree_map3<T: Tree>(a: &T, b: &T, c: &T, mut f: impl FnMut(&Tensor, &Tenso
 pub fn tree_add<T: Tree>(a: &T, b: &T) -> T {
     let (la, lb) = zip_leaves("tree_add", a, b);
     check_shapes("tree_add", a, &la, &lb);
-    a.with_leaves(la.iter().zip(&lb).map(|(x, y)| x + y).collect())
+    a.with_leaves(la.iter().zip(&lb).map(|(x, y)| x + y))
 }
 
 /// `a - b`, leaf by leaf.
@@ -131,7 +131,7 @@ pub fn tree_add<T: Tree>(a: &T, b: &T) -> T {
 pub fn tree_sub<T: Tree>(a: &T, b: &T) -> T {
     let (la, lb) = zip_leaves("tree_sub", a, b);
     check_shapes("tree_sub", a, &la, &lb);
-    a.with_leaves(la.iter().zip(&lb).map(|(x, y)| x - y).collect())
+    a.with_leaves(la.iter().zip(&lb).map(|(x, y)| x - y))
 }
 
 /// `s * a`, leaf by leaf (each leaf keeps its dtype).
@@ -148,7 +148,7 @@ pub fn tree_scale<T: Tree>(a: &T, s: f64) -> T {
 pub fn tree_axpy<T: Tree>(alpha: f64, x: &T, y: &T) -> T {
     let (lx, ly) = zip_leaves("tree_axpy", x, y);
     check_shapes("tree_axpy", x, &lx, &ly);
-    x.with_leaves(lx.iter().zip(&ly).map(|(a, b)| a * alpha + b).collect())
+    x.with_leaves(lx.iter().zip(&ly).map(|(a, b)| a * alpha + b))
 }
 
 /// The inner product of two trees: the sum over all leaves of the sum of
@@ -223,7 +223,7 @@ pub fn tree_ones_like<T: Tree>(a: &T) -> T {
 pub fn tree_lerp<T: Tree>(a: &T, b: &T, t: f64) -> T {
     let (la, lb) = zip_leaves("tree_lerp", a, b);
     check_shapes("tree_lerp", a, &la, &lb);
-    a.with_leaves(la.iter().zip(&lb).map(|(x, y)| x + &((y - x) * t)).collect())
+    a.with_leaves(la.iter().zip(&lb).map(|(x, y)| x + &((y - x) * t)))
 }
 
 /// The elementwise mean of several trees of one structure (weight
@@ -251,7 +251,7 @@ pub fn tree_average<T: Tree>(trees: &[T]) -> T {
         acc = acc.iter().zip(&l).map(|(a, b)| a + b).collect();
     }
     let n = trees.len() as f64;
-    first.with_leaves(acc.iter().map(|a| a / n).collect())
+    first.with_leaves(acc.iter().map(|a| a / n))
 }
 
 /// The number of elements over all leaves (a model's parameter count).
@@ -264,7 +264,7 @@ pub fn tree_numel<T: Tree>(a: &T) -> usize {
 /// is the Gaussian noise of DP-SGD or of perturbation methods.
 pub fn tree_normal_like<T: Tree>(key: &Key, a: &T) -> T {
     let leaves = a.leaves();
-    let out = leaves
+    let out: Leaves = leaves
         .iter()
         .enumerate()
         .map(|(i, l)| {
@@ -335,7 +335,7 @@ pub fn stack<T: Tree>(trees: &[T]) -> T {
         Error::invalid("stack", "needs at least one tree").raise();
     };
     let l0 = first.leaves();
-    let all: Vec<Vec<Tensor>> = trees
+    let all: Vec<Leaves> = trees
         .iter()
         .enumerate()
         .map(|(k, t)| {
@@ -408,7 +408,7 @@ pub fn unstack<T: Tree>(tree: &T) -> Vec<T> {
         }
     }
     let n = n.map_or(0, |(m, _)| m);
-    (0..n).map(|i| tree.with_leaves(leaves.iter().map(|l| l.index(i as isize)).collect())).collect()
+    (0..n).map(|i| tree.with_leaves(leaves.iter().map(|l| l.index(i as isize)))).collect()
 }
 
 /// Casts every float leaf to `dtype` (integer and bool leaves are kept).

@@ -2,7 +2,7 @@
 
 use super::{index_str, values, CheckFailure};
 use xform_ops::{DType, Key, Tensor};
-use xform_transforms::{jvp, vjp, Tree};
+use xform_transforms::{jvp, vjp, Leaves, Tree};
 
 /// Which modes of differentiation to check.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -90,10 +90,10 @@ fn check_order<X: Tree, Y: Tree>(
     let y0l = y0.leaves();
     let cts: Vec<Tensor> = y0l.iter().enumerate().map(|(i, y)| rand_like(y, &key.fold_in(1000 + i as u32))).collect();
     let pullback = if modes != Modes::Fwd { Some(vjp(|x: &X| f(x), x).1) } else { None };
-    let rev_grad: Option<Vec<Tensor>> = pullback.as_ref().map(|pb| pb(&y0.with_leaves(cts.clone())).leaves());
+    let rev_grad: Option<Leaves> = pullback.as_ref().map(|pb| pb(&y0.with_leaves(cts.clone())).leaves());
     for (dir, label) in &dirs {
-        let plus = x.with_leaves(leaves.iter().zip(dir).map(|(l, d)| axpy(l, d, eps)).collect());
-        let minus = x.with_leaves(leaves.iter().zip(dir).map(|(l, d)| axpy(l, d, -eps)).collect());
+        let plus = x.with_leaves(leaves.iter().zip(dir).map(|(l, d)| axpy(l, d, eps)));
+        let minus = x.with_leaves(leaves.iter().zip(dir).map(|(l, d)| axpy(l, d, -eps)));
         let (yp, ym) = (f(&plus).leaves(), f(&minus).leaves());
         let numeric: Vec<Vec<f64>> = yp
             .iter()

@@ -9,8 +9,8 @@
 //! program without mutation.
 
 use crate::tree::Tree;
-use std::rc::Rc;
-use xform_ops::interp::{bind_at, parent_of, push_interpreter};
+use smallvec::SmallVec;
+use xform_ops::interp::{bind_at, parent_of, with_interpreter};
 use xform_ops::prim::Prim;
 use xform_ops::{lax, Interpreter, Level, OrRaise, Outs, Result, Tag, Tensor, Value};
 
@@ -102,14 +102,15 @@ pub fn functionalize<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y) -> impl Fn(&X) -> Y 
 /// [`functionalize`] with options.
 pub fn functionalize_with<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y, opts: FunctionalizeOptions) -> impl Fn(&X) -> Y {
     move |x: &X| {
-        let interp = Rc::new(FunctionalizeInterp { tag: Tag::fresh("functionalize"), remove_views: opts.remove_views });
-        let guard = push_interpreter(interp.clone());
+        let interp = FunctionalizeInterp { tag: Tag::fresh("functionalize"), remove_views: opts.remove_views };
         let leaves = x.leaves();
-        let wrapped: Vec<Tensor> = leaves.iter().map(|l| interp.wrap(l.clone())).collect();
-        let y = f(&x.with_leaves(wrapped.clone()));
-        let outs: Vec<Tensor> = y.leaves().iter().map(|o| interp.unwrap(o)).collect();
-        let finals = mutated_finals(&leaves, &wrapped, |w| interp.unwrap(w));
-        drop(guard);
+        let (y, outs, finals) = with_interpreter(&interp, || {
+            let wrapped: Vec<Tensor> = leaves.iter().map(|l| interp.wrap(l.clone())).collect();
+            let y = f(&x.with_leaves(wrapped.clone()));
+            let outs: Vec<Tensor> = y.leaves().iter().map(|o| interp.unwrap(o)).collect();
+            let finals = mutated_finals(&leaves, &wrapped, |w| interp.unwrap(w));
+            (y, outs, finals)
+        });
         write_back("functionalize", &leaves, finals).or_raise();
         y.with_leaves(outs)
     }
@@ -122,13 +123,21 @@ pub(crate) fn mutated_finals<T>(
     originals: &[Tensor],
     wrapped: &[Tensor],
     unwrap: impl Fn(&Tensor) -> T,
-) -> Vec<Option<T>> {
-    wrapped.iter().zip(originals).map(|(w, o)| (!w.same_node(o) && w.version() > 0).then(|| unwrap(w))).collect()
+) -> SmallVec<[Option<T>; 4]> {
+    let mut finals = SmallVec::new();
+    for (w, o) in wrapped.iter().zip(originals) {
+        finals.push((!w.same_node(o) && w.version() > 0).then(|| unwrap(w)));
+    }
+    finals
 }
 
 /// Copies the final values of mutated arguments (`Some`) into the caller's
 /// tensors, at the caller's level.
-pub(crate) fn write_back(op: &str, originals: &[Tensor], finals: Vec<Option<Tensor>>) -> Result<()> {
+pub(crate) fn write_back(
+    op: &str,
+    originals: &[Tensor],
+    finals: impl IntoIterator<Item = Option<Tensor>>,
+) -> Result<()> {
     for (orig, fin) in originals.iter().zip(finals) {
         if let Some(v) = fin {
             orig.try_copy_(&v).map_err(|mut e| {

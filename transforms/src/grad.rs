@@ -3,6 +3,7 @@
 
 use crate::linearize::linearize_flat;
 use crate::tree::Tree;
+use smallvec::SmallVec;
 use xform_ops::{lax, Error, OrRaise, Result, Tensor};
 
 fn check_inputs<X: Tree>(op: &str, x: &X) -> Result<()> {
@@ -53,9 +54,10 @@ fn value_grad_aux<X: Tree, A: Tree>(
     check_scalar(op, &y)?;
     // Only the scalar output is differentiated: the aux outputs get no
     // cotangent, so their part of the linear program is skipped.
-    let mut cts = vec![Some(lax::ones_like(&y)?)];
+    let mut cts: SmallVec<[Option<Tensor>; 4]> = SmallVec::new();
+    cts.push(Some(lax::ones_like(&y)?));
     cts.resize(lin.out_leaves.len(), None);
-    let g = lin.pull_some(cts)?;
+    let g = lin.pull_some(&cts)?;
     Ok((lin.out, x.with_leaves(g)))
 }
 

@@ -171,7 +171,7 @@ fn try_jacrev<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &JacOptions, x: &X) 
     let chunk = rows_per_chunk(opts, row_bytes, total);
     let rows = chunked(total, chunk, |start, k| {
         let basis = basis_chunk(&outs, start, k).or_raise();
-        vmap(|cts: &Vec<Tensor>| lin.pull("jacrev", cts).or_raise())(&basis)
+        vmap(|cts: &Vec<Tensor>| lin.pull("jacrev", cts).or_raise().to_vec())(&basis)
     })?;
     // rows[i]: [M, in_i...]; block for output j: its rows, reshaped.
     let mut blocks = Vec::with_capacity(outs.len());

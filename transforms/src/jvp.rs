@@ -8,8 +8,7 @@
 
 use crate::tree::Tree;
 use smallvec::SmallVec;
-use std::rc::Rc;
-use xform_ops::interp::{push_interpreter, run_at_parent};
+use xform_ops::interp::{run_at_parent, with_interpreter};
 use xform_ops::prim::jvp_rule;
 use xform_ops::{Error, Interpreter, Level, OrRaise, Outs, Prim, Result, Tag, Tensor, Tracer, Value};
 
@@ -21,8 +20,8 @@ pub(crate) struct JvpInterp {
 }
 
 impl JvpInterp {
-    pub(crate) fn new(label: &'static str) -> Rc<JvpInterp> {
-        Rc::new(JvpInterp { tag: Tag::fresh(label), label })
+    pub(crate) fn new(label: &'static str) -> JvpInterp {
+        JvpInterp { tag: Tag::fresh(label), label }
     }
 
     /// A tracer of this interpreter (or the primal itself if the tangent is
@@ -99,19 +98,20 @@ pub(crate) fn jvp_flat<X: Tree, Y: Tree>(
     tangents: Vec<Option<Tensor>>,
 ) -> (Y, Vec<Tensor>, Vec<Option<Tensor>>) {
     let interp = JvpInterp::new(label);
-    let guard = push_interpreter(interp.clone());
     let leaves = primals.leaves();
-    let wrapped: Vec<Tensor> = leaves
-        .iter()
-        .cloned()
-        .zip(tangents)
-        .map(|(p, t)| if p.dtype().is_float() { interp.wrap(p, t) } else { p })
-        .collect();
-    let out = f(&primals.with_leaves(wrapped.clone()));
-    let outs = out.leaves();
-    let (ps, ts): (Vec<Tensor>, Vec<Option<Tensor>>) = outs.iter().map(|o| interp.unwrap(o)).unzip();
-    let finals = crate::functionalize::mutated_finals(&leaves, &wrapped, |w| interp.unwrap(w).0);
-    drop(guard);
+    let (out, ps, ts, finals) = with_interpreter(&interp, || {
+        let wrapped: Vec<Tensor> = leaves
+            .iter()
+            .cloned()
+            .zip(tangents)
+            .map(|(p, t)| if p.dtype().is_float() { interp.wrap(p, t) } else { p })
+            .collect();
+        let out = f(&primals.with_leaves(wrapped.clone()));
+        let outs = out.leaves();
+        let (ps, ts): (Vec<Tensor>, Vec<Option<Tensor>>) = outs.iter().map(|o| interp.unwrap(o)).unzip();
+        let finals = crate::functionalize::mutated_finals(&leaves, &wrapped, |w| interp.unwrap(w).0);
+        (out, ps, ts, finals)
+    });
     crate::functionalize::write_back(label, &leaves, finals).or_raise();
     (out.with_leaves(ps.clone()), ps, ts)
 }

@@ -12,9 +12,9 @@
 
 use crate::jvp::JvpInterp;
 use crate::trace::TraceInterp;
-use crate::tree::Tree;
+use crate::tree::{Leaves, Tree};
 use smallvec::SmallVec;
-use xform_ops::interp::push_interpreter;
+use xform_ops::interp::with_interpreter;
 use xform_ops::prim::{transpose_rule, LinearArg};
 use xform_ops::{lax, Atom, Error, OrRaise, Program, Result, Tensor};
 
@@ -23,12 +23,12 @@ pub(crate) struct Linearized<Y> {
     /// The primal output tree.
     pub(crate) out: Y,
     /// The primal output leaves.
-    pub(crate) out_leaves: Vec<Tensor>,
+    pub(crate) out_leaves: Leaves,
     /// The primal input leaves.
-    pub(crate) in_leaves: Vec<Tensor>,
+    pub(crate) in_leaves: Leaves,
     /// Which input leaves are differentiable (float); the program has one
     /// input per such leaf, in order.
-    pub(crate) diff: Vec<bool>,
+    pub(crate) diff: SmallVec<[bool; 4]>,
     /// Tangents in (of the differentiable leaves) to tangents out (one per
     /// output leaf).
     pub(crate) program: Program,
@@ -37,24 +37,35 @@ pub(crate) struct Linearized<Y> {
 /// Linearizes `f` at `x` (see NOTE: [linearize]).
 pub(crate) fn linearize_flat<X: Tree, Y: Tree>(label: &'static str, f: impl FnOnce(&X) -> Y, x: &X) -> Linearized<Y> {
     let tracer = TraceInterp::new(label, false);
-    let g_trace = push_interpreter(tracer.clone());
     let jvp = JvpInterp::new(label);
-    let g_jvp = push_interpreter(jvp.clone());
     let in_leaves = x.leaves();
-    let diff: Vec<bool> = in_leaves.iter().map(|l| l.dtype().is_float()).collect();
-    let wrapped: Vec<Tensor> = in_leaves
-        .iter()
-        .zip(&diff)
-        .map(|(l, &d)| if d { jvp.wrap(l.clone(), Some(tracer.new_input(l.aval()))) } else { l.clone() })
-        .collect();
-    let out = f(&x.with_leaves(wrapped.clone()));
-    let (out_leaves, tangents): (Vec<Tensor>, Vec<Option<Tensor>>) = out.leaves().iter().map(|o| jvp.unwrap(o)).unzip();
-    let finals = crate::functionalize::mutated_finals(&in_leaves, &wrapped, |w| jvp.unwrap(w).0);
-    drop(g_jvp);
-    let tangent_outs: Vec<Tensor> =
-        tangents.into_iter().zip(&out_leaves).map(|(t, p)| lax::instantiate(&t, p).or_raise()).collect();
-    let mut program = tracer.finish(&tangent_outs);
-    drop(g_trace);
+    let mut diff: SmallVec<[bool; 4]> = SmallVec::new();
+    let (out, out_leaves, finals, mut program) = with_interpreter(&tracer, || {
+        let (out, out_leaves, tangents, finals) = with_interpreter(&jvp, || {
+            let mut wrapped = Leaves::new();
+            for l in &in_leaves {
+                let d = l.dtype().is_float();
+                diff.push(d);
+                wrapped.push(if d { jvp.wrap(l.clone(), Some(tracer.new_input(l.aval()))) } else { l.clone() });
+            }
+            let out = f(&x.with_leaves(wrapped.iter().cloned()));
+            let mut out_leaves = Leaves::new();
+            let mut tangents: SmallVec<[Option<Tensor>; 4]> = SmallVec::new();
+            for o in out.leaves().iter() {
+                let (p, t) = jvp.unwrap(o);
+                out_leaves.push(p);
+                tangents.push(t);
+            }
+            let finals = crate::functionalize::mutated_finals(&in_leaves, &wrapped, |w| jvp.unwrap(w).0);
+            (out, out_leaves, tangents, finals)
+        });
+        let mut tangent_outs = Leaves::new();
+        for (t, p) in tangents.into_iter().zip(&out_leaves) {
+            tangent_outs.push(lax::instantiate(&t, p).or_raise());
+        }
+        let program = tracer.finish(&tangent_outs);
+        (out, out_leaves, finals, program)
+    });
     if finals.iter().any(Option::is_some) {
         // The write-back below changes the arguments' storage: residuals that
         // view it must keep the values they had.
@@ -69,7 +80,7 @@ pub(crate) fn linearize_flat<X: Tree, Y: Tree>(label: &'static str, f: impl FnOn
         }
     }
     crate::functionalize::write_back(label, &in_leaves, finals).or_raise();
-    Linearized { out: out.with_leaves(out_leaves.clone()), out_leaves, in_leaves, diff, program }
+    Linearized { out: out.with_leaves(out_leaves.iter().cloned()), out_leaves, in_leaves, diff, program }
 }
 
 /// Adds a cotangent contribution into its slot.
@@ -80,8 +91,10 @@ fn accumulate(slot: &mut Option<Tensor>, ct: Tensor) -> Result<()> {
 
 /// Transposes a linear program: cotangents of its inputs from cotangents of
 /// its outputs (`None`: zero).
-pub fn backward_pass(program: &Program, cts: &[Option<Tensor>]) -> Result<Vec<Option<Tensor>>> {
-    let mut env: Vec<Option<Tensor>> = vec![None; program.avals.len()];
+pub fn backward_pass(program: &Program, cts: &[Option<Tensor>]) -> Result<SmallVec<[Option<Tensor>; 4]>> {
+    // Inline for the small programs of tiny transformed calls.
+    let mut env: SmallVec<[Option<Tensor>; 32]> = SmallVec::new();
+    env.resize(program.avals.len(), None);
     for (atom, ct) in program.outputs.iter().zip(cts) {
         if let (Atom::Var(v), Some(ct)) = (atom, ct) {
             accumulate(&mut env[v.0 as usize], ct.clone())?;
@@ -115,7 +128,7 @@ pub fn backward_pass(program: &Program, cts: &[Option<Tensor>]) -> Result<Vec<Op
 impl<Y> Linearized<Y> {
     /// Input cotangent leaves (zeros for non-differentiable leaves) from
     /// output cotangent leaves.
-    pub(crate) fn pull(&self, op: &str, cts: &[Tensor]) -> Result<Vec<Tensor>> {
+    pub(crate) fn pull(&self, op: &str, cts: &[Tensor]) -> Result<Leaves> {
         if cts.len() != self.out_leaves.len() {
             return Err(Error::invalid(
                 op,
@@ -131,23 +144,24 @@ impl<Y> Linearized<Y> {
                 ));
             }
         }
-        let cts: Vec<Option<Tensor>> =
+        let cts: SmallVec<[Option<Tensor>; 4]> =
             cts.iter().zip(&self.out_leaves).map(|(c, o)| o.dtype().is_float().then(|| c.clone())).collect();
-        self.pull_some(cts)
+        self.pull_some(&cts)
     }
 
     /// Input cotangent leaves from output cotangents already checked
     /// (`None`: zero, whose part of the program is not transposed at all).
-    pub(crate) fn pull_some(&self, cts: Vec<Option<Tensor>>) -> Result<Vec<Tensor>> {
-        let mut ins = backward_pass(&self.program, &cts)?.into_iter();
-        self.in_leaves
-            .iter()
-            .zip(&self.diff)
-            .map(|(l, &d)| {
-                let ct = if d { ins.next().flatten() } else { None };
-                ct.map_or_else(|| lax::zeros_like(l), Ok)
-            })
-            .collect()
+    pub(crate) fn pull_some(&self, cts: &[Option<Tensor>]) -> Result<Leaves> {
+        let mut ins = backward_pass(&self.program, cts)?.into_iter();
+        let mut out = Leaves::new();
+        for (l, &d) in self.in_leaves.iter().zip(&self.diff) {
+            let ct = if d { ins.next().flatten() } else { None };
+            out.push(match ct {
+                Some(ct) => ct,
+                None => lax::zeros_like(l)?,
+            });
+        }
+        Ok(out)
     }
 
     /// Output tangent leaves from input tangent leaves (forward, linear).

@@ -7,8 +7,7 @@
 use crate::tree::Tree;
 use smallvec::SmallVec;
 use std::cell::RefCell;
-use std::rc::Rc;
-use xform_ops::interp::push_interpreter;
+use xform_ops::interp::with_interpreter;
 use xform_ops::prim::shape_rule;
 use xform_ops::{
     Atom, Aval, Interpreter, Level, Outs, Prim, Program, ProgramBuilder, Result, Tag, Tensor, Tracer, Value, Var,
@@ -23,12 +22,12 @@ pub(crate) struct TraceInterp {
 }
 
 impl TraceInterp {
-    pub(crate) fn new(name: &'static str, visible: bool) -> Rc<TraceInterp> {
-        Rc::new(TraceInterp {
+    pub(crate) fn new(name: &'static str, visible: bool) -> TraceInterp {
+        TraceInterp {
             tag: Tag::fresh(name),
             builder: RefCell::new(ProgramBuilder::new()),
             visible: visible.then_some(name),
-        })
+        }
     }
 
     /// A new program input and its tracer.
@@ -49,7 +48,10 @@ impl TraceInterp {
 
     /// The finished program with these outputs.
     pub(crate) fn finish(&self, outputs: &[Tensor]) -> Program {
-        let atoms: Vec<Atom> = outputs.iter().map(|t| self.atom(t)).collect();
+        let mut atoms: SmallVec<[Atom; 4]> = SmallVec::new();
+        for t in outputs {
+            atoms.push(self.atom(t));
+        }
         let b = std::mem::take(&mut *self.builder.borrow_mut());
         b.finish(atoms)
     }
@@ -99,10 +101,9 @@ impl Interpreter for TraceInterp {
 /// ```
 pub fn trace<X: Tree, Y: Tree>(f: impl FnOnce(&X) -> Y, example: &X) -> Program {
     let interp = TraceInterp::new("trace", true);
-    let guard = push_interpreter(interp.clone());
-    let inputs: Vec<Tensor> = example.leaves().iter().map(|l| interp.new_input(l.aval())).collect();
-    let y = f(&example.with_leaves(inputs));
-    let prog = interp.finish(&y.leaves());
-    drop(guard);
-    prog
+    with_interpreter(&interp, || {
+        let inputs: Vec<Tensor> = example.leaves().iter().map(|l| interp.new_input(l.aval())).collect();
+        let y = f(&example.with_leaves(inputs));
+        interp.finish(&y.leaves())
+    })
 }

@@ -7,8 +7,14 @@
 //! structure with every leaf replaced by a `T`: it is how Jacobians of
 //! nested outputs are typed (`jacrev` of `Fn(&X) -> Y` gives `Y::Map<X>`).
 
+use smallvec::SmallVec;
 use std::collections::BTreeMap;
 use xform_ops::{Key, Tensor};
+
+/// A tree's leaves in flattening order, inline up to four: transformed
+/// functions mostly take and return a few tensors, and flattening them on
+/// every call should not allocate.
+pub type Leaves = SmallVec<[Tensor; 4]>;
 
 /// A nested container of tensors.
 pub trait Tree: Sized {
@@ -16,7 +22,7 @@ pub trait Tree: Sized {
     type Map<T>;
 
     /// Appends the leaves, in a fixed order.
-    fn flatten_into(&self, out: &mut Vec<Tensor>);
+    fn flatten_into(&self, out: &mut Leaves);
 
     /// A tree of the same structure with leaves taken in order from `leaves`.
     ///
@@ -31,8 +37,8 @@ pub trait Tree: Sized {
     fn leaf_paths(&self, prefix: &str, out: &mut Vec<String>);
 
     /// The leaves.
-    fn leaves(&self) -> Vec<Tensor> {
-        let mut v = Vec::with_capacity(4);
+    fn leaves(&self) -> Leaves {
+        let mut v = Leaves::new();
         self.flatten_into(&mut v);
         v
     }
@@ -48,11 +54,10 @@ pub trait Tree: Sized {
     ///
     /// # Panics
     /// If the number of leaves differs.
-    fn with_leaves(&self, leaves: Vec<Tensor>) -> Self {
-        let n = leaves.len();
+    fn with_leaves(&self, leaves: impl IntoIterator<Item = Tensor>) -> Self {
         let mut it = leaves.into_iter();
         let t = self.rebuild(&mut it);
-        assert!(it.next().is_none(), "with_leaves: {n} leaves for a tree with fewer");
+        assert!(it.next().is_none(), "with_leaves: more leaves than the tree has");
         t
     }
 }
@@ -63,7 +68,7 @@ fn take(leaves: &mut dyn Iterator<Item = Tensor>) -> Tensor {
 
 impl Tree for Tensor {
     type Map<T> = T;
-    fn flatten_into(&self, out: &mut Vec<Tensor>) {
+    fn flatten_into(&self, out: &mut Leaves) {
         out.push(self.clone());
     }
     fn rebuild(&self, leaves: &mut dyn Iterator<Item = Tensor>) -> Self {
@@ -79,7 +84,7 @@ impl Tree for Tensor {
 
 impl Tree for Key {
     type Map<T> = T;
-    fn flatten_into(&self, out: &mut Vec<Tensor>) {
+    fn flatten_into(&self, out: &mut Leaves) {
         out.push(self.tensor().clone());
     }
     fn rebuild(&self, leaves: &mut dyn Iterator<Item = Tensor>) -> Self {
@@ -95,7 +100,7 @@ impl Tree for Key {
 
 impl Tree for () {
     type Map<T> = ();
-    fn flatten_into(&self, _: &mut Vec<Tensor>) {}
+    fn flatten_into(&self, _: &mut Leaves) {}
     fn rebuild(&self, _: &mut dyn Iterator<Item = Tensor>) -> Self {}
     fn build_map<T>(&self, _: &mut dyn Iterator<Item = T>) {}
     fn leaf_paths(&self, _: &str, _: &mut Vec<String>) {}
@@ -105,7 +110,7 @@ macro_rules! tuple_tree {
     ($($name:ident $idx:tt),+) => {
         impl<$($name: Tree),+> Tree for ($($name,)+) {
             type Map<T> = ($($name::Map<T>,)+);
-            fn flatten_into(&self, out: &mut Vec<Tensor>) {
+            fn flatten_into(&self, out: &mut Leaves) {
                 $(self.$idx.flatten_into(out);)+
             }
             fn rebuild(&self, leaves: &mut dyn Iterator<Item = Tensor>) -> Self {
@@ -131,7 +136,7 @@ tuple_tree!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
 
 impl<A: Tree> Tree for Vec<A> {
     type Map<T> = Vec<A::Map<T>>;
-    fn flatten_into(&self, out: &mut Vec<Tensor>) {
+    fn flatten_into(&self, out: &mut Leaves) {
         for a in self {
             a.flatten_into(out);
         }
@@ -151,7 +156,7 @@ impl<A: Tree> Tree for Vec<A> {
 
 impl<A: Tree, const N: usize> Tree for [A; N] {
     type Map<T> = [A::Map<T>; N];
-    fn flatten_into(&self, out: &mut Vec<Tensor>) {
+    fn flatten_into(&self, out: &mut Leaves) {
         for a in self {
             a.flatten_into(out);
         }
@@ -171,7 +176,7 @@ impl<A: Tree, const N: usize> Tree for [A; N] {
 
 impl<A: Tree> Tree for Option<A> {
     type Map<T> = Option<A::Map<T>>;
-    fn flatten_into(&self, out: &mut Vec<Tensor>) {
+    fn flatten_into(&self, out: &mut Leaves) {
         if let Some(a) = self {
             a.flatten_into(out);
         }
@@ -191,7 +196,7 @@ impl<A: Tree> Tree for Option<A> {
 
 impl<A: Tree> Tree for Box<A> {
     type Map<T> = Box<A::Map<T>>;
-    fn flatten_into(&self, out: &mut Vec<Tensor>) {
+    fn flatten_into(&self, out: &mut Leaves) {
         (**self).flatten_into(out)
     }
     fn rebuild(&self, leaves: &mut dyn Iterator<Item = Tensor>) -> Self {
@@ -207,7 +212,7 @@ impl<A: Tree> Tree for Box<A> {
 
 impl<A: Tree> Tree for BTreeMap<String, A> {
     type Map<T> = BTreeMap<String, A::Map<T>>;
-    fn flatten_into(&self, out: &mut Vec<Tensor>) {
+    fn flatten_into(&self, out: &mut Leaves) {
         for a in self.values() {
             a.flatten_into(out);
         }
@@ -246,7 +251,7 @@ macro_rules! impl_tree {
     ($name:ident { $($field:ident),* $(,)? }) => {
         impl $crate::Tree for $name {
             type Map<T> = ::std::collections::BTreeMap<String, T>;
-            fn flatten_into(&self, out: &mut Vec<$crate::__Tensor>) {
+            fn flatten_into(&self, out: &mut $crate::Leaves) {
                 $($crate::Tree::flatten_into(&self.$field, out);)*
             }
             fn rebuild(&self, leaves: &mut dyn Iterator<Item = $crate::__Tensor>) -> Self {

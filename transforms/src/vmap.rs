@@ -6,10 +6,9 @@
 //! stay plain values of the parent level. Shape errors are reported with
 //! the per-example (logical) shapes the user's code sees.
 
-use crate::tree::Tree;
+use crate::tree::{Leaves, Tree};
 use smallvec::SmallVec;
-use std::rc::Rc;
-use xform_ops::interp::{push_interpreter, run_at_parent};
+use xform_ops::interp::{run_at_parent, with_interpreter};
 use xform_ops::prim::{batch_rule, shape_rule};
 use xform_ops::prims::batching::to_position;
 use xform_ops::{lax, Aval, Error, Interpreter, Level, OrRaise, Outs, Prim, Result, Tag, Tensor, Tracer, Value};
@@ -76,6 +75,9 @@ impl Interpreter for BatchInterp {
     }
 }
 
+/// One resolved axis entry per leaf.
+type AxisList = SmallVec<[Option<isize>; 4]>;
+
 /// Where the batch axis of each leaf is (`None`: not batched).
 #[derive(Clone, Debug, PartialEq, Default)]
 pub enum Axes {
@@ -135,10 +137,10 @@ fn top_segment(path: &str) -> &str {
 
 /// Resolves an axes spec to one entry per leaf (leaf paths are computed
 /// only when needed: per-argument specs and errors).
-fn resolve_axes(what: &str, spec: &Axes, n: usize, paths: impl FnOnce() -> Vec<String>) -> Result<Vec<Option<isize>>> {
+fn resolve_axes(what: &str, spec: &Axes, n: usize, paths: impl FnOnce() -> Vec<String>) -> Result<AxisList> {
     match spec {
-        Axes::Zero => Ok(vec![Some(0); n]),
-        Axes::All(a) => Ok(vec![*a; n]),
+        Axes::Zero => Ok(smallvec::smallvec![Some(0); n]),
+        Axes::All(a) => Ok(smallvec::smallvec![*a; n]),
         Axes::Leaves(v) => {
             let paths = if v.len() != n { paths() } else { vec![String::new(); n] };
             if v.len() != paths.len() {
@@ -152,7 +154,7 @@ fn resolve_axes(what: &str, spec: &Axes, n: usize, paths: impl FnOnce() -> Vec<S
                     ),
                 ));
             }
-            Ok(v.clone())
+            Ok(v.iter().copied().collect())
         }
         Axes::Args(v) => {
             let paths = paths();
@@ -174,7 +176,7 @@ fn resolve_axes(what: &str, spec: &Axes, n: usize, paths: impl FnOnce() -> Vec<S
                     ),
                 ));
             }
-            let mut out = Vec::with_capacity(paths.len());
+            let mut out = AxisList::with_capacity(paths.len());
             let mut k = 0;
             let mut last = None;
             for p in &paths {
@@ -215,8 +217,8 @@ pub fn try_vmap_call<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &VmapOptions,
     let leaves = x.leaves();
     let axes = resolve_axes("in_axes", &opts.in_axes, leaves.len(), || x.paths())?;
     let path = |i: usize| x.paths().swap_remove(i);
-    let mut batch_axes: Vec<Option<usize>> = Vec::with_capacity(leaves.len());
-    let mut sizes: Vec<(usize, usize)> = Vec::new();
+    let mut batch_axes: SmallVec<[Option<usize>; 4]> = SmallVec::new();
+    let mut sizes: SmallVec<[(usize, usize); 4]> = SmallVec::new();
     for (i, (leaf, ax)) in leaves.iter().zip(&axes).enumerate() {
         match ax {
             None => batch_axes.push(None),
@@ -255,12 +257,12 @@ pub fn try_vmap_call<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &VmapOptions,
     };
     match opts.chunk_size {
         Some(c) if c > 0 && c < size => {
-            let mut parts: Vec<Vec<Tensor>> = Vec::new();
+            let mut parts: Vec<Leaves> = Vec::new();
             let mut out_tree = None;
             let mut start = 0;
             while start < size {
                 let end = (start + c).min(size);
-                let chunk: Vec<Tensor> = leaves
+                let chunk: Leaves = leaves
                     .iter()
                     .zip(&batch_axes)
                     .map(|(l, b)| match b {
@@ -297,39 +299,45 @@ fn vmap_once<X: Tree, Y: Tree>(
     f: &impl Fn(&X) -> Y,
     opts: &VmapOptions,
     x: &X,
-    leaves: Vec<Tensor>,
+    leaves: Leaves,
     batch_axes: &[Option<usize>],
     size: usize,
-) -> Result<(Y, Vec<Tensor>)> {
-    let interp = Rc::new(BatchInterp { tag: Tag::fresh("vmap"), size });
-    let guard = push_interpreter(interp.clone());
-    let wrapped: Vec<Tensor> = leaves.iter().zip(batch_axes).map(|(l, b)| interp.wrap(l.clone(), *b)).collect();
-    let y = f(&x.with_leaves(wrapped.clone()));
-    let outs: Vec<(Tensor, Option<usize>)> = y.leaves().iter().map(|o| interp.unwrap(o)).collect();
-    // Arguments mutated inside f: their final values, batch dim back in place.
-    let finals = crate::functionalize::mutated_finals(&leaves, &wrapped, |w| interp.unwrap(w));
-    drop(guard);
-    let finals: Vec<Option<Tensor>> = finals
-        .into_iter()
-        .zip(batch_axes)
-        .map(|(fin, b)| match (fin, b) {
-            (Some((v, d)), Some(a)) => to_position(&v, d, *a, size).map(Some),
-            _ => Ok(None),
-        })
-        .collect::<Result<_>>()?;
-    crate::functionalize::write_back("vmap", &leaves, finals)?;
+) -> Result<(Y, Leaves)> {
+    let interp = BatchInterp { tag: Tag::fresh("vmap"), size };
+    let (y, outs, finals) = with_interpreter(&interp, || {
+        let mut wrapped = Leaves::new();
+        for (l, b) in leaves.iter().zip(batch_axes) {
+            wrapped.push(interp.wrap(l.clone(), *b));
+        }
+        let y = f(&x.with_leaves(wrapped.iter().cloned()));
+        let mut outs: SmallVec<[(Tensor, Option<usize>); 4]> = SmallVec::new();
+        for o in y.leaves().iter() {
+            outs.push(interp.unwrap(o));
+        }
+        // Arguments mutated inside f: their final values, batch dim back in place.
+        let finals = crate::functionalize::mutated_finals(&leaves, &wrapped, |w| interp.unwrap(w));
+        (y, outs, finals)
+    });
+    let mut placed_finals: SmallVec<[Option<Tensor>; 4]> = SmallVec::new();
+    for (fin, b) in finals.into_iter().zip(batch_axes) {
+        placed_finals.push(match (fin, b) {
+            (Some((v, d)), Some(a)) => Some(to_position(&v, d, *a, size)?),
+            _ => None,
+        });
+    }
+    crate::functionalize::write_back("vmap", &leaves, placed_finals)?;
     let out_axes = resolve_axes("out_axes", &opts.out_axes, outs.len(), || y.paths())?;
     let out_path = |i: usize| y.paths().swap_remove(i);
-    let moved: Vec<Tensor> = outs
-        .into_iter()
-        .zip(&out_axes)
-        .enumerate()
-        .map(|(i, ((v, b), oa))| match (b, oa) {
-            (None, None) => Ok(v),
-            (Some(_), None) => Err(Error::batching(
-                "vmap",
-                format!("output {} varies across the batch, but its out_axes is None", out_path(i)),
-            )),
+    let mut moved = Leaves::new();
+    for (i, ((v, b), oa)) in outs.into_iter().zip(&out_axes).enumerate() {
+        moved.push(match (b, oa) {
+            (None, None) => v,
+            (Some(_), None) => {
+                return Err(Error::batching(
+                    "vmap",
+                    format!("output {} varies across the batch, but its out_axes is None", out_path(i)),
+                ))
+            }
             (b, Some(a)) => {
                 let r = v.rank() as isize + if b.is_some() { 0 } else { 1 };
                 let to = if *a < 0 { a + r } else { *a };
@@ -344,13 +352,13 @@ fn vmap_once<X: Tree, Y: Tree>(
                 // An unbatched output is a broadcast view: materialized, so the
                 // result is writable like any other.
                 if b.is_some() {
-                    Ok(placed)
+                    placed
                 } else {
-                    lax::copy(&placed)
+                    lax::copy(&placed)?
                 }
             }
-        })
-        .collect::<Result<_>>()?;
+        });
+    }
     Ok((y, moved))
 }
 

@@ -6,6 +6,7 @@ use crate::interp::{bind, Outs};
 use crate::lax;
 use crate::prim::{BDims, Prim};
 use crate::tensor::Tensor;
+use smallvec::SmallVec;
 
 /// The batch size: the size of the first batched operand's batch dim.
 pub fn batch_size(ins: &[Tensor], bdims: &[Option<usize>]) -> Result<usize> {
@@ -72,7 +73,10 @@ pub fn batch_elementwise(prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -
     }
     let size = batch_size(ins, bdims)?;
     let to = if shared { d } else { 0 };
-    let moved: Vec<Tensor> = ins.iter().zip(bdims).map(|(x, b)| to_position(x, *b, to, size)).collect::<Result<_>>()?;
+    let mut moved: SmallVec<[Tensor; 4]> = SmallVec::new();
+    for (x, b) in ins.iter().zip(bdims) {
+        moved.push(to_position(x, *b, to, size)?);
+    }
     let outs = bind(prim, &moved)?;
     let b = same_bdims(outs.len(), to);
     Ok((outs, b))
