@@ -31,14 +31,17 @@ pub(crate) struct NodeRef {
 }
 
 impl NodeRef {
-    /// A new node with a count of one.
-    #[inline]
-    pub(crate) fn new(node: Node) -> NodeRef {
+    /// A new node with a count of one. The node is made by `make` after
+    /// the block is taken, so that it can be built in place (a node built
+    /// first and then moved costs a `memcpy` call per tensor).
+    #[inline(always)]
+    pub(crate) fn new_with(make: impl FnOnce() -> Node) -> NodeRef {
         let block = FreeList::take(&FREE, LAYOUT).cast::<RcNode>();
         // SAFETY: `block` is non-null, valid for writes of an `RcNode` and
         // holds no live value (fresh, or listed after its node was dropped).
+        // If `make` panics the block is leaked, never read.
         unsafe {
-            block.write(RcNode { strong: Cell::new(1), node });
+            block.write(RcNode { strong: Cell::new(1), node: make() });
             NodeRef { ptr: NonNull::new_unchecked(block), _not_send: PhantomData }
         }
     }

@@ -187,6 +187,21 @@ impl Prim {
         }
     }
 
+    /// True for the elementwise primitives (operands and results of one
+    /// shape, each element on its own): batched by `batch_elementwise`.
+    pub fn is_elementwise(&self) -> bool {
+        matches!(
+            self,
+            Prim::Unary(_)
+                | Prim::Convert(_)
+                | Prim::Binary(_)
+                | Prim::Compare(_)
+                | Prim::Select
+                | Prim::Copy
+                | Prim::StopGradient
+        )
+    }
+
     /// True for the primitives that eagerly return a view of their operand
     /// (no copy): broadcast, reshape of compatible strides, transpose,
     /// slice, rev.
@@ -409,6 +424,9 @@ pub fn transpose_rule(prim: &Prim, cts: &[Option<Tensor>], args: &[LinearArg]) -
 /// and theirs. Never loops over examples.
 pub fn batch_rule(prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
     use crate::prims::batching::batch_elementwise;
+    if prim.is_elementwise() {
+        return batch_elementwise(prim, ins, bdims);
+    }
     match prim {
         Prim::Unary(_)
         | Prim::Convert(_)
@@ -416,7 +434,7 @@ pub fn batch_rule(prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Resul
         | Prim::Compare(_)
         | Prim::Select
         | Prim::Copy
-        | Prim::StopGradient => batch_elementwise(prim, ins, bdims),
+        | Prim::StopGradient => unreachable!("elementwise, batched above"),
         Prim::Reduce { op, axes } => reduce::batch_reduce(*op, axes, ins, bdims),
         Prim::ArgReduce { op, axis, index_dtype } => reduce::batch_arg_reduce(*op, *axis, *index_dtype, ins, bdims),
         Prim::Cumsum { axis, reverse } => reduce::batch_cumsum(*axis, *reverse, ins, bdims),

@@ -148,12 +148,14 @@ pub struct Tensor(pub(crate) NodeRef);
 
 impl Tensor {
     /// A tensor holding `value`.
+    #[inline]
     pub fn from_value(value: Value) -> Tensor {
-        Tensor(NodeRef::new(Node {
+        let birth = crate::interp::next_epoch();
+        Tensor(NodeRef::new_with(|| Node {
             value: RefCell::new(value),
             view: None,
             version: Cell::new(0),
-            birth: crate::interp::next_epoch(),
+            birth,
             eager_layout: RefCell::new(None),
         }))
     }
@@ -170,11 +172,12 @@ impl Tensor {
 
     /// A view tensor of `base` (see [`ViewLink`]).
     pub(crate) fn new_view(value: Value, link: ViewLink) -> Tensor {
-        Tensor(NodeRef::new(Node {
+        let birth = crate::interp::next_epoch();
+        Tensor(NodeRef::new_with(|| Node {
             value: RefCell::new(value),
             view: Some(Box::new(link)),
             version: Cell::new(0),
-            birth: crate::interp::next_epoch(),
+            birth,
             eager_layout: RefCell::new(None),
         }))
     }

@@ -64,12 +64,14 @@ impl Interpreter for JvpInterp {
             primals.push(p);
             tangents.push(d);
         }
-        let (outs, touts) = run_at_parent(level, || jvp_rule(prim, &primals, &tangents))?;
-        let mut wrapped = Outs::new();
-        for (o, t) in outs.into_iter().zip(touts) {
-            wrapped.push(self.wrap(o, t));
+        let (mut outs, touts) = run_at_parent(level, || jvp_rule(prim, &primals, &tangents))?;
+        // Wrapped in place: no second list of outputs.
+        for (o, t) in outs.iter_mut().zip(touts) {
+            if t.is_some() {
+                *o = self.wrap(o.clone(), t);
+            }
         }
-        Ok(wrapped)
+        Ok(outs)
     }
 }
 

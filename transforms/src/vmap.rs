@@ -8,7 +8,7 @@
 
 use crate::tree::{Leaves, Tree};
 use smallvec::SmallVec;
-use xform_ops::interp::{run_at_parent, with_interpreter};
+use xform_ops::interp::{bind_at, parent_of, run_at_parent, with_interpreter};
 use xform_ops::prim::{batch_rule, shape_rule};
 use xform_ops::prims::batching::to_position;
 use xform_ops::{lax, Aval, Error, Interpreter, Level, OrRaise, Outs, Prim, Result, Tag, Tensor, Tracer, Value};
@@ -57,22 +57,45 @@ impl Interpreter for BatchInterp {
             vals.push(v);
             bdims.push(b);
         }
-        match run_at_parent(level, || batch_rule(prim, &vals, &bdims)) {
-            Ok((outs, obdims)) => {
-                let mut wrapped = Outs::new();
-                for (o, b) in outs.into_iter().zip(obdims) {
-                    wrapped.push(self.wrap(o, b));
+        let result = match shared_batch_dim(prim, &bdims) {
+            // Every operand of an elementwise op batched at one position:
+            // the op applies to the batches as they are (what its batch rule
+            // does), so the parent gets it directly, without the rule
+            // dispatch. Most batched ops take this path.
+            Some(d) => bind_at(parent_of(level), prim, &vals).map(|mut outs| {
+                for o in outs.iter_mut() {
+                    *o = self.wrap(o.clone(), Some(d));
                 }
-                Ok(wrapped)
-            }
-            Err(e) => {
-                // Report the error with the per-example shapes the user's code
-                // sees, not the batched ones the rule worked on.
-                Tensor::with_avals(inputs, |refs| shape_rule(prim, refs))?;
-                Err(e)
-            }
-        }
+                outs
+            }),
+            None => run_at_parent(level, || batch_rule(prim, &vals, &bdims)).map(|(mut outs, obdims)| {
+                // Wrapped in place: no second list of outputs.
+                for (o, b) in outs.iter_mut().zip(obdims) {
+                    if b.is_some() {
+                        *o = self.wrap(o.clone(), b);
+                    }
+                }
+                outs
+            }),
+        };
+        result.or_else(|e| {
+            // Report the error with the per-example shapes the user's code
+            // sees, not the batched ones the rule worked on.
+            Tensor::with_avals(inputs, |refs| shape_rule(prim, refs))?;
+            Err(e)
+        })
     }
+}
+
+/// The batch dim shared by every operand of an elementwise `prim`, if all
+/// are batched at the same position.
+#[inline]
+fn shared_batch_dim(prim: &Prim, bdims: &[Option<usize>]) -> Option<usize> {
+    if !prim.is_elementwise() {
+        return None;
+    }
+    let first = bdims.first().copied().flatten()?;
+    bdims[1..].iter().all(|b| *b == Some(first)).then_some(first)
 }
 
 /// One resolved axis entry per leaf.
