@@ -15,8 +15,18 @@ pub type Dims = SmallVec<[usize; 4]>;
 pub type Strides = SmallVec<[isize; 4]>;
 
 /// The shape of an array: its size along each axis.
-#[derive(PartialEq, Eq, Hash, Default)]
+#[derive(Eq, Hash, Default)]
 pub struct Shape(pub Dims);
+
+// Compared element by element: the derived slice comparison calls `bcmp`,
+// which costs more than the loop for the few axes shapes have (every
+// shape check of every op compares shapes).
+impl PartialEq for Shape {
+    #[inline]
+    fn eq(&self, other: &Shape) -> bool {
+        self.0.len() == other.0.len() && self.0.iter().zip(other.0.iter()).all(|(a, b)| a == b)
+    }
+}
 
 // Shapes are cloned on every op (avals, layouts); `from_slice` copies the
 // inline dims with one memcpy where the derived clone extends element by
@@ -242,10 +252,18 @@ impl Layout {
 
     /// The storage range `offset..offset+numel` if the layout is contiguous.
     pub fn contiguous_range(&self) -> Option<std::ops::Range<usize>> {
-        if self.numel() == 0 {
-            return Some(0..0);
+        // One pass over the axes (every kernel call asks this of each
+        // operand): the element count and the contiguity check together.
+        let mut n = 1usize;
+        let mut contiguous = true;
+        for (&d, &s) in self.shape.iter().zip(self.strides.iter()).rev() {
+            if d == 0 {
+                return Some(0..0);
+            }
+            contiguous &= d == 1 || s == n as isize;
+            n *= d;
         }
-        self.is_contiguous().then(|| self.offset..self.offset + self.numel())
+        contiguous.then(|| self.offset..self.offset + n)
     }
 
     /// True if two different indices can reach the same element (a broadcast

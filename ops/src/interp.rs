@@ -218,7 +218,8 @@ pub fn bind(prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
 #[inline]
 pub fn bind1(prim: &Prim, inputs: &[Tensor]) -> Result<Tensor> {
     let mut outs = bind(prim, inputs)?;
-    Ok(outs.swap_remove(0))
+    debug_assert_eq!(outs.len(), 1, "bind1 on {}, which has {} outputs", prim.name(), outs.len());
+    Ok(outs.pop().expect("one output"))
 }
 
 /// Applies a primitive starting at `level`: levels that own no input

@@ -236,6 +236,15 @@ impl Tensor {
     /// Runs `f` on the borrowed abstract values of `inputs` (no shape is
     /// cloned: the staging interpreters call this on every op).
     pub fn with_avals<R>(inputs: &[Tensor], f: impl FnOnce(&[AvalRef<'_>]) -> R) -> R {
+        // One and two operands (nearly every op) without operand lists.
+        match inputs {
+            [x] => return f(&[x.value().aval_ref()]),
+            [x, y] => {
+                let (vx, vy) = (x.value(), y.value());
+                return f(&[vx.aval_ref(), vy.aval_ref()]);
+            }
+            _ => {}
+        }
         // Plain pushes: `collect` into a SmallVec costs several times more
         // on this path, which every staged op takes.
         let mut vals: smallvec::SmallVec<[Ref<'_, Value>; 4]> = smallvec::SmallVec::new();

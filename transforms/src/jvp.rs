@@ -57,14 +57,35 @@ impl Interpreter for JvpInterp {
     }
 
     fn process(&self, level: Level, prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
-        let mut primals: SmallVec<[Tensor; 4]> = SmallVec::new();
-        let mut tangents: SmallVec<[Option<Tensor>; 4]> = SmallVec::new();
-        for t in inputs {
-            let (p, d) = self.unwrap(t);
-            primals.push(p);
-            tangents.push(d);
+        // One and two operands (nearly every op) without operand lists.
+        match inputs {
+            [x] => {
+                let (p, t) = self.unwrap(x);
+                self.apply(level, prim, &[p], &[t])
+            }
+            [x, y] => {
+                let ((px, tx), (py, ty)) = (self.unwrap(x), self.unwrap(y));
+                self.apply(level, prim, &[px, py], &[tx, ty])
+            }
+            _ => {
+                let mut primals: SmallVec<[Tensor; 4]> = SmallVec::new();
+                let mut tangents: SmallVec<[Option<Tensor>; 4]> = SmallVec::new();
+                for t in inputs {
+                    let (p, d) = self.unwrap(t);
+                    primals.push(p);
+                    tangents.push(d);
+                }
+                self.apply(level, prim, &primals, &tangents)
+            }
         }
-        let (mut outs, touts) = run_at_parent(level, || jvp_rule(prim, &primals, &tangents))?;
+    }
+}
+
+impl JvpInterp {
+    /// Runs `prim`'s JVP rule on unwrapped primals and tangents and wraps
+    /// the results.
+    fn apply(&self, level: Level, prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<Outs> {
+        let (mut outs, touts) = run_at_parent(level, || jvp_rule(prim, primals, tangents))?;
         // Wrapped in place: no second list of outputs.
         for (o, t) in outs.iter_mut().zip(touts) {
             if t.is_some() {

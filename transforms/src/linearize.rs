@@ -101,10 +101,18 @@ pub fn backward_pass(program: &Program, cts: &[Option<Tensor>]) -> Result<SmallV
         }
     }
     for eqn in program.eqns.iter().rev() {
-        let mut outs: SmallVec<[Option<Tensor>; 2]> = SmallVec::new();
-        for v in &eqn.outputs {
-            outs.push(env[v.0 as usize].take());
-        }
+        // The output cotangents: one (nearly every equation) without a list.
+        let one;
+        let mut many: SmallVec<[Option<Tensor>; 2]> = SmallVec::new();
+        let outs: &[Option<Tensor>] = if let [v] = eqn.outputs[..] {
+            one = [env[v.0 as usize].take()];
+            &one
+        } else {
+            for v in &eqn.outputs {
+                many.push(env[v.0 as usize].take());
+            }
+            &many
+        };
         if outs.iter().all(Option::is_none) {
             continue;
         }
@@ -115,7 +123,7 @@ pub fn backward_pass(program: &Program, cts: &[Option<Tensor>]) -> Result<SmallV
                 Atom::Const(i) => LinearArg::Const(&program.consts[*i]),
             });
         }
-        let cts_in = transpose_rule(&eqn.prim, &outs, &args)?;
+        let cts_in = transpose_rule(&eqn.prim, outs, &args)?;
         for (a, ct) in eqn.inputs.iter().zip(cts_in) {
             if let (Atom::Var(v), Some(ct)) = (a, ct) {
                 accumulate(&mut env[v.0 as usize], ct)?;

@@ -50,25 +50,54 @@ impl Interpreter for BatchInterp {
     }
 
     fn process(&self, level: Level, prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
-        let mut vals: SmallVec<[Tensor; 4]> = SmallVec::new();
-        let mut bdims: SmallVec<[Option<usize>; 4]> = SmallVec::new();
-        for t in inputs {
-            let (v, b) = self.unwrap(t);
-            vals.push(v);
-            bdims.push(b);
+        // One and two operands (nearly every op) without operand lists.
+        match inputs {
+            [x] => {
+                let (v, b) = self.unwrap(x);
+                self.apply(level, prim, inputs, &[v], &[b])
+            }
+            [x, y] => {
+                let ((vx, bx), (vy, by)) = (self.unwrap(x), self.unwrap(y));
+                self.apply(level, prim, inputs, &[vx, vy], &[bx, by])
+            }
+            _ => {
+                let mut vals: SmallVec<[Tensor; 4]> = SmallVec::new();
+                let mut bdims: SmallVec<[Option<usize>; 4]> = SmallVec::new();
+                for t in inputs {
+                    let (v, b) = self.unwrap(t);
+                    vals.push(v);
+                    bdims.push(b);
+                }
+                self.apply(level, prim, inputs, &vals, &bdims)
+            }
         }
-        let result = match shared_batch_dim(prim, &bdims) {
+    }
+}
+
+impl BatchInterp {
+    /// Applies `prim` to the unwrapped operands `vals` (batch dims `bdims`)
+    /// and wraps the results; `inputs` are the operands as the user's code
+    /// sees them, for errors.
+    fn apply(
+        &self,
+        level: Level,
+        prim: &Prim,
+        inputs: &[Tensor],
+        vals: &[Tensor],
+        bdims: &[Option<usize>],
+    ) -> Result<Outs> {
+        let result = match shared_batch_dim(prim, bdims) {
             // Every operand of an elementwise op batched at one position:
             // the op applies to the batches as they are (what its batch rule
             // does), so the parent gets it directly, without the rule
             // dispatch. Most batched ops take this path.
-            Some(d) => bind_at(parent_of(level), prim, &vals).map(|mut outs| {
+            Some(d) => bind_at(parent_of(level), prim, vals).map(|mut outs| {
                 for o in outs.iter_mut() {
                     *o = self.wrap(o.clone(), Some(d));
                 }
                 outs
             }),
-            None => run_at_parent(level, || batch_rule(prim, &vals, &bdims)).map(|(mut outs, obdims)| {
+            None => run_at_parent(level, || batch_rule(prim, vals, bdims)).map(|(mut outs, obdims)| {
                 // Wrapped in place: no second list of outputs.
                 for (o, b) in outs.iter_mut().zip(obdims) {
                     if b.is_some() {
