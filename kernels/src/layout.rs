@@ -15,8 +15,15 @@ pub type Dims = SmallVec<[usize; 4]>;
 pub type Strides = SmallVec<[isize; 4]>;
 
 /// The shape of an array: its size along each axis.
-#[derive(Eq, Hash, Default)]
+#[derive(Eq, Default)]
 pub struct Shape(pub Dims);
+
+// Hashes the dims as a slice, consistent with the comparison below.
+impl std::hash::Hash for Shape {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0[..].hash(state);
+    }
+}
 
 // Compared element by element: the derived slice comparison calls `bcmp`,
 // which costs more than the loop for the few axes shapes have (every
