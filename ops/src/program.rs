@@ -387,7 +387,7 @@ mod tests {
     fn recycled_buffers_start_empty() {
         let x = Tensor::from_vec(vec![1.0f32, 2.0], [2]);
         let first = add_const_program(&x);
-        assert_eq!(first.eval(&[x.clone()]).unwrap()[0].to_vec::<f32>(), vec![2.0, 4.0]);
+        assert_eq!(first.eval(std::slice::from_ref(&x)).unwrap()[0].to_vec::<f32>(), vec![2.0, 4.0]);
         drop(first);
         let fresh = ProgramBuilder::new();
         assert!(fresh.is_empty());
