@@ -194,7 +194,7 @@ pub struct ProgramBuilder {
 
 impl ProgramBuilder {
     /// An empty builder. Its buffers are those of a program dropped earlier
-    /// on this thread when there is one (see [`spare`]), else new ones with
+    /// on this thread when there is one (the `spare` module), else new ones with
     /// room for a small program.
     pub fn new() -> Self {
         let (program, const_index, keep_alive) = spare::take();
