@@ -424,17 +424,15 @@ pub fn transpose_rule(prim: &Prim, cts: &[Option<Tensor>], args: &[LinearArg]) -
 /// and theirs. Never loops over examples.
 pub fn batch_rule(prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
     use crate::prims::batching::batch_elementwise;
-    if prim.is_elementwise() {
-        return batch_elementwise(prim, ins, bdims);
-    }
     match prim {
+        // The primitives of `Prim::is_elementwise`.
         Prim::Unary(_)
         | Prim::Convert(_)
         | Prim::Binary(_)
         | Prim::Compare(_)
         | Prim::Select
         | Prim::Copy
-        | Prim::StopGradient => unreachable!("elementwise, batched above"),
+        | Prim::StopGradient => batch_elementwise(prim, ins, bdims),
         Prim::Reduce { op, axes } => reduce::batch_reduce(*op, axes, ins, bdims),
         Prim::ArgReduce { op, axis, index_dtype } => reduce::batch_arg_reduce(*op, *axis, *index_dtype, ins, bdims),
         Prim::Cumsum { axis, reverse } => reduce::batch_cumsum(*axis, *reverse, ins, bdims),
