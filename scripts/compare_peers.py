@@ -3,11 +3,17 @@
 and prints a table of median ratios, xform / peer, with the issue's targets.
 
 Usage (from the repository root):
-    python3 scripts/compare_peers.py --python /path/to/venv/bin/python
+    python3 scripts/compare_peers.py --python /path/to/venv/bin/python [--rounds 3]
 The venv needs numpy, jax and torch (see shared/bench/README.md). Results are
-kept in --out (default target/bench) as xform.jsonl and peers.jsonl; with
---reuse-peers an existing peers.jsonl is used instead of running peers.py.
+kept in --out (default target/bench) as xform.N.jsonl and peers.N.jsonl per
+round N; with --reuse-peers / --reuse-xform existing files are used instead.
+
+With --rounds R the two suites alternate R times (xform, peers, xform, ...),
+so that a slow spell of a shared machine falls on both sides; each library's
+median is then the median of its per-round medians, and the table also gives
+the range of the per-round ratios.
 """
+import statistics
 import argparse
 import json
 import os
@@ -30,6 +36,8 @@ ROWS = [
      "torch.func vmap(grad(sin(x)*x)) [8]", "<= 5 us"),
 ]
 
+DISPATCH = ("dispatch_overhead", "float32", None, "vmap(grad(sin(x)*x)) [8]")
+
 
 def load(path):
     out = []
@@ -49,53 +57,92 @@ def find(recs, lib, workload, dtype, name, mode):
     return None
 
 
+def find_rounds(rounds, lib, workload, dtype, name, mode):
+    """The record of each round (None where missing)."""
+    return [find(recs, lib, workload, dtype, name, mode) for recs in rounds]
+
+
+def median_of(recs, key="median_ms"):
+    vals = [r[key] for r in recs if r is not None]
+    return statistics.median(vals) if vals else None
+
+
+def ratio_text(xs, ps, key="median_ms", invert=False):
+    """Ratio of the medians over rounds, and the range of per-round ratios."""
+    x, p = median_of(xs, key), median_of(ps, key)
+    if x is None or p is None:
+        return None, ""
+    per = [(a[key] / b[key]) if not invert else (b[key] / a[key]) for a, b in zip(xs, ps) if a and b]
+    r = x / p if not invert else p / x
+    spread = f" [{min(per):.2f}-{max(per):.2f}]" if len(per) > 1 else ""
+    return r, spread
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--python", default=os.environ.get("PEERS_PYTHON", "python3"), help="python with numpy, jax, torch")
     p.add_argument("--peers", default=os.path.join(ROOT, "..", "shared", "bench", "peers.py"))
     p.add_argument("--out", default=os.path.join(ROOT, "target", "bench"))
+    p.add_argument("--rounds", type=int, default=1, help="alternate the two suites this many times")
     p.add_argument("--reuse-peers", action="store_true")
     p.add_argument("--reuse-xform", action="store_true")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    xf, pe = os.path.join(args.out, "xform.jsonl"), os.path.join(args.out, "peers.jsonl")
     env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
-    if not args.reuse_xform:
-        with open(xf, "w") as f:
-            subprocess.run(["cargo", "bench", "--bench", "workloads"], cwd=ROOT, stdout=f, check=True)
-            f.flush()
-            subprocess.run(["cargo", "bench", "--bench", "workloads"], cwd=ROOT, stdout=f, check=True,
-                           env={**os.environ, "XFORM_BENCH": "W1mem"})
-    if not args.reuse_peers:
-        with open(pe, "w") as f:
-            subprocess.run([args.python, args.peers], stdout=f, check=True, env=env)
-    x, q = load(xf), load(pe)
-    print(f"{'workload':22s} {'dtype':8s} {'size':7s} {'mode':26s} {'xform ms':>10s} {'jax jit ms':>11s} {'ratio':>7s}"
-          f" {'torch ms':>10s} {'ratio':>7s}  target")
-    for w, d, n, xm, jm, tm, target in ROWS:
-        r = find(x, "xform", w, d, n, xm)
-        j = find(q, "jax", w, d, n, jm)
-        t = find(q, "torch", w, d, n, tm)
-        if r is None:
+    xfs = [os.path.join(args.out, f"xform.{i}.jsonl") for i in range(args.rounds)]
+    pes = [os.path.join(args.out, f"peers.{i}.jsonl") for i in range(args.rounds)]
+    for i in range(args.rounds):
+        if not args.reuse_xform:
+            with open(xfs[i], "w") as f:
+                subprocess.run(["cargo", "bench", "--bench", "workloads"], cwd=ROOT, stdout=f, check=True)
+                if i == 0:
+                    # Peak memory is not noisy: measured once, in a process of its own.
+                    f.flush()
+                    subprocess.run(["cargo", "bench", "--bench", "workloads"], cwd=ROOT, stdout=f, check=True,
+                                   env={**os.environ, "XFORM_BENCH": "W1mem"})
+        if not args.reuse_peers:
+            with open(pes[i], "w") as f:
+                subprocess.run([args.python, args.peers], stdout=f, check=True, env=env)
+    xr, pr = [load(f) for f in xfs], [load(f) for f in pes]
+    n = args.rounds
+    print(f"{n} round(s); medians over rounds, [range of per-round ratios]")
+    print(f"{'workload':22s} {'dtype':8s} {'size':7s} {'mode':26s} {'xform ms':>10s} {'jax jit ms':>11s} {'ratio':>17s}"
+          f" {'torch ms':>10s} {'ratio':>17s}  target")
+    for w, d, nm, xm, jm, tm, target in ROWS:
+        xs = find_rounds(xr, "xform", w, d, nm, xm)
+        if median_of(xs) is None:
             continue
-        jr = f"{r['median_ms'] / j['median_ms']:7.3f}" if j else "      -"
-        tr = f"{r['median_ms'] / t['median_ms']:7.3f}" if t else "      -"
-        jm_ = f"{j['median_ms']:11.4f}" if j else "          -"
-        tm_ = f"{t['median_ms']:10.4f}" if t else "         -"
-        print(f"{w:22s} {d:8s} {n or '':7s} {xm[:26]:26s} {r['median_ms']:10.4f} {jm_} {jr} {tm_} {tr}  {target}")
+        cols = []
+        for lib, mode in (("jax", jm), ("torch", tm)):
+            ps = find_rounds(pr, lib, w, d, nm, mode)
+            r, spread = ratio_text(xs, ps)
+            cols.append((median_of(ps), r, spread))
+        text = ""
+        for med, r, spread in cols:
+            med_ = f"{med:10.4f}" if med is not None else "         -"
+            r_ = f"{r:6.3f}{spread:11s}" if r is not None else f"{'-':>17s}"
+            text += f" {med_} {r_}"
+        print(f"{w:22s} {d:8s} {nm or '':7s} {xm[:26]:26s} {median_of(xs):10.4f}{text}  {target}")
     for d in ("float64", "float32"):
-        r = find(x, "xform", "W4_gemm", d, None, "matmul")
-        npy = find(q, "numpy", "W4_gemm", d, None, "matmul")
-        if r and npy:
-            print(f"W4_gemm n=1024 {d}: xform {r['gflops']:.1f} GFLOP/s, numpy {npy['gflops']:.1f} GFLOP/s, "
-                  f"ratio {r['gflops'] / npy['gflops']:.3f} (target >= 0.9)")
-    m = find(x, "xform", "W1_memory", "float32", "medium", "vmap(grad) peak RSS")
+        xs = find_rounds(xr, "xform", "W4_gemm", d, None, "matmul")
+        ns = find_rounds(pr, "numpy", "W4_gemm", d, None, "matmul")
+        r, spread = ratio_text(xs, ns, key="gflops")
+        if r is not None:
+            print(f"W4_gemm n=1024 {d}: xform {median_of(xs, 'gflops'):.1f} GFLOP/s, numpy {median_of(ns, 'gflops'):.1f}"
+                  f" GFLOP/s, ratio {r:.3f}{spread} (target >= 0.9)")
+    ds = [r for r in find_rounds(xr, "xform", *DISPATCH) if r]
+    if ds:
+        per = ", ".join(f"{r['median_ms'] * 1e3:.2f}" for r in ds)
+        print(f"dispatch: {median_of(ds) * 1e3:.2f} us per call (per round: {per}; target <= 5 us)")
+    m = find(xr[0], "xform", "W1_memory", "float32", "medium", "vmap(grad) peak RSS")
     if m:
         print(f"W1 medium peak RSS {m['peak_rss_mb']:.0f} MiB = {m['peak_over_output_plus_inputs']:.2f}x "
               f"(output {m['output_mb']:.0f} MiB + inputs {m['inputs_mb']:.1f} MiB; target <= 1.5x)")
-    for r in x:
-        if r["workload"] == "W1_per_sample_grad" and r["sizes"].get("name") == "small":
-            print(f"W1 small first call: {r['first_call_ms']:.3f} ms (target <= 5 ms; JAX jit compiles for ~480 ms)")
+    firsts = [r["first_call_ms"] for recs in xr for r in recs
+              if r["workload"] == "W1_per_sample_grad" and r["sizes"].get("name") == "small"]
+    if firsts:
+        print(f"W1 small first call: {statistics.median(firsts):.3f} ms (max {max(firsts):.3f}; target <= 5 ms;"
+              f" JAX jit compiles for ~480 ms)")
     return 0
 
 

@@ -358,6 +358,13 @@ impl Tensor {
         self.0.birth
     }
 
+    /// True for a tensor made by a view method (reshape, slice, ...): its
+    /// value follows its base's, so it can change without its own
+    /// [`version`](Tensor::version) changing.
+    pub fn is_view(&self) -> bool {
+        self.0.view.is_some()
+    }
+
     /// The view link, if this tensor was made by a view method.
     pub(crate) fn view_link(&self) -> Option<&ViewLink> {
         self.0.view.as_deref()

@@ -33,6 +33,33 @@ fn vmap_of_mutating_code_equals_a_loop() {
     assert_eq!(got.shape().dims(), &[4, 3, 2]);
 }
 
+/// vmap keeps its last broadcast of an unbatched operand; an in-place
+/// write to that operand (functionalized, unbatched value) must be seen by
+/// its next use, and a view of it must follow its base.
+#[test]
+fn unbatched_operands_written_in_place_are_broadcast_again() {
+    let f = |x: &Tensor| {
+        let c = Tensor::ones([3], DType::F64);
+        let view = c.slice(s![..]);
+        let a = x * &c;
+        let a2 = x * &c; // the kept broadcast, unchanged operand
+        c.mul_scalar_(2.0);
+        let b = x * &c; // c is now 2
+        let w = x * &view; // the view follows its base: 2
+        Tensor::stack(&[a, a2, b, w], 0)
+    };
+    let xs = Key::new(7).normal([4, 3], DType::F64);
+    let got = vmap(f)(&xs);
+    for i in 0..4 {
+        let want = f(&xs.select(0, i).copy());
+        close("row", &v(&got.select(0, i)), &v(&want), 0.0).unwrap();
+        let x = v(&xs.select(0, i));
+        let scaled: Vec<f64> = x.iter().map(|e| 2.0 * e).collect();
+        close("after the write", &v(&got.select(0, i).select(0, 2)), &scaled, 0.0).unwrap();
+        close("view after the write", &v(&got.select(0, i).select(0, 3)), &scaled, 0.0).unwrap();
+    }
+}
+
 #[test]
 fn sibling_views_see_writes_under_transforms() {
     let f = |x: &Tensor| {

@@ -8,6 +8,7 @@
 
 use crate::tree::{Leaves, Tree};
 use smallvec::SmallVec;
+use std::cell::RefCell;
 use xform_ops::interp::{bind_at, parent_of, run_at_parent, with_interpreter};
 use xform_ops::prim::{batch_rule, shape_rule};
 use xform_ops::prims::batching::to_position;
@@ -17,9 +18,24 @@ use xform_ops::{lax, Aval, Error, Interpreter, Level, OrRaise, Outs, Prim, Resul
 pub(crate) struct BatchInterp {
     tag: Tag,
     size: usize,
+    /// The last unbatched operand broadcast into a batch (see
+    /// [`BatchInterp::broadcast`]).
+    last_broadcast: RefCell<Option<Broadcast>>,
+}
+
+/// An unbatched value and its broadcast along a batch dim.
+struct Broadcast {
+    source: Tensor,
+    version: u64,
+    bdim: usize,
+    batched: Tensor,
 }
 
 impl BatchInterp {
+    fn new(size: usize) -> BatchInterp {
+        BatchInterp { tag: Tag::fresh("vmap"), size, last_broadcast: RefCell::new(None) }
+    }
+
     fn wrap(&self, val: Tensor, bdim: Option<usize>) -> Tensor {
         match bdim {
             None => val,
@@ -87,16 +103,9 @@ impl BatchInterp {
         bdims: &[Option<usize>],
     ) -> Result<Outs> {
         let result = match shared_batch_dim(prim, bdims) {
-            // Every operand of an elementwise op batched at one position:
-            // the op applies to the batches as they are (what its batch rule
-            // does), so the parent gets it directly, without the rule
-            // dispatch. Most batched ops take this path.
-            Some(d) => bind_at(parent_of(level), prim, vals).map(|mut outs| {
-                for o in outs.iter_mut() {
-                    *o = self.wrap(o.clone(), Some(d));
-                }
-                outs
-            }),
+            // An elementwise op whose batched operands share one batch dim
+            // (most batched ops): no rule dispatch.
+            Some(d) => self.bind_elementwise(level, prim, vals, bdims, d),
             None => run_at_parent(level, || batch_rule(prim, vals, bdims)).map(|(mut outs, obdims)| {
                 // Wrapped in place: no second list of outputs.
                 for (o, b) in outs.iter_mut().zip(obdims) {
@@ -116,15 +125,65 @@ impl BatchInterp {
     }
 }
 
-/// The batch dim shared by every operand of an elementwise `prim`, if all
-/// are batched at the same position.
+impl BatchInterp {
+    /// `prim`, elementwise, with every batched operand batched at `d`:
+    /// unbatched operands are broadcast into a batch at `d` and the parent
+    /// applies `prim` to the batches as they are (exactly what
+    /// `batch_elementwise` does, without the rule dispatch).
+    fn bind_elementwise(
+        &self,
+        level: Level,
+        prim: &Prim,
+        vals: &[Tensor],
+        bdims: &[Option<usize>],
+        d: usize,
+    ) -> Result<Outs> {
+        let mut outs = if bdims.iter().all(Option::is_some) {
+            bind_at(parent_of(level), prim, vals)?
+        } else {
+            let mut full: SmallVec<[Tensor; 4]> = SmallVec::new();
+            for (v, b) in vals.iter().zip(bdims) {
+                full.push(if b.is_some() { v.clone() } else { self.broadcast(level, v, d)? });
+            }
+            bind_at(parent_of(level), prim, &full)?
+        };
+        for o in outs.iter_mut() {
+            *o = self.wrap(o.clone(), Some(d));
+        }
+        Ok(outs)
+    }
+
+    /// The unbatched value `x` broadcast into a batch at `bdim`. The last
+    /// broadcast is kept: one unbatched value often meets several batched
+    /// ones (the cotangent seed of `grad` under `vmap` multiplies every
+    /// factor of the output), and each would broadcast it again. A kept
+    /// broadcast is reused only for the same node at the same version (a
+    /// functionalized write bumps it); views, whose values follow their
+    /// bases, are never kept.
+    fn broadcast(&self, level: Level, x: &Tensor, bdim: usize) -> Result<Tensor> {
+        if let Some(b) = &*self.last_broadcast.borrow() {
+            if b.source.same_node(x) && b.version == x.version() && b.bdim == bdim {
+                return Ok(b.batched.clone());
+            }
+        }
+        let batched = run_at_parent(level, || to_position(x, None, bdim, self.size))?;
+        if !x.is_view() {
+            *self.last_broadcast.borrow_mut() =
+                Some(Broadcast { source: x.clone(), version: x.version(), bdim, batched: batched.clone() });
+        }
+        Ok(batched)
+    }
+}
+
+/// The batch dim shared by every batched operand of an elementwise `prim`,
+/// if all that are batched sit at the same position.
 #[inline]
 fn shared_batch_dim(prim: &Prim, bdims: &[Option<usize>]) -> Option<usize> {
     if !prim.is_elementwise() {
         return None;
     }
-    let first = bdims.first().copied().flatten()?;
-    bdims[1..].iter().all(|b| *b == Some(first)).then_some(first)
+    let first = bdims.iter().flatten().next().copied()?;
+    bdims.iter().all(|b| b.is_none() || *b == Some(first)).then_some(first)
 }
 
 /// One resolved axis entry per leaf.
@@ -355,7 +414,7 @@ fn vmap_once<X: Tree, Y: Tree>(
     batch_axes: &[Option<usize>],
     size: usize,
 ) -> Result<(Y, Leaves)> {
-    let interp = BatchInterp { tag: Tag::fresh("vmap"), size };
+    let interp = BatchInterp::new(size);
     let (y, outs, finals) = with_interpreter(&interp, || {
         let mut wrapped = Leaves::new();
         for (l, b) in leaves.iter().zip(batch_axes) {
