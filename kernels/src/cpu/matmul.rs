@@ -123,6 +123,24 @@ pub fn gemm_offsets<T: FaerElem + num_one::One>(
     unsafe { crate::cpu::assume_init(out) }
 }
 
+/// Runs one small product through faer's packed GEMM path, which does
+/// faer's process-wide set-up: it reads the cache hierarchy from sysfs
+/// (about 90 files) and `/proc/cpuinfo`, about 1.5 ms on the target machine.
+/// [`super::threads`] runs it on the pool once, in the background.
+pub fn warm_up() {
+    // Above faer's threshold for its unpacked small-matrix kernels (16^3
+    // multiply-adds), so the packed path and its set-up run.
+    const N: usize = 17;
+    let a = [0.0f32; N * N];
+    let mut out = [0.0f32; N * N];
+    // SAFETY: three N x N row-major views of local arrays of N * N elements.
+    unsafe {
+        let lhs = MatRef::<f32>::from_raw_parts(a.as_ptr(), N, N, N as isize, 1);
+        let dst = MatMut::<f32>::from_raw_parts_mut(out.as_mut_ptr(), N, N, N as isize, 1);
+        faer::linalg::matmul::matmul(dst, Accum::Replace, lhs, lhs, 1.0f32, faer::Par::Seq);
+    }
+}
+
 /// `1` for the faer element types.
 pub mod num_one {
     /// The multiplicative identity.

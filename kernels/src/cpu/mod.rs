@@ -30,9 +30,17 @@ pub enum Par {
 pub const PAR_MIN_WORK: usize = 1 << 19;
 
 /// The rayon pool's size, looked up once.
+///
+/// The first lookup (the first kernel that asks whether to split its work)
+/// also starts [`matmul::warm_up`] on the pool, so that faer's one-time
+/// set-up (about 1.5 ms) is not paid by the first product on the caller's
+/// thread.
 pub fn threads() -> usize {
     static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *THREADS.get_or_init(rayon::current_num_threads)
+    *THREADS.get_or_init(|| {
+        rayon::spawn(matmul::warm_up);
+        rayon::current_num_threads()
+    })
 }
 
 impl Par {
@@ -40,7 +48,10 @@ impl Par {
     /// is worth splitting and more than one thread exists.
     #[inline]
     pub fn for_work(elems: usize, cost: usize) -> Par {
-        if elems.saturating_mul(cost) >= PAR_MIN_WORK && threads() > 1 {
+        // The pool size first: the first kernel of the process starts the
+        // pool and its warm-up (see `threads`) while the caller is still
+        // making its inputs.
+        if threads() > 1 && elems.saturating_mul(cost) >= PAR_MIN_WORK {
             Par::Rayon
         } else {
             Par::Seq
