@@ -180,7 +180,7 @@ impl std::hash::Hasher for KeyHasher {
     }
 }
 
-type KeyMap = HashMap<(*const (), u64, u64), usize, std::hash::BuildHasherDefault<KeyHasher>>;
+type KeyMap = HashMap<crate::tensor::ValueKey, usize, std::hash::BuildHasherDefault<KeyHasher>>;
 
 /// Builds a [`Program`] equation by equation (used by the staging
 /// interpreters).
@@ -218,17 +218,11 @@ impl ProgramBuilder {
     /// value (a later functionalized write to the tensor does not change
     /// the program); the same value is stored once.
     pub fn constant(&mut self, t: &Tensor) -> Atom {
-        // A view's value changes when its base is written, without a new
-        // version of its own: reading it syncs it, and the base version it
-        // was synced to is part of the key.
-        let value = t.value();
-        let seen = t.view_link().map_or(0, |l| l.seen_version.get());
-        let key = (t.0.as_ptr(), t.version(), seen);
+        let key = t.value_key();
         if let Some(&i) = self.const_index.get(&key) {
             return Atom::Const(i);
         }
-        self.program.consts.push(Tensor::from_value(value.clone()));
-        drop(value);
+        self.program.consts.push(Tensor::from_value(t.value().clone()));
         self.keep_alive.push(t.clone());
         let i = self.program.consts.len() - 1;
         self.const_index.insert(key, i);

@@ -124,6 +124,9 @@ pub struct ViewLink {
     pub layout: xform_kernels::Layout,
 }
 
+/// See [`Tensor::value_key`].
+pub type ValueKey = (*const (), u64, u64);
+
 pub(crate) struct Node {
     pub(crate) value: RefCell<Value>,
     /// Set for tensors made by a view method (reshape, slice, ...).
@@ -358,11 +361,15 @@ impl Tensor {
         self.0.birth
     }
 
-    /// True for a tensor made by a view method (reshape, slice, ...): its
-    /// value follows its base's, so it can change without its own
-    /// [`version`](Tensor::version) changing.
-    pub fn is_view(&self) -> bool {
-        self.0.view.is_some()
+    /// A key that changes whenever this tensor's value may have: its node,
+    /// its version (bumped by a functionalized write) and, for a view, the
+    /// base version it is synced to (a view's value follows its base without
+    /// a version of its own; the view is synced here first). Equal keys of
+    /// a tensor kept alive mean the same value.
+    pub fn value_key(&self) -> ValueKey {
+        drop(self.value());
+        let seen = self.view_link().map_or(0, |l| l.seen_version.get());
+        (self.0.as_ptr(), self.version(), seen)
     }
 
     /// The view link, if this tensor was made by a view method.

@@ -12,6 +12,7 @@ use std::cell::RefCell;
 use xform_ops::interp::{bind_at, parent_of, run_at_parent, with_interpreter};
 use xform_ops::prim::{batch_rule, shape_rule};
 use xform_ops::prims::batching::to_position;
+use xform_ops::tensor::ValueKey;
 use xform_ops::{lax, Aval, Error, Interpreter, Level, OrRaise, Outs, Prim, Result, Tag, Tensor, Tracer, Value};
 
 /// The batching interpreter (one instance per vmap call).
@@ -25,8 +26,9 @@ pub(crate) struct BatchInterp {
 
 /// An unbatched value and its broadcast along a batch dim.
 struct Broadcast {
-    source: Tensor,
-    version: u64,
+    /// Held only to keep the node alive, so that `key` names no other node.
+    _source: Tensor,
+    key: ValueKey,
     bdim: usize,
     batched: Tensor,
 }
@@ -123,9 +125,7 @@ impl BatchInterp {
             Err(e)
         })
     }
-}
 
-impl BatchInterp {
     /// `prim`, elementwise, with every batched operand batched at `d`:
     /// unbatched operands are broadcast into a batch at `d` and the parent
     /// applies `prim` to the batches as they are (exactly what
@@ -157,20 +157,17 @@ impl BatchInterp {
     /// broadcast is kept: one unbatched value often meets several batched
     /// ones (the cotangent seed of `grad` under `vmap` multiplies every
     /// factor of the output), and each would broadcast it again. A kept
-    /// broadcast is reused only for the same node at the same version (a
-    /// functionalized write bumps it); views, whose values follow their
-    /// bases, are never kept.
+    /// broadcast is reused only while the value is unchanged (same
+    /// [`Tensor::value_key`]).
     fn broadcast(&self, level: Level, x: &Tensor, bdim: usize) -> Result<Tensor> {
+        let key = x.value_key();
         if let Some(b) = &*self.last_broadcast.borrow() {
-            if b.source.same_node(x) && b.version == x.version() && b.bdim == bdim {
+            if b.key == key && b.bdim == bdim {
                 return Ok(b.batched.clone());
             }
         }
         let batched = run_at_parent(level, || to_position(x, None, bdim, self.size))?;
-        if !x.is_view() {
-            *self.last_broadcast.borrow_mut() =
-                Some(Broadcast { source: x.clone(), version: x.version(), bdim, batched: batched.clone() });
-        }
+        *self.last_broadcast.borrow_mut() = Some(Broadcast { _source: x.clone(), key, bdim, batched: batched.clone() });
         Ok(batched)
     }
 }

@@ -127,7 +127,7 @@ pub fn gemm_offsets<T: FaerElem + num_one::One>(
 /// faer's process-wide set-up: it reads the cache hierarchy from sysfs
 /// (about 90 files) and `/proc/cpuinfo`, about 1.5 ms on the target machine.
 /// [`super::threads`] runs it on the pool once, in the background.
-pub fn warm_up() {
+pub(crate) fn warm_up() {
     // Above faer's threshold for its unpacked small-matrix kernels (16^3
     // multiply-adds), so the packed path and its set-up run.
     const N: usize = 17;

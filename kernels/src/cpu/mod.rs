@@ -32,7 +32,7 @@ pub const PAR_MIN_WORK: usize = 1 << 19;
 /// The rayon pool's size, looked up once.
 ///
 /// The first lookup (the first kernel that asks whether to split its work)
-/// also starts [`matmul::warm_up`] on the pool, so that faer's one-time
+/// also starts `matmul::warm_up` on the pool, so that faer's one-time
 /// set-up (about 1.5 ms) is not paid by the first product on the caller's
 /// thread.
 pub fn threads() -> usize {
