@@ -341,6 +341,54 @@ fn value_and_grad_aux_and_linearize() {
     })
 }
 
+/// grad's ones seed is symbolic: it passes through sums, reshapes,
+/// transposes and adds and makes `1 * c` just `c`. The gradients are the
+/// same numbers, and a gradient that is such a `c` is a copy, never the
+/// captured, auxiliary or input tensor itself.
+#[test]
+fn grad_seed_of_ones_needs_no_kernels_and_aliases_nothing() {
+    on_each_device(|| {
+        let x = x3();
+        let c = Tensor::from_vec(vec![2.0f64, -3.0, 0.5], [3]);
+        // through a sum: the gradient is c, a new tensor
+        let g = grad(|x: &Tensor| (x * &c).sum())(&x);
+        close(&v(&g), &v(&c), 0.0);
+        assert!(!g.same_node(&c));
+        g.add_scalar_(1.0);
+        close(&v(&c), &[2.0, -3.0, 0.5], 0.0);
+        // through a reshape, a transpose and an add
+        let m = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0], [2, 3]);
+        let g = grad(|m: &Tensor| (m.reshape(&[3, 2]).t().reshape(&[2, 3]) + m * 2.0).sum())(&m);
+        close(&v(&g), &[3.0; 6], 0.0);
+        // a broadcast's transpose sums: each element was used four times
+        let g = grad(|x: &Tensor| x.broadcast_to([4, 3]).sum())(&x);
+        close(&v(&g), &[4.0; 3], 0.0);
+        // a scalar function: identity, and a product with a captured scalar
+        let s = Tensor::scalar(0.7f64);
+        close(&v(&grad(|x: &Tensor| x.clone())(&s)), &[1.0], 0.0);
+        let k = Tensor::scalar(-4.0f64);
+        let g = grad(|x: &Tensor| x * &k)(&s);
+        close(&v(&g), &[-4.0], 0.0);
+        assert!(!g.same_node(&k));
+        // the auxiliary output is not the gradient's storage either
+        let ((_, aux), g) = value_and_grad_with_aux(|x: &Tensor| {
+            let e = x.exp().stop_gradient();
+            ((x * &e).sum(), e)
+        })(&x);
+        close(&v(&g), &v(&aux), 0.0);
+        g.add_scalar_(1.0);
+        close(&v(&aux), &v(&x.exp()), 0.0);
+        // the input itself: d/dx (x * x) for scalar x is x + x, a new tensor
+        let g = grad(|x: &Tensor| x * x)(&s);
+        close(&v(&g), &[1.4], 1e-15);
+        // and the symbolic seed composes: second derivatives and vmap
+        let d2 = grad(|x: &Tensor| grad(|x: &Tensor| (x * x * x).sum())(x).sum())(&x);
+        close(&v(&d2), &v(&x).iter().map(|x| 6.0 * x).collect::<Vec<_>>(), 1e-12);
+        let per = vmap(grad(|x: &Tensor| x.sin() * x))(&x);
+        close(&v(&per), &v(&x).iter().map(|x| x.cos() * x + x.sin()).collect::<Vec<_>>(), 1e-12);
+    })
+}
+
 #[test]
 fn traced_programs_print_evaluate_and_transform() {
     on_each_device(|| {

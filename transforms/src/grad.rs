@@ -1,10 +1,10 @@
 //! Gradients: `grad`, `value_and_grad` and their `_with_aux` forms, all
 //! vjp with a ones cotangent.
 
-use crate::linearize::linearize_flat;
+use crate::linearize::{linearize_flat, Ct};
 use crate::tree::Tree;
 use smallvec::SmallVec;
-use xform_ops::{lax, Error, OrRaise, Result, Tensor};
+use xform_ops::{Error, OrRaise, Result, Tensor};
 
 fn check_inputs<X: Tree>(op: &str, x: &X) -> Result<()> {
     let leaves = x.leaves();
@@ -54,8 +54,8 @@ fn value_grad_aux<X: Tree, A: Tree>(
     check_scalar(op, &y)?;
     // Only the scalar output is differentiated: the aux outputs get no
     // cotangent, so their part of the linear program is skipped.
-    let mut cts: SmallVec<[Option<Tensor>; 4]> = SmallVec::new();
-    cts.push(Some(lax::ones_like(&y)?));
+    let mut cts: SmallVec<[Option<Ct>; 4]> = SmallVec::new();
+    cts.push(Some(Ct::Ones));
     cts.resize(lin.out_leaves.len(), None);
     let g = lin.pull_some(&cts)?;
     Ok((lin.out, x.with_leaves(g)))

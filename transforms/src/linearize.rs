@@ -16,7 +16,9 @@ use crate::tree::{Leaves, Tree};
 use smallvec::SmallVec;
 use xform_ops::interp::with_interpreter;
 use xform_ops::prim::{transpose_rule, LinearArg};
-use xform_ops::{lax, Atom, Error, OrRaise, Program, Result, Tensor};
+use xform_ops::prims::binary::BinaryOp;
+use xform_ops::prims::reduce::ReduceOp;
+use xform_ops::{lax, Atom, Aval, Eqn, Error, OrRaise, Prim, Program, Result, Tensor};
 
 /// A function linearized at a point.
 pub(crate) struct Linearized<Y> {
@@ -83,37 +85,84 @@ pub(crate) fn linearize_flat<X: Tree, Y: Tree>(label: &'static str, f: impl FnOn
     Linearized { out: out.with_leaves(out_leaves.iter().cloned()), out_leaves, in_leaves, diff, program }
 }
 
-/// Adds a cotangent contribution into its slot.
-fn accumulate(slot: &mut Option<Tensor>, ct: Tensor) -> Result<()> {
-    *slot = lax::add_any(slot.take(), Some(ct))?;
+/// A cotangent in the backward pass.
+#[derive(Clone)]
+pub(crate) enum Ct {
+    /// Ones shaped like the variable, not made yet: `grad`'s seed. It passes
+    /// through sums, reshapes, transposes and adds, and turns a
+    /// product's transpose `1 * c` into `c` itself, so the seed costs no
+    /// kernels and no broadcast under `vmap`.
+    Ones,
+    /// A value. `borrowed` when it may be a tensor from outside the backward
+    /// pass (a residual or a captured tensor, taken by the `1 * c`
+    /// shortcut, or a view of one): it is copied before it is returned, so
+    /// that no gradient aliases a tensor the caller can write to.
+    Val(Tensor, bool),
+}
+
+impl Ct {
+    /// The cotangent as a tensor shaped like `aval`.
+    fn make(self, aval: &Aval) -> Result<(Tensor, bool)> {
+        match self {
+            Ct::Ones => Ok((lax::full(&aval.shape, 1.0, aval.dtype, aval.device)?, false)),
+            Ct::Val(t, borrowed) => Ok((t, borrowed)),
+        }
+    }
+}
+
+/// Adds a cotangent contribution into the slot of a variable of `aval`.
+fn accumulate(slot: &mut Option<Ct>, ct: Ct, aval: &Aval) -> Result<()> {
+    *slot = Some(match slot.take() {
+        None => ct,
+        Some(old) => {
+            let (a, b) = (old.make(aval)?.0, ct.make(aval)?.0);
+            Ct::Val(lax::add(&a, &b)?, false)
+        }
+    });
     Ok(())
+}
+
+/// The input cotangents of an equation whose one output cotangent is
+/// [`Ct::Ones`], where no kernel is needed; `None` otherwise.
+fn transpose_ones(eqn: &Eqn, args: &[LinearArg], out: &Aval) -> Option<SmallVec<[Option<Ct>; 4]>> {
+    let linear_ones = || args.iter().map(|a| a.is_linear().then_some(Ct::Ones)).collect();
+    match &eqn.prim {
+        // Transposes that move or copy each element of the cotangent to
+        // one place (a sum's broadcasts it), so ones stay ones. Not a
+        // broadcast's: its transpose sums.
+        Prim::Binary(BinaryOp::Add)
+        | Prim::Reduce { op: ReduceOp::Sum, .. }
+        | Prim::Reshape { .. }
+        | Prim::Transpose { .. } => Some(linear_ones()),
+        // `1 * c` is `c` when `c` is shaped and typed like the product.
+        Prim::Binary(BinaryOp::Mul) => {
+            let c = args.iter().find_map(LinearArg::constant)?;
+            let same = c.with_aval(|a| a.shape == &out.shape && a.dtype == out.dtype);
+            same.then(|| args.iter().map(|a| a.is_linear().then(|| Ct::Val(c.clone(), true))).collect())
+        }
+        _ => None,
+    }
 }
 
 /// Transposes a linear program: cotangents of its inputs from cotangents of
 /// its outputs (`None`: zero).
 pub fn backward_pass(program: &Program, cts: &[Option<Tensor>]) -> Result<SmallVec<[Option<Tensor>; 4]>> {
+    let cts: SmallVec<[Option<Ct>; 4]> = cts.iter().map(|c| c.as_ref().map(|t| Ct::Val(t.clone(), false))).collect();
+    backward_pass_ct(program, &cts)
+}
+
+/// [`backward_pass`] from cotangents that may be symbolic ones.
+pub(crate) fn backward_pass_ct(program: &Program, cts: &[Option<Ct>]) -> Result<SmallVec<[Option<Tensor>; 4]>> {
     // Inline for the small programs of tiny transformed calls.
-    let mut env: SmallVec<[Option<Tensor>; 32]> = SmallVec::new();
+    let mut env: SmallVec<[Option<Ct>; 32]> = SmallVec::new();
     env.resize(program.avals.len(), None);
     for (atom, ct) in program.outputs.iter().zip(cts) {
         if let (Atom::Var(v), Some(ct)) = (atom, ct) {
-            accumulate(&mut env[v.0 as usize], ct.clone())?;
+            accumulate(&mut env[v.0 as usize], ct.clone(), program.aval(*v))?;
         }
     }
     for eqn in program.eqns.iter().rev() {
-        // The output cotangents: one (nearly every equation) without a list.
-        let one;
-        let mut many: SmallVec<[Option<Tensor>; 2]> = SmallVec::new();
-        let outs: &[Option<Tensor>] = if let [v] = eqn.outputs[..] {
-            one = [env[v.0 as usize].take()];
-            &one
-        } else {
-            for v in &eqn.outputs {
-                many.push(env[v.0 as usize].take());
-            }
-            &many
-        };
-        if outs.iter().all(Option::is_none) {
+        if eqn.outputs.iter().all(|v| env[v.0 as usize].is_none()) {
             continue;
         }
         let mut args: SmallVec<[LinearArg; 4]> = SmallVec::new();
@@ -123,14 +172,53 @@ pub fn backward_pass(program: &Program, cts: &[Option<Tensor>]) -> Result<SmallV
                 Atom::Const(i) => LinearArg::Const(&program.consts[*i]),
             });
         }
-        let cts_in = transpose_rule(&eqn.prim, outs, &args)?;
+        let shortcut = match eqn.outputs[..] {
+            [v] if matches!(env[v.0 as usize], Some(Ct::Ones)) => transpose_ones(eqn, &args, program.aval(v)),
+            _ => None,
+        };
+        let cts_in: SmallVec<[Option<Ct>; 4]> = match shortcut {
+            Some(cts_in) => {
+                env[eqn.outputs[0].0 as usize] = None;
+                cts_in
+            }
+            None => {
+                // The output cotangents as tensors: one (nearly every
+                // equation) without a list.
+                let mut borrowed = false;
+                let mut outs: SmallVec<[Option<Tensor>; 2]> = SmallVec::new();
+                for v in &eqn.outputs {
+                    outs.push(match env[v.0 as usize].take() {
+                        None => None,
+                        Some(ct) => {
+                            let (t, b) = ct.make(program.aval(*v))?;
+                            borrowed |= b;
+                            Some(t)
+                        }
+                    });
+                }
+                // A product or quotient is a new tensor; any other rule may
+                // return its cotangent or a view of it.
+                let borrowed = borrowed && !matches!(eqn.prim, Prim::Binary(BinaryOp::Mul | BinaryOp::Div));
+                transpose_rule(&eqn.prim, &outs, &args)?.into_iter().map(|c| c.map(|t| Ct::Val(t, borrowed))).collect()
+            }
+        };
         for (a, ct) in eqn.inputs.iter().zip(cts_in) {
             if let (Atom::Var(v), Some(ct)) = (a, ct) {
-                accumulate(&mut env[v.0 as usize], ct)?;
+                accumulate(&mut env[v.0 as usize], ct, program.aval(*v))?;
             }
         }
     }
-    Ok(program.inputs.iter().map(|v| env[v.0 as usize].take()).collect())
+    let mut out = SmallVec::new();
+    for v in &program.inputs {
+        out.push(match env[v.0 as usize].take() {
+            None => None,
+            Some(ct) => {
+                let (t, borrowed) = ct.make(program.aval(*v))?;
+                Some(if borrowed { lax::copy(&t)? } else { t })
+            }
+        });
+    }
+    Ok(out)
 }
 
 impl<Y> Linearized<Y> {
@@ -152,15 +240,18 @@ impl<Y> Linearized<Y> {
                 ));
             }
         }
-        let cts: SmallVec<[Option<Tensor>; 4]> =
-            cts.iter().zip(&self.out_leaves).map(|(c, o)| o.dtype().is_float().then(|| c.clone())).collect();
+        let cts: SmallVec<[Option<Ct>; 4]> = cts
+            .iter()
+            .zip(&self.out_leaves)
+            .map(|(c, o)| o.dtype().is_float().then(|| Ct::Val(c.clone(), false)))
+            .collect();
         self.pull_some(&cts)
     }
 
     /// Input cotangent leaves from output cotangents already checked
     /// (`None`: zero, whose part of the program is not transposed at all).
-    pub(crate) fn pull_some(&self, cts: &[Option<Tensor>]) -> Result<Leaves> {
-        let mut ins = backward_pass(&self.program, cts)?.into_iter();
+    pub(crate) fn pull_some(&self, cts: &[Option<Ct>]) -> Result<Leaves> {
+        let mut ins = backward_pass_ct(&self.program, cts)?.into_iter();
         let mut out = Leaves::new();
         for (l, &d) in self.in_leaves.iter().zip(&self.diff) {
             let ct = if d { ins.next().flatten() } else { None };

@@ -155,8 +155,9 @@ impl BatchInterp {
 
     /// The unbatched value `x` broadcast into a batch at `bdim`. The last
     /// broadcast is kept: one unbatched value often meets several batched
-    /// ones (the cotangent seed of `grad` under `vmap` multiplies every
-    /// factor of the output), and each would broadcast it again. A kept
+    /// ones (a captured constant used twice, or an unbatched cotangent given
+    /// to `vjp`, which multiplies every factor of the output), and each
+    /// would broadcast it again. A kept
     /// broadcast is reused only while the value is unchanged (same
     /// [`Tensor::value_key`]).
     fn broadcast(&self, level: Level, x: &Tensor, bdim: usize) -> Result<Tensor> {
