@@ -378,6 +378,14 @@ fn grad_seed_of_ones_needs_no_kernels_and_aliases_nothing() {
         close(&v(&g), &v(&aux), 0.0);
         g.add_scalar_(1.0);
         close(&v(&aux), &v(&x.exp()), 0.0);
+        // a scaled loss: the seed becomes the scale, then a broadcast and a
+        // matrix product (which makes a new tensor)
+        let a = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0], [2, 3]);
+        let w = Tensor::from_vec(vec![0.5f64, -1.0, 2.0], [3, 1]);
+        let g = grad(|w: &Tensor| a.matmul(w).sum() * 0.5)(&w);
+        close(&v(&g), &[2.5, 3.5, 4.5], 1e-15);
+        let g = grad(|w: &Tensor| a.matmul(w).mean())(&w);
+        close(&v(&g), &[2.5, 3.5, 4.5], 1e-15);
         // the input itself: d/dx (x * x) for scalar x is x + x, a new tensor
         let g = grad(|x: &Tensor| x * x)(&s);
         close(&v(&g), &[1.4], 1e-15);

@@ -18,6 +18,7 @@ use xform_ops::interp::with_interpreter;
 use xform_ops::prim::{transpose_rule, LinearArg};
 use xform_ops::prims::binary::BinaryOp;
 use xform_ops::prims::reduce::ReduceOp;
+use xform_ops::prims::unary::UnaryOp;
 use xform_ops::{lax, Atom, Aval, Eqn, Error, OrRaise, Prim, Program, Result, Tensor};
 
 /// A function linearized at a point.
@@ -196,9 +197,17 @@ pub(crate) fn backward_pass_ct(program: &Program, cts: &[Option<Ct>]) -> Result<
                         }
                     });
                 }
-                // A product or quotient is a new tensor; any other rule may
-                // return its cotangent or a view of it.
-                let borrowed = borrowed && !matches!(eqn.prim, Prim::Binary(BinaryOp::Mul | BinaryOp::Div));
+                // These rules compute new tensors; any other may return its
+                // cotangent or a view of it (add, reshape, a sum's broadcast).
+                let computes = matches!(
+                    eqn.prim,
+                    Prim::Binary(BinaryOp::Mul | BinaryOp::Div)
+                        | Prim::Unary(UnaryOp::Neg)
+                        | Prim::DotGeneral(_)
+                        | Prim::Select
+                        | Prim::Cumsum { .. }
+                );
+                let borrowed = borrowed && !computes;
                 transpose_rule(&eqn.prim, &outs, &args)?.into_iter().map(|c| c.map(|t| Ct::Val(t, borrowed))).collect()
             }
         };
