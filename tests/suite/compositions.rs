@@ -116,6 +116,32 @@ fn jacobians_agree_and_hessians_are_symmetric() {
 }
 
 #[test]
+fn jacrev_of_one_output_element_is_a_gradient_that_aliases_nothing() {
+    on_each_device(|| {
+        let c = Tensor::from_vec(vec![2.0f64, -1.0, 0.5], [3]);
+        let x = x3();
+        // shapes [] and [1, 1] out: [] ++ [3] and [1, 1] ++ [3]
+        let j = jacrev(|x: &Tensor| (x * &c).sum())(&x);
+        assert_eq!(j.shape().dims(), &[3]);
+        close(&v(&j), &[2.0, -1.0, 0.5], 0.0);
+        j.add_scalar_(1.0);
+        close(&v(&c), &[2.0, -1.0, 0.5], 0.0);
+        let j = jacrev(|x: &Tensor| (x * x).sum().reshape(&[1, 1]))(&x);
+        assert_eq!(j.shape().dims(), &[1, 1, 3]);
+        close(&v(&j), &v(&(&x * 2.0)), 1e-15);
+        // agrees with the basis path of a two-element output
+        let two = jacrev(|x: &Tensor| Tensor::stack(&[x.sin().sum(), x.sum()], 0))(&x);
+        let one = jacrev(|x: &Tensor| x.sin().sum())(&x);
+        close(&v(&two.select(0, 0)), &v(&one), 1e-15);
+        // an input the output does not depend on gets zeros
+        let p = (x3(), Tensor::from_vec(vec![4.0f64], [1]));
+        let (jx, jy) = jacrev(|p: &(Tensor, Tensor)| p.0.exp().sum())(&p);
+        close(&v(&jx), &v(&x.exp()), 1e-15);
+        close(&v(&jy), &[0.0], 0.0);
+    })
+}
+
+#[test]
 fn vmap_of_hessian_and_jacobians_of_pytrees() {
     on_each_device(|| {
         let xs = Key::new(4).normal([5, 3], DType::F64);

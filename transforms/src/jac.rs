@@ -8,7 +8,7 @@
 //! `output.shape ++ input.shape` (for tensors in and out: one tensor).
 
 use crate::jvp::jvp_flat;
-use crate::linearize::linearize_flat;
+use crate::linearize::{linearize_flat, Ct};
 use crate::tree::Tree;
 use crate::vmap::vmap;
 use xform_ops::{lax, Error, OrRaise, Result, Shape, Tensor};
@@ -111,12 +111,17 @@ fn try_jacfwd<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &JacOptions, x: &X) 
         let (y, outs) = vmap(|t: &Vec<Tensor>| {
             let (y, ps, ts) = jvp_flat("jacfwd", f, x, t.iter().cloned().map(Some).collect());
             let tangents: Vec<Tensor> = ts.iter().zip(&ps).map(|(t, p)| lax::instantiate(t, p).or_raise()).collect();
-            (y, tangents)
+            // Only y's structure and dtypes are used below: scalars stand in
+            // for its leaves, so that vmap does not broadcast the primal
+            // output along the basis and copy it (a wasted N-fold copy).
+            let template = y.with_leaves(y.leaves().iter().map(|l| lax::scalar(0.0, l.dtype(), l.device()).or_raise()));
+            (template, tangents)
         })(&basis);
         out_template.get_or_insert(y);
         outs
     })?;
-    // The template went through vmap, so its leaves carry a leading basis axis.
+    // The template's leaves are scalars (with a basis axis from vmap) of the
+    // output leaves' dtypes.
     let y = out_template.expect("at least one chunk");
     check_float_leaves("jacfwd", "output", &y.leaves(), || y.paths())?;
     // cols[j]: [N, out_j...]; block for input i: rows of input i.
@@ -169,10 +174,26 @@ fn try_jacrev<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &JacOptions, x: &X) 
         + ins.iter().map(|l| l.numel() * l.dtype().size_bytes()).sum::<usize>())
         * 2;
     let chunk = rows_per_chunk(opts, row_bytes, total);
-    let rows = chunked(total, chunk, |start, k| {
-        let basis = basis_chunk(&outs, start, k).or_raise();
-        vmap(|cts: &Vec<Tensor>| lin.pull("jacrev", cts).or_raise().to_vec())(&basis)
-    })?;
+    let rows = if outs.len() == 1 && total == 1 {
+        // One output element (a scalar function, as in `hessian`): the one
+        // row is a gradient. grad's symbolic seed of ones costs no kernels,
+        // where a one-row basis under vmap costs a product by it per
+        // cotangent and batched (sometimes transposed) copies.
+        let grads = lin.pull_some(&[Some(Ct::Ones)])?;
+        grads
+            .iter()
+            .map(|g| {
+                let mut s = g.shape();
+                s.0.insert(0, 1);
+                lax::reshape(g, &s)
+            })
+            .collect::<Result<Vec<_>>>()?
+    } else {
+        chunked(total, chunk, |start, k| {
+            let basis = basis_chunk(&outs, start, k).or_raise();
+            vmap(|cts: &Vec<Tensor>| lin.pull("jacrev", cts).or_raise().to_vec())(&basis)
+        })?
+    };
     // rows[i]: [M, in_i...]; block for output j: its rows, reshaped.
     let mut blocks = Vec::with_capacity(outs.len());
     let mut off = 0;
