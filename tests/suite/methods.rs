@@ -45,6 +45,14 @@ fn reductions_with_axes_and_keepdim() {
     close(&v(&lse), &[(1f64 + 1f64.exp() + 2f64.exp()).ln(), 3.0 + (1f64 + 1f64.exp() + 2f64.exp()).ln()], 1e-14);
     let sm = x.softmax(1);
     close(&v(&sm.sum_axis(1, false)), &[1.0, 1.0], 1e-15);
+    // its derivatives, with a tie at the maximum: softmax, diag(p) - p p^T
+    close(&v(&xform::grad(|x: &Tensor| x.logsumexp(1, false).sum())(&x)), &v(&sm), 1e-15);
+    let tied = Tensor::from_vec(vec![2.0f64, 2.0, 1.0], [3]);
+    let p = v(&tied.softmax(0));
+    close(&v(&xform::grad(|t: &Tensor| t.logsumexp(0, false))(&tied)), &p, 1e-15);
+    let h = v(&xform::hessian(|t: &Tensor| t.logsumexp(0, false))(&tied));
+    let want: Vec<f64> = (0..9).map(|k| if k / 3 == k % 3 { p[k / 3] } else { 0.0 } - p[k / 3] * p[k % 3]).collect();
+    close(&h, &want, 1e-15);
     close(&v(&x.log_softmax(1).exp()), &v(&sm), 1e-14);
     let bools = Tensor::from_vec(vec![true, false, true], [3]);
     assert_eq!(v(&bools.sum()), vec![2.]);

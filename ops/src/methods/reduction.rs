@@ -179,8 +179,10 @@ impl Tensor {
     pub fn logsumexp(&self, axis: isize, keepdim: bool) -> Tensor {
         let x = float_of(self).or_raise();
         // The shift is a constant of the computation: its own gradient
-        // cancels, so it is taken without one (as JAX's stop_gradient).
-        let m = x.max_axis(axis, true).stop_gradient();
+        // cancels, so it is taken without one (as JAX's stop_gradient), of
+        // the input, so that no transform computes max's derivative (a tie
+        // mask and count) only to drop it.
+        let m = x.stop_gradient().max_axis(axis, true);
         let s = (&x - &m).exp().sum_axis(axis, true).log() + &m;
         if keepdim {
             s
