@@ -215,6 +215,41 @@ impl Prim {
                 | Prim::Rev { .. }
         )
     }
+
+    /// True when the transpose rule returns only tensors it computed, never
+    /// an output cotangent or a view of one. Reverse mode copies a
+    /// cotangent that may alias a tensor from outside the backward pass
+    /// unless a rule of this kind came between. Exhaustive, so that a new
+    /// primitive decides; `false` is always safe (one copy too many).
+    pub fn transpose_is_fresh(&self) -> bool {
+        match self {
+            // neg, the one linear unary op, makes a new tensor
+            Prim::Unary(_) => true,
+            // add and sub pass their cotangent on; mul and div scale it
+            Prim::Binary(op) => matches!(op, BinaryOp::Mul | BinaryOp::Div),
+            Prim::Select | Prim::Cumsum { .. } | Prim::DotGeneral(_) => true,
+            // zeros with the cotangent written in
+            Prim::DynamicSlice { .. } | Prim::Gather { .. } => true,
+            // a same-dtype convert, a sum over no axes, zero padding: may
+            // return the cotangent itself; the rest return views or pass it on
+            Prim::Convert(_)
+            | Prim::Reduce { .. }
+            | Prim::BroadcastInDim { .. }
+            | Prim::Reshape { .. }
+            | Prim::Transpose { .. }
+            | Prim::Slice { .. }
+            | Prim::Pad { .. }
+            | Prim::Concatenate { .. }
+            | Prim::Rev { .. }
+            | Prim::Copy
+            | Prim::DynamicUpdateSlice
+            | Prim::ScatterAdd { .. } => false,
+            // not linear: no transpose rule
+            Prim::Compare(_) | Prim::ArgReduce { .. } | Prim::Iota { .. } | Prim::StopGradient | Prim::Threefry2x32 => {
+                false
+            }
+        }
+    }
 }
 
 fn axes_str(a: &[usize]) -> String {

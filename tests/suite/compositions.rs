@@ -412,6 +412,18 @@ fn grad_seed_of_ones_needs_no_kernels_and_aliases_nothing() {
         close(&v(&g), &[2.5, 3.5, 4.5], 1e-15);
         let g = grad(|w: &Tensor| a.matmul(w).mean())(&w);
         close(&v(&g), &[2.5, 3.5, 4.5], 1e-15);
+        // c through a reshape's transpose is still c's storage: copied
+        let g = grad(|x: &Tensor| (x.reshape(&[3, 1]) * c.reshape(&[3, 1])).sum())(&x);
+        close(&v(&g), &v(&c), 0.0);
+        g.add_scalar_(1.0);
+        close(&v(&c), &[2.0, -3.0, 0.5], 0.0);
+        // and through a gather's transpose (a scatter into zeros): new
+        let idx = Tensor::from_vec(vec![2i64, 0], [2]);
+        let c2 = Tensor::from_vec(vec![5.0f64, 7.0], [2]);
+        let g = grad(|x: &Tensor| (x.take(&idx, 0) * &c2).sum())(&x);
+        close(&v(&g), &[7.0, 0.0, 5.0], 0.0);
+        g.add_scalar_(1.0);
+        close(&v(&c2), &[5.0, 7.0], 0.0);
         // the input itself: d/dx (x * x) for scalar x is x + x, a new tensor
         let g = grad(|x: &Tensor| x * x)(&s);
         close(&v(&g), &[1.4], 1e-15);

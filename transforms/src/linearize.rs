@@ -18,7 +18,6 @@ use xform_ops::interp::with_interpreter;
 use xform_ops::prim::{transpose_rule, LinearArg};
 use xform_ops::prims::binary::BinaryOp;
 use xform_ops::prims::reduce::ReduceOp;
-use xform_ops::prims::unary::UnaryOp;
 use xform_ops::{lax, Atom, Aval, Eqn, Error, OrRaise, Prim, Program, Result, Tensor};
 
 /// A function linearized at a point.
@@ -197,17 +196,7 @@ pub(crate) fn backward_pass_ct(program: &Program, cts: &[Option<Ct>]) -> Result<
                         }
                     });
                 }
-                // These rules compute new tensors; any other may return its
-                // cotangent or a view of it (add, reshape, a sum's broadcast).
-                let computes = matches!(
-                    eqn.prim,
-                    Prim::Binary(BinaryOp::Mul | BinaryOp::Div)
-                        | Prim::Unary(UnaryOp::Neg)
-                        | Prim::DotGeneral(_)
-                        | Prim::Select
-                        | Prim::Cumsum { .. }
-                );
-                let borrowed = borrowed && !computes;
+                let borrowed = borrowed && !eqn.prim.transpose_is_fresh();
                 transpose_rule(&eqn.prim, &outs, &args)?.into_iter().map(|c| c.map(|t| Ct::Val(t, borrowed))).collect()
             }
         };
