@@ -369,7 +369,7 @@ fn all_entries() -> Vec<Entry> {
         let mut m = n;
         let mut p = 2;
         while m > 1 {
-            while m % p == 0 {
+            while m.is_multiple_of(p) {
                 factors.push(p);
                 m /= p;
             }

@@ -7,6 +7,7 @@
 //! into M (one GEMM instead of B).
 
 use super::elementwise::map1;
+use super::small_gemm;
 use super::Par;
 use crate::dtype::Float;
 use crate::layout::{Layout, Shape};
@@ -31,7 +32,17 @@ fn dims(la: &Layout, lb: &Layout) -> (usize, usize, usize, usize) {
 }
 
 /// An element faer multiplies natively.
-pub trait FaerElem: faer::traits::ComplexField + Copy + Send + Sync + Default + 'static {}
+pub trait FaerElem:
+    faer::traits::ComplexField
+    + super::outer::OuterElem
+    + super::small_gemm::SmallGemmElem
+    + Copy
+    + Send
+    + Sync
+    + Default
+    + 'static
+{
+}
 /// Re-exported so callers can name the faer element bound.
 pub use num_one::One;
 impl FaerElem for f32 {}
@@ -90,11 +101,41 @@ pub fn gemm_offsets<T: FaerElem + num_one::One>(
     }
     let per = m * n * k.max(1);
     let total = batch * per;
+    let threads = super::threads();
+    let par = if total < PAR_GEMM_MIN { Par::Seq } else { par };
+    if k == 1 {
+        outer_products(a, ma, b, mb, m, n, par, threads, &mut out);
+        // SAFETY: outer_products wrote every element of every block.
+        return unsafe { crate::cpu::assume_init(out) };
+    }
+    // Small products skip faer's packing and set-up (see small_gemm).
+    let direct = small_gemm::takes(m, k, n, mb.col_stride);
     // Rows `r0..r0 + dst.len() / n` of product `bi` into `dst`.
     let run = |bi: usize, r0: usize, dst: &mut [std::mem::MaybeUninit<T>], inner: faer::Par| {
         let rows = dst.len() / n;
         let pa = ma.offsets[bi] + r0 as isize * ma.row_stride;
         let pb = mb.offsets[bi];
+        if direct {
+            // SAFETY: as for faer below; dst is rows x n; `takes` checked
+            // that the kernel is available.
+            unsafe {
+                small_gemm::gemm_direct(
+                    a,
+                    pa,
+                    ma.row_stride,
+                    ma.col_stride,
+                    b,
+                    pb,
+                    mb.row_stride,
+                    mb.col_stride,
+                    rows,
+                    k,
+                    n,
+                    dst,
+                )
+            };
+            return;
+        }
         // SAFETY: the caller's operands address elements inside `a` and `b`
         // (they come from validated arrays), and rows `r0..r0 + rows` of
         // A_i are among them; `dst` is an exclusive, row-major rows x n
@@ -107,8 +148,6 @@ pub fn gemm_offsets<T: FaerElem + num_one::One>(
             faer::linalg::matmul::matmul(dst, Accum::Replace, lhs, rhs, T::one(), inner);
         }
     };
-    let threads = super::threads();
-    let par = if total < PAR_GEMM_MIN { Par::Seq } else { par };
     use rayon::prelude::*;
     match par {
         // Enough independent products to keep every thread busy: one product
@@ -147,6 +186,66 @@ pub fn gemm_offsets<T: FaerElem + num_one::One>(
     // SAFETY: faer wrote every element of every m x n block (Accum::Replace,
     // and zeros when k == 0).
     unsafe { crate::cpu::assume_init(out) }
+}
+
+/// The products of a GEMM with k = 1 (outer products) into `out`, through
+/// [`outer_batched`](super::outer::outer_batched): one kernel call for all
+/// of them rather than one faer rank-one update per product. Strided
+/// vectors are packed first (`m + n` elements per product).
+#[allow(clippy::too_many_arguments)]
+fn outer_products<T: FaerElem>(
+    a: &[T],
+    ma: &MatOperand,
+    c: &[T],
+    mc: &MatOperand,
+    m: usize,
+    n: usize,
+    par: Par,
+    threads: usize,
+    out: &mut [std::mem::MaybeUninit<T>],
+) {
+    use super::outer::outer_batched;
+    use rayon::prelude::*;
+    // The column of A_i (stride row_stride) and the row of B_i (stride
+    // col_stride), as offsets into contiguous data.
+    fn vectors<'s, T: Copy>(
+        data: &'s [T],
+        offsets: &[isize],
+        stride: isize,
+        len: usize,
+    ) -> (std::borrow::Cow<'s, [T]>, Vec<usize>) {
+        if stride == 1 || len <= 1 {
+            (std::borrow::Cow::Borrowed(data), offsets.iter().map(|&o| o as usize).collect())
+        } else {
+            let packed =
+                offsets.iter().flat_map(|&o| (0..len).map(move |i| data[(o + i as isize * stride) as usize])).collect();
+            (std::borrow::Cow::Owned(packed), (0..offsets.len()).map(|b| b * len).collect())
+        }
+    }
+    let (av, a_offs) = vectors(a, &ma.offsets, ma.row_stride, m);
+    let (cv, c_offs) = vectors(c, &mc.offsets, mc.col_stride, n);
+    let batch = a_offs.len();
+    match par {
+        // Whole products per task.
+        Par::Rayon if batch >= threads => {
+            let per_task = batch.div_ceil(4 * threads);
+            out.par_chunks_mut(per_task * m * n).enumerate().for_each(|(t, dst)| {
+                let bs = t * per_task..(t * per_task + dst.len() / (m * n));
+                outer_batched(&av, &a_offs[bs.clone()], &cv, &c_offs[bs], m, n, dst);
+            });
+        }
+        // A few large products: bands of rows per task.
+        Par::Rayon => {
+            let band = m.div_ceil(2 * threads);
+            for (b, prod) in out.chunks_mut(m * n).enumerate() {
+                prod.par_chunks_mut(band * n).enumerate().for_each(|(j, dst)| {
+                    let rows = dst.len() / n;
+                    outer_batched(&av, &[a_offs[b] + j * band], &cv, &c_offs[b..b + 1], rows, n, dst);
+                });
+            }
+        }
+        Par::Seq => outer_batched(&av, &a_offs, &cv, &c_offs, m, n, out),
+    }
 }
 
 /// Runs one small product through faer's packed GEMM path, which does

@@ -8,9 +8,11 @@
 pub mod elementwise;
 pub mod indexing;
 pub mod matmul;
+pub mod outer;
 pub mod random;
 pub mod reduce;
 pub mod shape;
+pub mod small_gemm;
 
 use std::mem::MaybeUninit;
 

@@ -32,7 +32,7 @@ pub fn infer_shape(op: &str, dims: &[isize], numel: usize, from: &Shape) -> Resu
         }
     }
     if let Some(i) = infer {
-        if known == 0 || numel % known != 0 {
+        if known == 0 || !numel.is_multiple_of(known) {
             return Err(Error::shape(op, format!("cannot infer the -1 in {dims:?}"), &[from]));
         }
         out[i] = numel / known;
