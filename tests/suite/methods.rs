@@ -81,6 +81,59 @@ fn matmul_follows_numpy() {
     assert_eq!(v(&vec3.outer(&Tensor::from_vec(vec![1.0f64, 2.0], [2]))), vec![1., 2., 0., 0., -1., -2.]);
 }
 
+/// Products of every kernel path of `dot_general` (the k = 1 outer-product
+/// kernel, narrow and wide; the direct small GEMM with each register block,
+/// transposed operands and a packed B; faer above the size limit and for
+/// matrix-vector products) against the same sums done by broadcasting and
+/// reducing, in f32 and f64, on strided operands (a leading slice gives odd
+/// offsets), with the products of a batch at several alignments (odd
+/// `m * n`).
+#[test]
+fn matmul_kernel_paths_agree_with_broadcast_sums() {
+    let key = Key::new(3);
+    let shapes: &[(usize, usize, usize, usize)] = &[
+        // (batch, m, k, n)
+        (5, 7, 1, 3),
+        (3, 33, 1, 10),
+        (4, 10, 1, 64),
+        (2, 20, 1, 37),
+        (1, 6, 10, 64),
+        (1, 13, 33, 70),
+        (2, 64, 64, 10),
+        (1, 5, 3, 129),
+        (1, 64, 64, 64),
+        (1, 65, 64, 64),
+        (1, 40, 30, 1),
+    ];
+    for dtype in [DType::F32, DType::F64] {
+        let tol = if dtype == DType::F32 { 2e-5 } else { 1e-12 };
+        for (i, &(b, m, k, n)) in shapes.iter().enumerate() {
+            for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+                let g = key.fold_in(i as u32);
+                // Operands as views: a leading slice off a bigger array
+                // (odd offsets), and transposed storage when asked.
+                let a_store = if ta { [b, k, m + 1] } else { [b, m + 1, k] };
+                let a = g.fold_in(1).normal(a_store, dtype);
+                let a = if ta { a.slice(s![.., .., 1..]).transpose(1, 2) } else { a.slice(s![.., 1.., ..]) };
+                let b_store = if tb { [b, n, k] } else { [b, k, n] };
+                let bm = g.fold_in(2).normal(b_store, dtype);
+                let bm = if tb { bm.transpose(1, 2) } else { bm };
+                let got = a.matmul(&bm);
+                let want = (a.unsqueeze(3) * bm.unsqueeze(1)).sum_axis(2, false);
+                assert_eq!(got.shape().dims(), &[b, m, n]);
+                let (g, w) = (v(&got), v(&want));
+                let scale = w.iter().fold(1.0f64, |s, x| s.max(x.abs()));
+                for (j, (x, y)) in g.iter().zip(&w).enumerate() {
+                    assert!(
+                        (x - y).abs() <= tol * scale * (k as f64).sqrt().max(1.0),
+                        "{dtype:?} [{b}, {m}, {k}] @ [{b}, {k}, {n}] (transposed a {ta}, b {tb}) at {j}: {x} vs {y}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn shaping_and_indexing() {
     let x = Tensor::arange(0.0, 24.0, 1.0, DType::F32).reshape(&[2, 3, 4]);
