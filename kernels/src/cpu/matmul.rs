@@ -1,9 +1,10 @@
 //! Batched matrix products `out[b] = a[b] @ b[b]` over strided 3-d operands
 //! `a: [B, M, K]`, `b: [B, K, N]`, out `[B, M, N]` row-major.
 //!
-//! f32 and f64 go to faer's GEMM with the operands' own strides (transposed
-//! views cost nothing). f16 and bf16 compute in f32 and round; integers use
-//! a plain triple loop. Callers fold a batch whose other operand is shared
+//! f32 and f64 use the operands' own strides (transposed views cost
+//! nothing): outer products (k = 1) go to `outer`, small products to
+//! `small_gemm` (both AVX-512), the rest to faer's GEMM. f16 and bf16
+//! compute in f32 and round; integers use a plain triple loop. Callers fold a batch whose other operand is shared
 //! into M (one GEMM instead of B).
 
 use super::elementwise::map1;
@@ -79,7 +80,7 @@ pub fn gemm<T: FaerElem + num_one::One>(a: &[T], la: &Layout, b: &[T], lb: &Layo
     gemm_offsets(a, &MatOperand::of_layout(la), b, &MatOperand::of_layout(lb), m, k, n, par)
 }
 
-/// Batched GEMM through faer: `out[i] = A_i @ B_i` with `A_i` (m x k) and
+/// Batched GEMM: `out[i] = A_i @ B_i` with `A_i` (m x k) and
 /// `B_i` (k x n) located by `ma` and `mb`; out is `[B, m, n]` row-major.
 pub fn gemm_offsets<T: FaerElem + num_one::One>(
     a: &[T],
@@ -92,8 +93,9 @@ pub fn gemm_offsets<T: FaerElem + num_one::One>(
     par: Par,
 ) -> Vec<T> {
     let batch = ma.offsets.len();
-    // faer with Accum::Replace writes every element and reads none (its
-    // documented contract), so the output can start uninitialized.
+    // Every kernel below writes every output element and reads none (faer
+    // with Accum::Replace by its documented contract), so the output can
+    // start uninitialized.
     let mut out = crate::pool::alloc_uninit::<T>(batch * m * n);
     if out.is_empty() {
         // SAFETY: empty.
@@ -152,7 +154,8 @@ pub fn gemm_offsets<T: FaerElem + num_one::One>(
     match par {
         // Enough independent products to keep every thread busy: one product
         // per task, each on one thread (never faer's rayon inside rayon).
-        Par::Rayon if batch >= 2 * threads || (batch > 1 && per < SMALL_GEMM) => {
+        // (The direct kernel never splits itself, so its products go here.)
+        Par::Rayon if batch >= 2 * threads || (batch > 1 && (per < SMALL_GEMM || direct)) => {
             out.par_chunks_mut(m * n).enumerate().for_each(|(bi, dst)| run(bi, 0, dst, faer::Par::Seq));
         }
         // Large products: each thread computes a contiguous band of output
@@ -183,8 +186,8 @@ pub fn gemm_offsets<T: FaerElem + num_one::One>(
             }
         }
     }
-    // SAFETY: faer wrote every element of every m x n block (Accum::Replace,
-    // and zeros when k == 0).
+    // SAFETY: faer or the direct kernel wrote every element of every m x n
+    // block (faer: Accum::Replace, and zeros when k == 0).
     unsafe { crate::cpu::assume_init(out) }
 }
 

@@ -5,7 +5,7 @@
 //! is the stores'. faer routes k = 1 to its rank-one update, one call per
 //! product with AVX2 stores. Here one call writes every product: each row
 //! with 16-lane (f32) or 8-lane (f64) AVX-512 stores aligned to 64-byte
-//! lines, its lines requested for writing ahead. A product with fewer
+//! lines, its lines prefetched ahead. A product with fewer
 //! columns than lanes is written as its flat `m * n` run: a group of `L`
 //! rows is `n` full vectors, each a lane permutation of `2 L` values of `a`
 //! times a repetition of `c` (the permutations depend only on `n` and the
@@ -52,7 +52,8 @@ pub fn outer_batched<T: OuterElem>(
 ) {
     let batch = a_offs.len();
     assert_eq!(c_offs.len(), batch, "outer_batched: {} offsets of a, {} of c", batch, c_offs.len());
-    assert_eq!(dst.len(), batch * m * n, "outer_batched: output of {} elements for {batch} x {m} x {n}", dst.len());
+    let len = batch.checked_mul(m).and_then(|x| x.checked_mul(n));
+    assert_eq!(Some(dst.len()), len, "outer_batched: output of {} elements for {batch} x {m} x {n}", dst.len());
     assert!(a_offs.iter().all(|&o| o.checked_add(m).is_some_and(|e| e <= a.len())), "outer_batched: a out of range");
     assert!(c_offs.iter().all(|&o| o.checked_add(n).is_some_and(|e| e <= c.len())), "outer_batched: c out of range");
     if m == 0 || n == 0 {
@@ -116,25 +117,27 @@ impl<I> NarrowPattern<I> {
     }
 }
 
-/// How far ahead of the stores their lines are requested for writing. The
-/// destination is rarely still in L2 (a small call's buffers come back
-/// from L3; a large call's are in DRAM): asking for ownership 1 KiB ahead
-/// overlaps those misses. W1 (interleaved runs): small 0.088 -> 0.085 ms,
-/// medium f32 16.6 -> 14.3 ms, f64 51.3 -> 43.4 ms; 512 B and 2 KiB
-/// ahead measured the same or slower.
+/// How far ahead of the stores their lines are prefetched. The destination
+/// is rarely still in L2 (a small call's buffers come back from L3; a large
+/// call's are in DRAM): prefetching 1 KiB ahead overlaps those misses.
+/// W1 (interleaved runs): small 0.088 -> 0.085 ms, medium f32 16.6 -> 14.3
+/// ms, f64 51.3 -> 43.4 ms; 512 B and 2 KiB ahead measured the same or
+/// slower. The `_MM_HINT_ET0` hint compiles to `prefetcht0` (stable Rust
+/// cannot enable `prfchw`); a `prefetchw` through inline assembly measured
+/// no better (f64 medium 45.6-46.6 ms).
 const PREFETCH_AHEAD: usize = 1024;
 
-/// Requests, for writing, the lines `PREFETCH_AHEAD` bytes past the `len`
-/// bytes at `p` (a hint: addresses past the buffer are harmless).
+/// Prefetches the lines `PREFETCH_AHEAD` bytes past the `len` bytes at `p`
+/// (a hint: addresses past the buffer are harmless).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn prefetch_for_write(p: *const u8, len: usize) {
-    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0};
+fn prefetch_ahead(p: *const u8, len: usize) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
     let ahead = p.wrapping_add(PREFETCH_AHEAD);
     let mut off = 0;
     while off < len {
         // SAFETY: prefetching is a hint that never faults, for any address.
-        unsafe { _mm_prefetch::<_MM_HINT_ET0>(ahead.wrapping_add(off) as *const i8) };
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(off) as *const i8) };
         off += 64;
     }
 }
@@ -216,7 +219,7 @@ macro_rules! outer_kernel {
                         for i in 0..m {
                             let s = $set1(*pa.add(i));
                             let row = block.add(i * n);
-                            prefetch_for_write(row as *const u8, n * std::mem::size_of::<$t>());
+                            prefetch_ahead(row as *const u8, n * std::mem::size_of::<$t>());
                             let head = to_line(row).min(n);
                             if head > 0 {
                                 $mask_storeu(row, mask(head), $mul(s, $maskz_loadu(mask(head), pc)));
@@ -246,9 +249,9 @@ macro_rules! outer_kernel {
                     let pat = patterns[start].get_or_insert_with(|| NarrowPattern::new(n, L, start, $load_idx));
                     // SAFETY (whole block): as above. Group g reads rows
                     // g L..g L + 2 L of a through masks that stop at m (a
-                    // masked load reads nothing past its mask), and writes
-                    // elements start..m n of the block, the last vector
-                    // through a mask.
+                    // masked load reads nothing past its mask); vectors
+                    // write elements start..m n of the block, the last one
+                    // through a mask, and scalar writes elements 0..start.
                     unsafe {
                         let (pa, pc) = (a.as_ptr().add(ao), c.as_ptr().add(co));
                         let cv = $maskz_loadu(mask(n), pc);
@@ -266,7 +269,7 @@ macro_rules! outer_kernel {
                         for g in 0..groups {
                             let (lo, hi) = load_rows(g * L);
                             let run = block.add(start + g * L * n);
-                            prefetch_for_write(run as *const u8, L * n * std::mem::size_of::<$t>());
+                            prefetch_ahead(run as *const u8, L * n * std::mem::size_of::<$t>());
                             for k in 0..n {
                                 $storeu(run.add(k * L), $mul($permute2(lo, pat.rows[k], hi), c_rep[k]));
                             }
@@ -310,7 +313,8 @@ outer_kernel!(
     _mm512_setzero_ps,
     |v: &[i64]| {
         let lanes: [i32; 16] = std::array::from_fn(|l| v[l] as i32);
-        // SAFETY: reads 64 bytes from a local array of 64 bytes.
+        // SAFETY: reads 64 bytes from a local array of 64 bytes; the
+        // closure runs only inside the AVX-512 kernel (the CPU has it).
         unsafe { std::arch::x86_64::_mm512_loadu_si512(lanes.as_ptr() as *const _) }
     }
 );
@@ -330,7 +334,8 @@ outer_kernel!(
     _mm512_permutex2var_pd,
     _mm512_setzero_pd,
     |v: &[i64]| {
-        // SAFETY: reads 64 bytes from a slice of 8 i64.
+        // SAFETY: reads 64 bytes from a slice of 8 i64; the closure runs
+        // only inside the AVX-512 kernel (the CPU has it).
         unsafe { std::arch::x86_64::_mm512_loadu_si512(v.as_ptr() as *const _) }
     }
 );
@@ -360,20 +365,25 @@ mod tests {
             // Every phase of the output against 64-byte lines.
             let len = batch * m * n;
             let mut store = vec![MaybeUninit::<T>::uninit(); len + 16];
-            for skip in 0..16 {
+            // Both paths (the AVX-512 one where the CPU has it, and the
+            // portable one) at each phase.
+            for (skip, portable) in (0..16).flat_map(|s| [(s, false), (s, true)]) {
                 let dst = &mut store[skip..skip + len];
-                if skip % 2 == 0 {
-                    outer_batched(&a, &a_offs, &c, &c_offs, m, n, dst);
-                } else {
+                if portable {
                     outer_portable(&a, &a_offs, &c, &c_offs, m, n, dst);
+                } else {
+                    outer_batched(&a, &a_offs, &c, &c_offs, m, n, dst);
                 }
                 for b in 0..batch {
                     for i in 0..m {
                         for j in 0..n {
-                            // SAFETY: outer_batched wrote every element.
+                            // SAFETY: the call above wrote every element.
                             let got: f64 = unsafe { dst[(b * m + i) * n + j].assume_init() }.into();
                             let want: f64 = a[a_offs[b] + i].into() * c[c_offs[b] + j].into();
-                            assert_eq!(got, want, "batch {batch} m {m} n {n} skip {skip}: [{b}, {i}, {j}]");
+                            assert_eq!(
+                                got, want,
+                                "batch {batch} m {m} n {n} skip {skip} portable {portable}: [{b}, {i}, {j}]"
+                            );
                         }
                     }
                 }

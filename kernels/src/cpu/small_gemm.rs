@@ -53,14 +53,15 @@ pub fn available() -> bool {
 const PACK_B_MAX: usize = 2048;
 
 /// Whether [`gemm_direct`] takes a product of these sizes and B column
-/// stride (else the caller uses faer). Not a matrix-vector product
+/// stride (else the caller uses faer). Not for k = 0 (faer writes the
+/// zeros) nor a matrix-vector product
 /// (`n == 1`): the kernel vectorizes along n, and faer's own matvec path is
 /// 3.5x faster there (256 x 256: 4.1 against 14.3 us); from n = 2 on, the
 /// direct kernel was as fast or faster at every size measured up to
 /// `SMALL_GEMM_MAX` (64^3: 2.8 us both in a warm loop, 3.2 against 4.1 us
 /// as an op; 64 x 64 x 10: 1.0 against 1.3 us).
 pub fn takes(m: usize, k: usize, n: usize, b_cs: isize) -> bool {
-    n >= 2 && m * n * k <= SMALL_GEMM_MAX && (b_cs == 1 || k * n <= PACK_B_MAX) && available()
+    k >= 1 && n >= 2 && m * n * k <= SMALL_GEMM_MAX && (b_cs == 1 || k * n <= PACK_B_MAX) && available()
 }
 
 /// `dst = A @ B` (row-major `m x n`) for `A[i, p] = a[a_off + i a_rs + p a_cs]`
@@ -91,6 +92,14 @@ pub unsafe fn gemm_direct<T: SmallGemmElem>(
     #[cfg(target_arch = "x86_64")]
     {
         if m == 0 || n == 0 {
+            return;
+        }
+        if k == 0 {
+            // An empty sum; the kernel's block pointers would step past
+            // empty operands.
+            dst.iter_mut().for_each(|d| {
+                d.write(T::default());
+            });
             return;
         }
         let mut packed = Vec::new();
