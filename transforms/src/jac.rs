@@ -180,14 +180,7 @@ fn try_jacrev<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &JacOptions, x: &X) 
         // where a one-row basis under vmap costs a product by it per
         // cotangent and batched (sometimes transposed) copies.
         let grads = lin.pull_some(&[Some(Ct::Ones)])?;
-        grads
-            .iter()
-            .map(|g| {
-                let mut s = g.shape();
-                s.0.insert(0, 1);
-                lax::reshape(g, &s)
-            })
-            .collect::<Result<Vec<_>>>()?
+        grads.iter().map(|g| lax::expand_dims(g, 0)).collect::<Result<Vec<_>>>()?
     } else {
         chunked(total, chunk, |start, k| {
             let basis = basis_chunk(&outs, start, k).or_raise();

@@ -92,13 +92,13 @@ unsafe fn contig1_avx512<T: Copy, U, F: Fn(T) -> U>(src: &[T], dst: &mut [MaybeU
 /// Elements of `x` before its first 64-byte boundary, for a run long enough
 /// to be worth a scalar head (short runs, like the rows of a broadcast
 /// operand, lose more to the scalar head than to split stores).
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn line_head<T>(x: &[T]) -> usize {
-    let size = std::mem::size_of::<T>().max(1);
-    if x.len() * size < 2048 {
+    if std::mem::size_of_val(x) < 2048 {
         return 0;
     }
-    (64 - x.as_ptr() as usize % 64) % 64 / size
+    super::to_line(x.as_ptr())
 }
 
 /// True if the CPU has the AVX-512 subsets the compiler vectorizes with

@@ -4,8 +4,8 @@
 //! f32 and f64 use the operands' own strides (transposed views cost
 //! nothing): outer products (k = 1) go to `outer`, small products to
 //! `small_gemm` (both AVX-512), the rest to faer's GEMM. f16 and bf16
-//! compute in f32 and round; integers use a plain triple loop. Callers fold a batch whose other operand is shared
-//! into M (one GEMM instead of B).
+//! compute in f32 and round; integers use a plain triple loop. Callers fold
+//! a batch whose other operand is shared into M (one GEMM instead of B).
 
 use super::elementwise::map1;
 use super::small_gemm;
@@ -209,20 +209,22 @@ fn outer_products<T: FaerElem>(
 ) {
     use super::outer::outer_batched;
     use rayon::prelude::*;
+    use std::borrow::Cow;
     // The column of A_i (stride row_stride) and the row of B_i (stride
-    // col_stride), as offsets into contiguous data.
+    // col_stride) as contiguous vectors: the operands themselves (the
+    // usual case, nothing copied) or packed.
     fn vectors<'s, T: Copy>(
         data: &'s [T],
-        offsets: &[isize],
+        offsets: &'s [isize],
         stride: isize,
         len: usize,
-    ) -> (std::borrow::Cow<'s, [T]>, Vec<usize>) {
+    ) -> (Cow<'s, [T]>, Cow<'s, [isize]>) {
         if stride == 1 || len <= 1 {
-            (std::borrow::Cow::Borrowed(data), offsets.iter().map(|&o| o as usize).collect())
+            (Cow::Borrowed(data), Cow::Borrowed(offsets))
         } else {
             let packed =
                 offsets.iter().flat_map(|&o| (0..len).map(move |i| data[(o + i as isize * stride) as usize])).collect();
-            (std::borrow::Cow::Owned(packed), (0..offsets.len()).map(|b| b * len).collect())
+            (Cow::Owned(packed), (0..offsets.len()).map(|b| (b * len) as isize).collect())
         }
     }
     let (av, a_offs) = vectors(a, &ma.offsets, ma.row_stride, m);
@@ -243,7 +245,7 @@ fn outer_products<T: FaerElem>(
             for (b, prod) in out.chunks_mut(m * n).enumerate() {
                 prod.par_chunks_mut(band * n).enumerate().for_each(|(j, dst)| {
                     let rows = dst.len() / n;
-                    outer_batched(&av, &[a_offs[b] + j * band], &cv, &c_offs[b..b + 1], rows, n, dst);
+                    outer_batched(&av, &[a_offs[b] + (j * band) as isize], &cv, &c_offs[b..b + 1], rows, n, dst);
                 });
             }
         }

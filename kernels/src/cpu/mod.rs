@@ -61,6 +61,29 @@ impl Par {
     }
 }
 
+/// True if the CPU has AVX-512F (cached by std): the outer-product and
+/// small-GEMM kernels need it.
+#[inline]
+pub(crate) fn has_avx512f() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Elements of `T` from `p` to the next 64-byte line boundary (0 when
+/// aligned): kernels write up to it separately so that their vector stores
+/// do not split lines (malloc's large buffers start 16 bytes into one).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn to_line<T>(p: *const T) -> usize {
+    (64 - p as usize % 64) % 64 / std::mem::size_of::<T>().max(1)
+}
+
 /// Converts a completely written vector of slots into a vector of values.
 ///
 /// Used with [`crate::pool::alloc_uninit`].

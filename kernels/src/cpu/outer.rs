@@ -21,15 +21,16 @@ pub trait OuterElem: Copy + Send + Sync + std::ops::Mul<Output = Self> + 'static
     /// for every batch entry `b`, with AVX-512.
     ///
     /// # Safety
-    /// The CPU supports AVX-512F; for every `b`, `a_offs[b]..a_offs[b] + m`
+    /// The CPU supports AVX-512F; for every `b`, `a_offs[b] >= 0`,
+    /// `a_offs[b]..a_offs[b] + m`
     /// lies in `a` and `c_offs[b]..c_offs[b] + n` in `c`;
     /// `dst.len() == a_offs.len() * m * n` and `c_offs.len() == a_offs.len()`.
     #[cfg(target_arch = "x86_64")]
     unsafe fn outer_avx512(
         a: &[Self],
-        a_offs: &[usize],
+        a_offs: &[isize],
         c: &[Self],
-        c_offs: &[usize],
+        c_offs: &[isize],
         m: usize,
         n: usize,
         dst: &mut [MaybeUninit<Self>],
@@ -43,9 +44,9 @@ pub trait OuterElem: Copy + Send + Sync + std::ops::Mul<Output = Self> + 'static
 /// wrong length.
 pub fn outer_batched<T: OuterElem>(
     a: &[T],
-    a_offs: &[usize],
+    a_offs: &[isize],
     c: &[T],
-    c_offs: &[usize],
+    c_offs: &[isize],
     m: usize,
     n: usize,
     dst: &mut [MaybeUninit<T>],
@@ -54,13 +55,14 @@ pub fn outer_batched<T: OuterElem>(
     assert_eq!(c_offs.len(), batch, "outer_batched: {} offsets of a, {} of c", batch, c_offs.len());
     let len = batch.checked_mul(m).and_then(|x| x.checked_mul(n));
     assert_eq!(Some(dst.len()), len, "outer_batched: output of {} elements for {batch} x {m} x {n}", dst.len());
-    assert!(a_offs.iter().all(|&o| o.checked_add(m).is_some_and(|e| e <= a.len())), "outer_batched: a out of range");
-    assert!(c_offs.iter().all(|&o| o.checked_add(n).is_some_and(|e| e <= c.len())), "outer_batched: c out of range");
+    let inside = |o: isize, len: usize, data: usize| o >= 0 && (o as usize).checked_add(len).is_some_and(|e| e <= data);
+    assert!(a_offs.iter().all(|&o| inside(o, m, a.len())), "outer_batched: a out of range");
+    assert!(c_offs.iter().all(|&o| inside(o, n, c.len())), "outer_batched: c out of range");
     if m == 0 || n == 0 {
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if avx512() {
+    if super::has_avx512f() {
         // SAFETY: AVX-512F is present and the ranges were checked above.
         unsafe { T::outer_avx512(a, a_offs, c, c_offs, m, n, dst) };
         return;
@@ -71,26 +73,22 @@ pub fn outer_batched<T: OuterElem>(
 /// [`outer_batched`] without vector intrinsics (checked arguments).
 fn outer_portable<T: OuterElem>(
     a: &[T],
-    a_offs: &[usize],
+    a_offs: &[isize],
     c: &[T],
-    c_offs: &[usize],
+    c_offs: &[isize],
     m: usize,
     n: usize,
     dst: &mut [MaybeUninit<T>],
 ) {
     for (b, out) in dst.chunks_exact_mut(m * n).enumerate() {
-        let cb = &c[c_offs[b]..c_offs[b] + n];
-        for (row, &s) in out.chunks_exact_mut(n).zip(&a[a_offs[b]..a_offs[b] + m]) {
+        let (ao, co) = (a_offs[b] as usize, c_offs[b] as usize);
+        let cb = &c[co..co + n];
+        for (row, &s) in out.chunks_exact_mut(n).zip(&a[ao..ao + m]) {
             for (o, &v) in row.iter_mut().zip(cb) {
                 o.write(s * v);
             }
         }
     }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn avx512() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f")
 }
 
 /// The lane patterns of a product narrower than a vector of `L` lanes,
@@ -142,50 +140,8 @@ fn prefetch_ahead(p: *const u8, len: usize) {
     }
 }
 
-/// Elements from `p` to the next 64-byte boundary (0 when aligned).
-#[cfg(target_arch = "x86_64")]
-fn to_line<T>(p: *const T) -> usize {
-    (64 - p as usize % 64) % 64 / std::mem::size_of::<T>()
-}
-
-#[cfg(target_arch = "x86_64")]
-impl OuterElem for f32 {
-    unsafe fn outer_avx512(
-        a: &[f32],
-        a_offs: &[usize],
-        c: &[f32],
-        c_offs: &[usize],
-        m: usize,
-        n: usize,
-        dst: &mut [MaybeUninit<f32>],
-    ) {
-        // SAFETY: forwarded contract.
-        unsafe { outer_f32(a, a_offs, c, c_offs, m, n, dst) }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-impl OuterElem for f64 {
-    unsafe fn outer_avx512(
-        a: &[f64],
-        a_offs: &[usize],
-        c: &[f64],
-        c_offs: &[usize],
-        m: usize,
-        n: usize,
-        dst: &mut [MaybeUninit<f64>],
-    ) {
-        // SAFETY: forwarded contract.
-        unsafe { outer_f64(a, a_offs, c, c_offs, m, n, dst) }
-    }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-impl OuterElem for f32 {}
-#[cfg(not(target_arch = "x86_64"))]
-impl OuterElem for f64 {}
-
-/// One kernel body for both widths: `$lanes` elements per vector of `$t`.
+/// One kernel body for both widths (`$lanes` elements per vector of `$t`),
+/// and the element's `OuterElem` impl.
 macro_rules! outer_kernel {
     ($name:ident, $t:ty, $lanes:expr, $mask:ty, $set1:ident, $mul:ident, $loadu:ident, $storeu:ident,
      $maskz_loadu:ident, $mask_storeu:ident, $permute:ident, $permute2:ident, $zero:ident, $load_idx:expr) => {
@@ -193,9 +149,9 @@ macro_rules! outer_kernel {
         #[target_feature(enable = "avx512f")]
         unsafe fn $name(
             a: &[$t],
-            a_offs: &[usize],
+            a_offs: &[isize],
             c: &[$t],
-            c_offs: &[usize],
+            c_offs: &[isize],
             m: usize,
             n: usize,
             dst: &mut [MaybeUninit<$t>],
@@ -214,13 +170,13 @@ macro_rules! outer_kernel {
                     // m * n block of product b lie in their slices; masked
                     // accesses touch only their first lanes, inside the row.
                     unsafe {
-                        let (pa, pc) = (a.as_ptr().add(ao), c.as_ptr().add(co));
+                        let (pa, pc) = (a.as_ptr().offset(ao), c.as_ptr().offset(co));
                         let block = out.add(b * m * n);
                         for i in 0..m {
                             let s = $set1(*pa.add(i));
                             let row = block.add(i * n);
                             prefetch_ahead(row as *const u8, n * std::mem::size_of::<$t>());
-                            let head = to_line(row).min(n);
+                            let head = super::to_line(row).min(n);
                             if head > 0 {
                                 $mask_storeu(row, mask(head), $mul(s, $maskz_loadu(mask(head), pc)));
                             }
@@ -245,7 +201,7 @@ macro_rules! outer_kernel {
                 let run_len = m * n;
                 for (b, (&ao, &co)) in a_offs.iter().zip(c_offs).enumerate() {
                     let block = out.wrapping_add(b * m * n);
-                    let start = to_line(block).min(run_len);
+                    let start = super::to_line(block).min(run_len);
                     let pat = patterns[start].get_or_insert_with(|| NarrowPattern::new(n, L, start, $load_idx));
                     // SAFETY (whole block): as above. Group g reads rows
                     // g L..g L + 2 L of a through masks that stop at m (a
@@ -253,7 +209,7 @@ macro_rules! outer_kernel {
                     // write elements start..m n of the block, the last one
                     // through a mask, and scalar writes elements 0..start.
                     unsafe {
-                        let (pa, pc) = (a.as_ptr().add(ao), c.as_ptr().add(co));
+                        let (pa, pc) = (a.as_ptr().offset(ao), c.as_ptr().offset(co));
                         let cv = $maskz_loadu(mask(n), pc);
                         for k in 0..n {
                             c_rep[k] = $permute(pat.cols[k], cv);
@@ -292,6 +248,22 @@ macro_rules! outer_kernel {
                         (0..start).for_each(scalar);
                     }
                 }
+            }
+        }
+
+        impl OuterElem for $t {
+            #[cfg(target_arch = "x86_64")]
+            unsafe fn outer_avx512(
+                a: &[$t],
+                a_offs: &[isize],
+                c: &[$t],
+                c_offs: &[isize],
+                m: usize,
+                n: usize,
+                dst: &mut [MaybeUninit<$t>],
+            ) {
+                // SAFETY: forwarded contract.
+                unsafe { $name(a, a_offs, c, c_offs, m, n, dst) }
             }
         }
     };
@@ -360,8 +332,8 @@ mod tests {
             // Offsets with gaps, so every product reads its own vectors.
             let a: Vec<T> = (0..batch * (m + 3)).map(|i| from(i as f64 * 0.25 - 3.0)).collect();
             let c: Vec<T> = (0..batch * (n + 2)).map(|i| from(1.5 - i as f64 * 0.125)).collect();
-            let a_offs: Vec<usize> = (0..batch).map(|b| b * (m + 3) + 1).collect();
-            let c_offs: Vec<usize> = (0..batch).map(|b| b * (n + 2) + 2).collect();
+            let a_offs: Vec<isize> = (0..batch).map(|b| (b * (m + 3) + 1) as isize).collect();
+            let c_offs: Vec<isize> = (0..batch).map(|b| (b * (n + 2) + 2) as isize).collect();
             // Every phase of the output against 64-byte lines.
             let len = batch * m * n;
             let mut store = vec![MaybeUninit::<T>::uninit(); len + 16];
@@ -379,7 +351,7 @@ mod tests {
                         for j in 0..n {
                             // SAFETY: the call above wrote every element.
                             let got: f64 = unsafe { dst[(b * m + i) * n + j].assume_init() }.into();
-                            let want: f64 = a[a_offs[b] + i].into() * c[c_offs[b] + j].into();
+                            let want: f64 = a[a_offs[b] as usize + i].into() * c[c_offs[b] as usize + j].into();
                             assert_eq!(
                                 got, want,
                                 "batch {batch} m {m} n {n} skip {skip} portable {portable}: [{b}, {i}, {j}]"

@@ -1,10 +1,11 @@
 //! Unpacked, register-blocked GEMM for small products (AVX-512).
 //!
 //! faer's GEMM packs both operands and pays a fixed cost per call, which
-//! dominates products like the 64 x 64 x 10 layers of a small MLP. Here `C = A @ B` is computed straight from the operands: a
-//! block of up to 6 rows of C by up to 4 vectors of columns lives in
-//! registers while `k` runs, each step loading one row of B and
-//! broadcasting one element of A per row. B's rows must be contiguous
+//! dominates products like the 64 x 64 x 10 layers of a small MLP. Here
+//! `C = A @ B` is computed straight from the operands: a block of up to 6
+//! rows of C by up to 4 vectors of columns lives in registers while `k`
+//! runs, each step loading one row of B and broadcasting one element of A
+//! per row. B's rows must be contiguous
 //! (callers pack a transposed B first); A may have any strides.
 
 use std::mem::MaybeUninit;
@@ -38,14 +39,7 @@ pub trait SmallGemmElem: Copy + Default + Send + Sync + 'static {
 
 /// Whether this CPU runs the direct kernel.
 pub fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    super::has_avx512f()
 }
 
 /// Largest `k * n` of a B with strided columns that is packed for the
@@ -130,8 +124,8 @@ pub unsafe fn gemm_direct<T: SmallGemmElem>(
     }
 }
 
-/// The micro-kernel of `MR` rows by `NV` vectors of columns, and the driver
-/// tiling C with it, for one element width.
+/// The micro-kernel of `MR` rows by `NV` vectors of columns, the driver
+/// tiling C with it, and the element's `SmallGemmElem` impl, for one width.
 macro_rules! small_gemm {
     ($gemm:ident, $micro:ident, $t:ty, $lanes:expr, $mask:ty, $set1:ident, $fmadd:ident, $maskz_loadu:ident,
      $mask_storeu:ident, $zero:ident) => {
@@ -243,6 +237,24 @@ macro_rules! small_gemm {
                 j0 += PANEL;
             }
         }
+
+        impl SmallGemmElem for $t {
+            #[cfg(target_arch = "x86_64")]
+            unsafe fn gemm_avx512(
+                a: *const $t,
+                a_rs: isize,
+                a_cs: isize,
+                b: *const $t,
+                b_rs: isize,
+                m: usize,
+                k: usize,
+                n: usize,
+                c: *mut $t,
+            ) {
+                // SAFETY: forwarded contract.
+                unsafe { $gemm(a, a_rs, a_cs, b, b_rs, m, k, n, c) }
+            }
+        }
     };
 }
 
@@ -270,42 +282,6 @@ small_gemm!(
     _mm512_mask_storeu_pd,
     _mm512_setzero_pd
 );
-
-impl SmallGemmElem for f32 {
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn gemm_avx512(
-        a: *const f32,
-        a_rs: isize,
-        a_cs: isize,
-        b: *const f32,
-        b_rs: isize,
-        m: usize,
-        k: usize,
-        n: usize,
-        c: *mut f32,
-    ) {
-        // SAFETY: forwarded contract.
-        unsafe { gemm_f32(a, a_rs, a_cs, b, b_rs, m, k, n, c) }
-    }
-}
-
-impl SmallGemmElem for f64 {
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn gemm_avx512(
-        a: *const f64,
-        a_rs: isize,
-        a_cs: isize,
-        b: *const f64,
-        b_rs: isize,
-        m: usize,
-        k: usize,
-        n: usize,
-        c: *mut f64,
-    ) {
-        // SAFETY: forwarded contract.
-        unsafe { gemm_f64(a, a_rs, a_cs, b, b_rs, m, k, n, c) }
-    }
-}
 
 #[cfg(test)]
 mod tests {
