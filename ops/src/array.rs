@@ -7,6 +7,7 @@
 
 use crate::error::{Error, Result};
 use crate::storage_ref::StorageRef;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use xform_kernels::{CpuBuffer, DType, Element, Layout, Shape};
 
@@ -105,6 +106,17 @@ impl Buffer {
 pub struct Storage {
     data: RwLock<Buffer>,
     device: Device,
+    /// Bumped by every write access (PyTorch's version counter, shared by
+    /// all views of the storage): a recorded program compares it with the
+    /// version it saw, so an in-place write after recording is an error,
+    /// never a silently different number.
+    version: AtomicU64,
+}
+
+impl Storage {
+    fn new(data: Buffer, device: Device) -> Storage {
+        Storage { data: RwLock::new(data), device, version: AtomicU64::new(0) }
+    }
 }
 
 /// A concrete array: storage, layout and dtype.
@@ -131,7 +143,7 @@ impl Array {
         debug_assert_eq!(buf.len(), shape.numel(), "buffer length does not match shape {shape}");
         let dtype = buf.dtype();
         Array {
-            storage: StorageRef::new(Storage { data: RwLock::new(Buffer::Cpu(buf)), device: Device::Cpu }),
+            storage: StorageRef::new(Storage::new(Buffer::Cpu(buf), Device::Cpu)),
             layout: Layout::contiguous(shape),
             dtype,
         }
@@ -140,7 +152,7 @@ impl Array {
     /// A contiguous array over a buffer on any device.
     pub fn from_buffer(buf: Buffer, shape: Shape, dtype: DType, device: Device) -> Array {
         Array {
-            storage: StorageRef::new(Storage { data: RwLock::new(buf), device }),
+            storage: StorageRef::new(Storage::new(buf, device)),
             layout: Layout::contiguous(shape),
             dtype,
         }
@@ -184,9 +196,36 @@ impl Array {
         self.storage.data.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Write access to the storage.
+    /// Write access to the storage. Bumps the storage's version (see
+    /// [`Array::storage_version`]).
     pub fn write(&self) -> RwLockWriteGuard<'_, Buffer> {
-        self.storage.data.write().unwrap_or_else(|e| e.into_inner())
+        let guard = self.storage.data.write().unwrap_or_else(|e| e.into_inner());
+        self.storage.version.fetch_add(1, Ordering::Relaxed);
+        guard
+    }
+
+    /// How many times the storage was opened for writing: equal versions
+    /// of one storage mean unchanged elements.
+    pub fn storage_version(&self) -> u64 {
+        self.storage.version.load(Ordering::Relaxed)
+    }
+
+    /// Read access to `src` and write access to `dst`, taken in a global
+    /// order (by storage address): two threads copying between the same two
+    /// storages in opposite directions would otherwise each hold one lock
+    /// and wait for the other forever. The storages must differ.
+    pub fn read_and_write<'a>(
+        src: &'a Array,
+        dst: &'a Array,
+    ) -> (RwLockReadGuard<'a, Buffer>, RwLockWriteGuard<'a, Buffer>) {
+        debug_assert!(!src.shares_storage(dst), "read_and_write on one storage");
+        if src.storage.addr() < dst.storage.addr() {
+            let r = src.read();
+            (r, dst.write())
+        } else {
+            let w = dst.write();
+            (src.read(), w)
+        }
     }
 
     /// Runs `f` on the CPU elements and layout (a device array is copied to

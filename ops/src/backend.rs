@@ -584,9 +584,8 @@ mod imp {
     }
 
     pub fn cuda_write(dst: &Array, src: &Array) -> Result<()> {
-        let gs = src.read();
+        let (gs, mut gd) = Array::read_and_write(src, dst);
         let s = cuda_buf("copy_", &gs)?;
-        let mut gd = dst.write();
         let d = match &mut *gd {
             Buffer::Cuda(b) => b,
             Buffer::Cpu(_) => return Err(Error::device("copy_", "expected a CUDA array, found a CPU one")),

@@ -27,7 +27,7 @@ pub(crate) fn sync_view(view: &Tensor) {
     }
     // Recompute from the base's current value by replaying the view ops.
     let mut v = link.base.clone();
-    for op in link.ops.iter() {
+    for op in link.ops.to_vec() {
         match crate::interp::bind1(op, std::slice::from_ref(&v)) {
             Ok(t) => v = t,
             Err(e) => e.raise(),
@@ -50,9 +50,9 @@ pub(crate) fn make_view(x: &Tensor, ops: &[crate::prim::Prim]) -> crate::Result<
     for op in ops {
         v = crate::interp::bind1(op, std::slice::from_ref(&v))?;
     }
-    let (base, mut chain, mut layout): (Tensor, Vec<Prim>, xform_kernels::Layout) = match x.view_link() {
-        Some(l) => (l.base.clone(), l.ops.to_vec(), l.layout.clone()),
-        None => (x.clone(), Vec::new(), x.eager_layout()),
+    let (base, mut chain, mut layout): (Tensor, crate::tensor::ViewOps, xform_kernels::Layout) = match x.view_link() {
+        Some(l) => (l.base.clone(), l.ops.clone(), l.layout.clone()),
+        None => (x.clone(), Default::default(), x.eager_layout()),
     };
     for op in ops {
         layout = match op {
@@ -64,12 +64,13 @@ pub(crate) fn make_view(x: &Tensor, ops: &[crate::prim::Prim]) -> crate::Result<
             Prim::Slice { start, limit, strides } => layout.slice(start, limit, strides),
             Prim::Rev { axes } => layout.rev(axes),
             Prim::BroadcastInDim { shape, dims } => layout.broadcast_in_dim(shape, dims),
+            // The same elements, without a derivative (`detach`).
+            Prim::StopGradient => layout,
             other => unreachable!("{} is not a view op", other.name()),
         };
-        chain.push(op.clone());
+        chain = chain.push(op.clone());
     }
-    let link =
-        crate::tensor::ViewLink { seen_version: std::cell::Cell::new(base.version()), base, ops: chain.into(), layout };
+    let link = crate::tensor::ViewLink { seen_version: std::cell::Cell::new(base.version()), base, ops: chain, layout };
     Ok(Tensor::new_view(v.value_cloned(), link))
 }
 
@@ -107,8 +108,7 @@ pub(crate) fn write_array(op: &str, dst: &crate::Array, src: &crate::Array) -> c
     if let crate::Device::Cuda(_) = dst.device() {
         return crate::backend::cuda_write(dst, &src);
     }
-    let guard_src = src.read();
-    let mut guard_dst = dst.write();
+    let (guard_src, mut guard_dst) = crate::Array::read_and_write(&src, dst);
     let s = guard_src.cpu(op)?;
     let d = guard_dst.cpu_mut(op)?;
     xform_kernels::match_buffer!(d, dv => {
@@ -139,7 +139,7 @@ pub(crate) fn functionalized_write(op: &str, target: &Tensor, value: &Tensor) ->
             Ok(())
         }
         Some(link) => {
-            let new_base = scatter_into_base(op, &link.base, &link.ops, value)?;
+            let new_base = scatter_into_base(op, &link.base, &link.ops.to_vec(), value)?;
             crate::mutation::check_scope(op, &link.base, &new_base)?;
             link.base.replace_value(new_base.value_cloned());
             *target.0.value.borrow_mut() = value.value_cloned();
@@ -150,7 +150,7 @@ pub(crate) fn functionalized_write(op: &str, target: &Tensor, value: &Tensor) ->
 }
 
 /// The base with the view (reached by `ops`) replaced by `value`.
-fn scatter_into_base(op: &str, base: &Tensor, ops: &[crate::prim::Prim], value: &Tensor) -> crate::Result<Tensor> {
+fn scatter_into_base(op: &str, base: &Tensor, ops: &[&crate::prim::Prim], value: &Tensor) -> crate::Result<Tensor> {
     use crate::lax;
     use crate::prim::Prim;
     // The intermediate values of the view chain, base first.
@@ -180,6 +180,7 @@ fn scatter_into_base(op: &str, base: &Tensor, ops: &[crate::prim::Prim], value: 
                     let mask = place(&lax::full(&v.shape(), 1.0, xform_kernels::DType::Bool, v.device())?)?;
                     lax::select(&mask, &place(&v)?, prev)?
                 }
+                Prim::StopGradient => replace_values(prev, &v)?,
                 Prim::BroadcastInDim { .. } => return Err(crate::Error::in_place(
                     op,
                     "the target is a broadcast view: several of its elements share one memory location; copy it first",
@@ -193,6 +194,25 @@ fn scatter_into_base(op: &str, base: &Tensor, ops: &[crate::prim::Prim], value: 
             };
     }
     Ok(v)
+}
+
+/// `prev` with the values of `v` and the derivative of `prev`: a write
+/// through a `detach()`ed alias changes what the tensor holds, not how it
+/// depends on the differentiated inputs (PyTorch's semantics). Computed as
+/// `sg(v) - (sg(prev) - prev)`: the difference is `+0.0` exactly wherever
+/// `prev` is finite (and `v - +0.0` is `v`, signed zeros included), and its
+/// tangent is `-tangent(prev)`; where `prev` is not finite, `sg(v)` itself.
+fn replace_values(prev: &Tensor, v: &Tensor) -> crate::Result<Tensor> {
+    use crate::lax;
+    use crate::prim::{BinaryOp, CompareOp, Prim};
+    let sg = |t: &Tensor| crate::interp::bind1(&Prim::StopGradient, std::slice::from_ref(t));
+    let vs = sg(v)?;
+    if !prev.dtype().is_float() {
+        return Ok(vs);
+    }
+    let d = lax::binary(BinaryOp::Sub, &sg(prev)?, prev)?;
+    let finite = lax::compare(CompareOp::Eq, &d, &lax::zeros_like(&d)?)?;
+    lax::select(&finite, &lax::binary(BinaryOp::Sub, &vs, &d)?, &vs)
 }
 
 /// Refuses a functionalized write that would let a value of an inner
@@ -214,4 +234,19 @@ pub(crate) fn check_scope(op: &str, target: &Tensor, value: &Tensor) -> crate::R
         ));
     }
     Ok(())
+}
+
+/// Refuses a tracer whose transform has returned (an escaped tracer): an
+/// in-place op would otherwise store it (a copy into a plain tensor makes
+/// that tensor a dead tracer) and fail much later, far from the cause.
+pub(crate) fn check_live(op: &str, t: &Tensor) -> crate::Result<()> {
+    let Some(tag) = t.tag() else {
+        return Ok(());
+    };
+    // Every pushed interpreter's epoch is after 0: this asks whether the
+    // interpreter tagged `tag` is on the stack at all.
+    if crate::interp::pushed_after(0, tag) {
+        return Ok(());
+    }
+    Err(crate::Error::new(op, crate::error::ErrorKind::EscapedTracer { transform: tag.name.to_string() }))
 }

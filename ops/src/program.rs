@@ -48,6 +48,18 @@ pub struct Program {
     pub outputs: Vec<Atom>,
     /// The abstract value of each variable, indexed by `Var.0`.
     pub avals: Vec<Aval>,
+    /// The storage version (see [`crate::Array::storage_version`]) of each
+    /// concrete constant when it was captured (`u64::MAX`: not concrete).
+    /// See [`Program::check_consts`].
+    const_versions: Vec<u64>,
+}
+
+/// The storage version of a concrete constant (`u64::MAX` for a tracer).
+fn version_of(value: &crate::tensor::Value) -> u64 {
+    match value {
+        crate::tensor::Value::Array(a) => a.storage_version(),
+        crate::tensor::Value::Tracer(_) => u64::MAX,
+    }
 }
 
 impl Program {
@@ -64,12 +76,59 @@ impl Program {
         }
     }
 
+    /// Replaces constant `i` (recording the version of its storage now).
+    ///
+    /// # Panics
+    /// If there is no constant `i`.
+    pub fn replace_const(&mut self, i: usize, t: Tensor) {
+        if let Some(v) = self.const_versions.get_mut(i) {
+            *v = version_of(&t.value());
+        }
+        self.consts[i] = t;
+    }
+
+    /// Checks that no concrete constant was written in place since it was
+    /// captured. A program keeps its constants by reference (a copy of
+    /// every residual would cost memory and time on every transformed
+    /// call); an eager in-place write to one of them afterwards (or to any
+    /// view of its storage) would silently change what the program
+    /// computes, so it is refused here, as PyTorch refuses a backward pass
+    /// over a tensor "modified by an inplace operation". Functionalized
+    /// writes (under a transform) never change a captured value: they
+    /// replace the tensor's node, not its storage.
+    ///
+    /// # Errors
+    /// An in-place error naming `op` and the constant.
+    pub fn check_consts(&self, op: &str) -> Result<()> {
+        for (i, (c, &seen)) in self.consts.iter().zip(&self.const_versions).enumerate() {
+            if seen == u64::MAX {
+                continue;
+            }
+            let now = version_of(&c.value());
+            if now != seen {
+                return Err(Error::in_place(
+                    op,
+                    format!(
+                        "a tensor captured by the recorded program (constant c{i}, {}) was modified by an \
+                         in-place operation after the program was recorded (storage version {now}, recorded at \
+                         {seen}); the program would compute with the new values. Copy the tensor before \
+                         writing to it, or record the program again",
+                        c.aval()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Evaluates the program on `args` through the current interpreter.
     ///
     /// # Errors
-    /// If the arguments do not match the inputs' shapes and dtypes, or an
-    /// equation fails.
+    /// If the arguments do not match the inputs' shapes and dtypes, a
+    /// captured constant was written in place since it was recorded (see
+    /// [`Program::check_consts`]), or an equation fails.
     pub fn eval(&self, args: &[Tensor]) -> Result<Vec<Tensor>> {
+        self.check_consts("Program::eval")?;
         if args.len() != self.inputs.len() {
             return Err(Error::invalid(
                 "Program::eval",
@@ -222,7 +281,9 @@ impl ProgramBuilder {
         if let Some(&i) = self.const_index.get(&key) {
             return Atom::Const(i);
         }
-        self.program.consts.push(Tensor::from_value(t.value().clone()));
+        let value = t.value().clone();
+        self.program.const_versions.push(version_of(&value));
+        self.program.consts.push(Tensor::from_value(value));
         self.keep_alive.push(t.clone());
         let i = self.program.consts.len() - 1;
         self.const_index.insert(key, i);
@@ -287,6 +348,7 @@ mod spare {
         eqns: Vec<Eqn>,
         outputs: Vec<Atom>,
         avals: Vec<Aval>,
+        const_versions: Vec<u64>,
     }
 
     thread_local! {
@@ -300,13 +362,21 @@ mod spare {
     pub(super) fn take() -> (Program, KeyMap, Vec<Tensor>) {
         let bufs = PROGRAMS.try_with(|p| p.try_borrow_mut().ok().and_then(|mut p| p.pop())).ok().flatten();
         let program = match bufs {
-            Some(b) => Program { inputs: b.inputs, consts: b.consts, eqns: b.eqns, outputs: b.outputs, avals: b.avals },
+            Some(b) => Program {
+                inputs: b.inputs,
+                consts: b.consts,
+                eqns: b.eqns,
+                outputs: b.outputs,
+                avals: b.avals,
+                const_versions: b.const_versions,
+            },
             None => Program {
                 inputs: Vec::with_capacity(4),
                 consts: Vec::with_capacity(8),
                 eqns: Vec::with_capacity(16),
                 outputs: Vec::with_capacity(4),
                 avals: Vec::with_capacity(32),
+                const_versions: Vec::with_capacity(8),
             },
         };
         let keys = KEYS.try_with(|k| k.try_borrow_mut().ok().and_then(|mut k| k.pop())).ok().flatten();
@@ -327,12 +397,14 @@ mod spare {
         p.eqns.clear();
         p.outputs.clear();
         p.avals.clear();
+        p.const_versions.clear();
         let bufs = Bufs {
             inputs: std::mem::take(&mut p.inputs),
             consts: std::mem::take(&mut p.consts),
             eqns: std::mem::take(&mut p.eqns),
             outputs: std::mem::take(&mut p.outputs),
             avals: std::mem::take(&mut p.avals),
+            const_versions: std::mem::take(&mut p.const_versions),
         };
         let _ = PROGRAMS.try_with(|s| {
             if let Ok(mut s) = s.try_borrow_mut() {

@@ -62,6 +62,12 @@ impl StorageRef {
         self.ptr == other.ptr
     }
 
+    /// The storage's address (a total order over live storages).
+    #[inline]
+    pub(crate) fn addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
     /// The number of references (like `Arc::strong_count`, with acquire
     /// ordering so that a count of one means no other thread still uses it).
     #[inline]

@@ -108,13 +108,69 @@ impl Value {
     }
 }
 
+/// The view ops from a base to one of its views: a persistent list whose
+/// tail is shared with the chain it extends, so that making a view of a
+/// view is O(1) in the length of the chain (a view of a view of ... is
+/// common: 20,000 successive `.t()` must not copy 20,000 ops each time).
+#[derive(Clone, Default)]
+pub struct ViewOps(Option<Rc<ViewOpNode>>);
+
+struct ViewOpNode {
+    op: crate::prim::Prim,
+    prev: ViewOps,
+    len: usize,
+}
+
+impl ViewOps {
+    /// This chain followed by `op` (the chain itself is unchanged).
+    pub fn push(&self, op: crate::prim::Prim) -> ViewOps {
+        ViewOps(Some(Rc::new(ViewOpNode { op, prev: self.clone(), len: self.len() + 1 })))
+    }
+
+    /// The number of ops.
+    pub fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |n| n.len)
+    }
+
+    /// True for the empty chain.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// The ops in order, base first.
+    pub fn to_vec(&self) -> Vec<&crate::prim::Prim> {
+        let mut out = Vec::with_capacity(self.len());
+        let mut node = self.0.as_deref();
+        while let Some(n) = node {
+            out.push(&n.op);
+            node = n.prev.0.as_deref();
+        }
+        out.reverse();
+        out
+    }
+}
+
+impl Drop for ViewOps {
+    /// Unlinks the nodes this chain holds alone one by one: a recursive drop
+    /// of a chain of thousands of views would overflow the stack.
+    fn drop(&mut self) {
+        let mut next = self.0.take();
+        while let Some(rc) = next {
+            match Rc::try_unwrap(rc) {
+                Ok(mut node) => next = node.prev.0.take(),
+                Err(_) => break,
+            }
+        }
+    }
+}
+
 /// How a view tensor was derived from its base, for functionalization.
 #[derive(Clone)]
 pub struct ViewLink {
     /// The tensor this one is a view of (the root of the view chain).
     pub base: Tensor,
     /// The view ops from `base` to this tensor, in order.
-    pub ops: Rc<[crate::prim::Prim]>,
+    pub ops: ViewOps,
     /// The base's version when this view's value was last computed.
     pub seen_version: Cell<u64>,
     /// Where this view's elements would sit in the base's storage eagerly

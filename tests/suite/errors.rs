@@ -126,3 +126,23 @@ fn in_place_errors_leave_the_target_unchanged() {
     let e = catch(|| x.fill_(2.5).clone()).unwrap_err();
     assert!(e.to_string().contains("cannot be stored in a int32 tensor"), "{e}");
 }
+
+/// `copy_` of an escaped tracer into a plain tensor is an escaped-tracer
+/// error at the copy, and the tensor keeps its values (issue 17, item 14).
+#[test]
+fn copy_of_an_escaped_tracer_fails_at_the_copy() {
+    let leaked = std::cell::RefCell::new(None);
+    let _ = vmap(|x: &Tensor| {
+        *leaked.borrow_mut() = Some(x * 2.0);
+        x.sum()
+    })(&Tensor::ones([2, 3], DType::F64));
+    let leaked = leaked.into_inner().expect("stored");
+    let plain = Tensor::zeros([3], DType::F64);
+    let e = catch(|| plain.copy_(&leaked).clone()).unwrap_err();
+    assert!(matches!(&e.kind, ErrorKind::EscapedTracer { transform } if transform == "vmap"), "{e}");
+    assert_eq!(e.op, "copy_");
+    assert_eq!(plain.to_vec::<f64>(), vec![0.0; 3]);
+    // writing into the escaped tracer is refused the same way
+    let e = catch(|| leaked.add_(&plain).clone()).unwrap_err();
+    assert!(matches!(e.kind, ErrorKind::EscapedTracer { .. }), "{e}");
+}

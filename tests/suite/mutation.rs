@@ -6,7 +6,7 @@ use crate::harness::{cases, close, run, v};
 use crate::registry::G;
 use xform::prelude::*;
 use xform::testing::{check_grads_with, GradCheckOptions, Modes};
-use xform::{functionalize, functionalize_with, FunctionalizeOptions};
+use xform::{functionalize, functionalize_with, jacfwd_with, jacrev_with, ErrorKind, FunctionalizeOptions, JacOptions};
 
 /// A buffer of zeros filled slice by slice, and `+=` through views.
 fn fill_by_slices(x: &Tensor) -> Tensor {
@@ -351,4 +351,284 @@ fn traced_constants_follow_writes_to_a_views_base() {
     let out = prog.eval(&[Tensor::from_vec(vec![1.0f64, 1.0], [2])]).unwrap();
     // (1 + 11, 2 + 12): the second product sees the written base
     assert_eq!(v(&out[0]), vec![12.0, 14.0]);
+}
+
+// ---- recorded programs and later in-place writes (issue 17, item 5) ----------
+
+fn assert_modified_in_place<T>(what: &str, r: Result<T, xform::Error>) {
+    let e = r.err().unwrap_or_else(|| panic!("{what}: a program over a tensor written since was used"));
+    assert!(matches!(e.kind, ErrorKind::InPlace { .. }), "{what}: {e}");
+    assert!(e.to_string().contains("modified by an in-place operation after the program was recorded"), "{what}: {e}");
+}
+
+/// A pullback, a linearized function and a traced program keep capturing
+/// the tensors they saw; an eager write to one of them afterwards (directly,
+/// through its base, through a `detach()` alias, or to vjp's own output)
+/// makes using the program an error, never a silently different number.
+#[test]
+fn recorded_programs_refuse_captured_tensors_written_since() {
+    let x = Tensor::from_vec(vec![1.0f64, 2.0], [2]);
+    let ones = Tensor::ones([2], DType::F64);
+    // vjp's pullback of x * c
+    let c = Tensor::from_vec(vec![3.0f64, 4.0], [2]);
+    let (_, pb) = vjp(|x: &Tensor| x * &c, &x);
+    assert_eq!(v(&pb(&ones)), vec![3.0, 4.0]);
+    c.fill_(5.0);
+    assert_modified_in_place("vjp pullback", catch(|| pb(&ones)));
+    // linearize's linear function
+    let c = Tensor::from_vec(vec![3.0f64, 4.0], [2]);
+    let (_, f_lin) = linearize(|x: &Tensor| x * &c, &x);
+    assert_eq!(v(&f_lin(&ones)), vec![3.0, 4.0]);
+    c.mul_scalar_(2.0);
+    assert_modified_in_place("linearize", catch(|| f_lin(&ones)));
+    // trace's program
+    let c = Tensor::from_vec(vec![3.0f64, 4.0], [2]);
+    let prog = trace(|x: &Tensor| x * &c, &x);
+    assert_eq!(v(&prog.eval(std::slice::from_ref(&x)).unwrap()[0]), vec![3.0, 8.0]);
+    c.add_scalar_(1.0);
+    assert_modified_in_place("trace", prog.eval(std::slice::from_ref(&x)));
+    // a captured view, written through its base
+    let base = Tensor::from_vec(vec![3.0f64, 4.0, 5.0], [3]);
+    let view = base.slice(s![..2]);
+    let (_, pb) = vjp(|x: &Tensor| x * &view, &x);
+    base.slice(s![1..]).fill_(0.0);
+    assert_modified_in_place("view of a written base", catch(|| pb(&ones)));
+    // a captured tensor, written through a detach() alias
+    let c = Tensor::from_vec(vec![3.0f64, 4.0], [2]);
+    let (_, pb) = vjp(|x: &Tensor| x * &c, &x);
+    c.detach().fill_(7.0);
+    assert_modified_in_place("detach alias", catch(|| pb(&ones)));
+    // vjp's output is a residual of exp's derivative
+    let (y, pb) = vjp(|x: &Tensor| x.exp(), &x);
+    y.mul_scalar_(2.0);
+    assert_modified_in_place("written output", catch(|| pb(&ones)));
+    // a write to another tensor leaves a program usable, with its numbers
+    let c = Tensor::from_vec(vec![3.0f64, 4.0], [2]);
+    let other = c.copy();
+    let (_, pb) = vjp(|x: &Tensor| x * &c, &x);
+    other.fill_(9.0);
+    assert_eq!(v(&pb(&ones)), vec![3.0, 4.0]);
+    // a write under a transform is functionalized: the program keeps its values
+    let c = Tensor::from_vec(vec![3.0f64, 4.0], [2]);
+    let (_, pb) = vjp(|x: &Tensor| x * &c, &x);
+    let _ = vmap(|r: &Tensor| {
+        c.fill_(0.0);
+        r.sum()
+    })(&Tensor::ones([2, 2], DType::F64));
+    assert_eq!(v(&pb(&ones)), vec![3.0, 4.0]);
+    assert_eq!(xform::core::interp::stack_depth(), 0);
+}
+
+// ---- mutation under chunked and composed transforms (issue 17, item 6) -------
+
+/// vmap with chunk_size writes a mutated argument back once, after every
+/// chunk, also under an outer transform (where a chunk's slice is a new
+/// value, not a view of the argument).
+#[test]
+fn chunked_vmap_writes_mutated_arguments_back_once() {
+    let double_rows = |r: &Tensor| r.mul_scalar_(2.0).sum();
+    let chunked = VmapOptions { chunk_size: Some(1), ..Default::default() };
+    let g = |opts: VmapOptions| {
+        grad(move |x: &Tensor| {
+            let _ = vmap_with(double_rows, opts.clone())(x);
+            x.sum()
+        })(&Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 4.0], [2, 2]))
+    };
+    assert_eq!(v(&g(chunked.clone())), vec![2.0; 4]);
+    assert_eq!(v(&g(VmapOptions::default())), vec![2.0; 4]);
+    // eagerly: every row doubled once
+    let xs = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0], [3, 2]);
+    let sums = vmap_with(double_rows, chunked.clone())(&xs);
+    assert_eq!(v(&sums), vec![6.0, 14.0, 22.0]);
+    assert_eq!(v(&xs), vec![2.0, 4.0, 6.0, 8.0, 10.0, 12.0]);
+    // an unbatched argument written with an unbatched value: once, not once per chunk
+    let f = |(x, c): &(Tensor, Tensor)| {
+        c.add_scalar_(1.0);
+        x * c
+    };
+    let in_axes = Axes::Args(vec![Some(0), None]);
+    for chunk_size in [None, Some(1), Some(2)] {
+        let c = Tensor::from_vec(vec![10.0f64, 20.0], [2]);
+        let xs = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0], [3, 2]);
+        let out =
+            vmap_with(f, VmapOptions { in_axes: in_axes.clone(), chunk_size, ..Default::default() })(&(xs, c.clone()));
+        assert_eq!(v(&c), vec![11.0, 21.0], "chunk_size {chunk_size:?}");
+        assert_eq!(v(&out), vec![11.0, 42.0, 33.0, 84.0, 55.0, 126.0], "chunk_size {chunk_size:?}");
+    }
+    // a batched value written into an unbatched argument is refused, and nothing is written
+    let c = Tensor::from_vec(vec![10.0f64, 20.0], [2]);
+    let xs = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 4.0], [2, 2]);
+    let e = catch(|| {
+        vmap_with(
+            |(x, c): &(Tensor, Tensor)| {
+                c.add_(x);
+                x.sum()
+            },
+            VmapOptions { in_axes: in_axes.clone(), chunk_size: Some(1), ..Default::default() },
+        )(&(xs.clone(), c.clone()))
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("would store a value traced by vmap"), "{e}");
+    assert_eq!(v(&c), vec![10.0, 20.0]);
+}
+
+/// vmap writes mutated arguments back all or nothing: a refused write-back
+/// of the second argument leaves the first unchanged too.
+#[test]
+fn vmap_write_back_is_all_or_nothing() {
+    let a = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 4.0], [2, 2]);
+    let row = Tensor::from_vec(vec![5.0f64, 6.0], [2]);
+    let b = row.broadcast_to([2, 2]); // a broadcast view: cannot be written
+    let e = catch(|| {
+        vmap(|(a, b): &(Tensor, Tensor)| {
+            a.add_scalar_(1.0);
+            b.add_scalar_(1.0);
+            a.sum()
+        })(&(a.clone(), b.clone()))
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("broadcast view"), "{e}");
+    assert_eq!(e.op, "vmap");
+    assert_eq!(v(&a), vec![1.0, 2.0, 3.0, 4.0]);
+    assert_eq!(v(&row), vec![5.0, 6.0]);
+    // and two arguments whose final values alias each other's storage get
+    // the values f left in them, as eagerly
+    let p = Tensor::from_vec(vec![1.0f64, 2.0], [1, 2]);
+    let q = Tensor::from_vec(vec![3.0f64, 4.0], [1, 2]);
+    let swap = |(p, q): &(Tensor, Tensor)| {
+        let old_q = q.copy();
+        q.copy_(p); // q's final value is p's storage, written back after p's
+        p.copy_(&old_q);
+        p.sum()
+    };
+    let _ = vmap(swap)(&(p.clone(), q.clone()));
+    assert_eq!((v(&p), v(&q)), (vec![3.0, 4.0], vec![1.0, 2.0]));
+}
+
+/// jacfwd, jacrev and hessian of a function that mutates its argument give
+/// the same Jacobian for every chunking, and mutate the argument once, as
+/// one eager call would.
+#[test]
+fn jacobians_of_mutating_functions_do_not_depend_on_chunking() {
+    let f = |x: &Tensor| {
+        x.mul_scalar_(2.0);
+        x.sin()
+    };
+    let x0 = [0.1f64, 0.2, 0.3];
+    let want_j = |i: usize, j: usize| if i == j { 2.0 * (2.0 * x0[i]).cos() } else { 0.0 };
+    let want: Vec<f64> = (0..9).map(|k| want_j(k / 3, k % 3)).collect();
+    for max_bytes in [1usize, 64, 1 << 30] {
+        let opts = JacOptions { max_bytes };
+        let x = Tensor::from_vec(x0.to_vec(), [3]);
+        close("jacfwd", &v(&jacfwd_with(f, opts.clone())(&x)), &want, 1e-12).unwrap();
+        close("jacfwd write-back", &v(&x), &[0.2, 0.4, 0.6], 0.0).unwrap();
+        let x = Tensor::from_vec(x0.to_vec(), [3]);
+        close("jacrev", &v(&jacrev_with(f, opts.clone())(&x)), &want, 1e-12).unwrap();
+        close("jacrev write-back", &v(&x), &[0.2, 0.4, 0.6], 0.0).unwrap();
+        // hessian of sum((2x)^3) = 8 sum(x^3): diag(48 x)
+        let x = Tensor::from_vec(x0.to_vec(), [3]);
+        let cube = |x: &Tensor| {
+            x.mul_scalar_(2.0);
+            (x * x * x).sum()
+        };
+        let h = jacfwd_with(jacrev_with(cube, opts.clone()), opts)(&x);
+        let want_h: Vec<f64> = (0..9).map(|k| if k / 3 == k % 3 { 48.0 * x0[k / 3] } else { 0.0 }).collect();
+        close("hessian", &v(&h), &want_h, 1e-12).unwrap();
+        close("hessian write-back", &v(&x), &[0.2, 0.4, 0.6], 0.0).unwrap();
+    }
+}
+
+/// A write through a `detach()` alias changes the tensor's values under
+/// every transform as it does eagerly, and keeps its derivative (PyTorch's
+/// semantics: d/dx of (x * x).sum() at the new x).
+#[test]
+fn writes_through_detach_aliases_match_eager() {
+    let f = |x: &Tensor| {
+        let d = x.detach();
+        d.mul_scalar_(2.0);
+        (x * x).sum()
+    };
+    let x0 = vec![1.0f64, -2.0, 0.5];
+    // eagerly: x doubled, then summed squares
+    let x = Tensor::from_vec(x0.clone(), [3]);
+    assert_eq!(f(&x).item::<f64>(), 4.0 * (1.0 + 4.0 + 0.25));
+    assert_eq!(v(&x), vec![2.0, -4.0, 1.0]);
+    // grad: 2 * (2 x0), and x written back
+    let x = Tensor::from_vec(x0.clone(), [3]);
+    let (val, g) = value_and_grad(f)(&x);
+    assert_eq!(val.item::<f64>(), 21.0);
+    assert_eq!(v(&g), vec![4.0, -8.0, 2.0]);
+    assert_eq!(v(&x), vec![2.0, -4.0, 1.0]);
+    // jvp: the tangent of x survives the write
+    let x = Tensor::from_vec(x0.clone(), [3]);
+    let (y, t) = jvp(f, &x, &Tensor::ones([3], DType::F64));
+    assert_eq!((y.item::<f64>(), t.item::<f64>()), (21.0, 2.0 * (2.0 - 4.0 + 1.0)));
+    // vmap and functionalize: the eager values, and the eager write-back
+    let xs = Tensor::from_vec(vec![1.0f64, -2.0, 0.5, 3.0, 0.0, -1.0], [2, 3]);
+    let ys = vmap(f)(&xs);
+    assert_eq!(v(&ys), vec![21.0, 4.0 * 10.0]);
+    assert_eq!(v(&xs), vec![2.0, -4.0, 1.0, 6.0, 0.0, -2.0]);
+    let x = Tensor::from_vec(x0.clone(), [3]);
+    assert_eq!(functionalize(f)(&x).item::<f64>(), 21.0);
+    assert_eq!(v(&x), vec![2.0, -4.0, 1.0]);
+    // the values are exact where x is not finite, and for signed zeros
+    let g = |x: &Tensor| {
+        x.detach().copy_(&Tensor::from_vec(vec![-0.0f64, 1.0, 2.0], [3]));
+        x * 1.0
+    };
+    let x = Tensor::from_vec(vec![f64::INFINITY, f64::NAN, 0.0], [3]);
+    let (y, t) = jvp(g, &x, &Tensor::ones([3], DType::F64));
+    let y = v(&y);
+    assert!(y[0] == 0.0 && y[0].is_sign_negative() && y[1] == 1.0 && y[2] == 2.0, "{y:?}");
+    assert_eq!(v(&t)[2], 1.0);
+}
+
+/// jacfwd, jacrev and hessian return the empty Jacobian of the right shape
+/// when the input or the output has no elements (as JAX does).
+#[test]
+fn jacobians_with_zero_elements_have_the_right_shape() {
+    let empty = Tensor::zeros([0], DType::F64);
+    let x = Tensor::from_vec(vec![1.0f64, 2.0, 3.0], [3]);
+    assert_eq!(jacfwd(|x: &Tensor| x.sin())(&empty).shape().dims(), &[0, 0]);
+    assert_eq!(jacrev(|x: &Tensor| x.sin())(&empty).shape().dims(), &[0, 0]);
+    // zero inputs, one output
+    let j = jacfwd(|x: &Tensor| x.sum())(&empty);
+    assert_eq!(j.shape().dims(), &[0]);
+    assert_eq!(jacrev(|x: &Tensor| x.sum())(&empty).shape().dims(), &[0]);
+    assert_eq!(hessian(|x: &Tensor| (x * x).sum())(&empty).shape().dims(), &[0, 0]);
+    // zero outputs
+    assert_eq!(jacfwd(|x: &Tensor| x.slice(s![..0]))(&x).shape().dims(), &[0, 3]);
+    assert_eq!(jacrev(|x: &Tensor| x.slice(s![..0]))(&x).shape().dims(), &[0, 3]);
+    // an empty leaf beside a full one: the full one's block has its numbers
+    let f = |(a, b): &(Tensor, Tensor)| (a.sum() + (b * b).sum()) * 1.0;
+    let (ja, jb) = jacfwd(f)(&(empty.clone(), x.clone()));
+    assert_eq!((ja.shape().dims(), v(&jb)), (&[0usize][..], vec![2.0, 4.0, 6.0]));
+    let (ja, jb) = jacrev(f)(&(empty.clone(), x.clone()));
+    assert_eq!((ja.shape().dims(), v(&jb)), (&[0usize][..], vec![2.0, 4.0, 6.0]));
+}
+
+/// Mutation through a deep chain of views under a transform still reaches
+/// the base.
+#[test]
+fn writes_through_deep_view_chains_under_transforms() {
+    let f = |x: &Tensor| {
+        let buf = x.copy();
+        let mut view = buf.clone();
+        for _ in 0..200 {
+            view = view.slice(s![1..]).flip(&[0]).flip(&[0]);
+        }
+        view.mul_scalar_(10.0); // the last element only
+        buf
+    };
+    let x = Tensor::arange(0.0, 201.0, 1.0, DType::F64);
+    let eager = f(&x);
+    assert_eq!(v(&eager)[200], 2000.0);
+    assert_eq!(v(&eager)[199], 199.0);
+    let xs = Tensor::stack(&[x.clone(), &x * 2.0], 0);
+    let batched = vmap(f)(&xs);
+    assert_eq!(v(&batched.select(0, 0)), v(&eager));
+    assert_eq!(v(&batched.select(0, 1))[200], 4000.0);
+    let g = grad(|x: &Tensor| f(x).sum())(&x);
+    assert_eq!(v(&g)[200], 10.0);
+    assert_eq!(v(&g)[0], 1.0);
 }

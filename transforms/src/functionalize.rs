@@ -64,7 +64,8 @@ impl Interpreter for FunctionalizeInterp {
     fn process(&self, level: Level, prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
         let ins: Vec<Tensor> = inputs.iter().map(|t| self.unwrap(t)).collect();
         let outs = bind_at(parent_of(level), prim, &ins)?;
-        let copy = prim.is_view();
+        // stop_gradient returns its operand's storage eagerly: an alias too.
+        let copy = prim.is_view() || matches!(prim, Prim::StopGradient);
         outs.into_iter()
             .map(|o| {
                 let o = if copy { xform_ops::interp::run_at_parent(level, || lax::copy(&o))? } else { o };
@@ -132,19 +133,41 @@ pub(crate) fn mutated_finals<T>(
 }
 
 /// Copies the final values of mutated arguments (`Some`) into the caller's
-/// tensors, at the caller's level.
+/// tensors, at the caller's level, all or nothing: every write is checked
+/// before the first is made, and a final value that shares storage with an
+/// argument is copied first, so that no write sees another (each argument
+/// gets the value `f` left in it, as eagerly).
 pub(crate) fn write_back(
     op: &str,
     originals: &[Tensor],
     finals: impl IntoIterator<Item = Option<Tensor>>,
 ) -> Result<()> {
+    let mut pending: SmallVec<[(&Tensor, Tensor); 4]> = SmallVec::new();
     for (orig, fin) in originals.iter().zip(finals) {
         if let Some(v) = fin {
-            orig.try_copy_(&v).map_err(|mut e| {
-                e.op = op.to_string();
-                e
-            })?;
+            pending.push((orig, v));
         }
+    }
+    if pending.is_empty() {
+        return Ok(());
+    }
+    let rename = |mut e: xform_ops::Error| {
+        e.op = op.to_string();
+        e
+    };
+    let targets: SmallVec<[xform_ops::Array; 4]> = pending.iter().filter_map(|(o, _)| o.array()).collect();
+    for (_, v) in pending.iter_mut() {
+        if let Some(a) = v.array() {
+            if targets.iter().any(|t| t.shares_storage(&a)) {
+                *v = Tensor::from_array(a.contiguous_copy()?);
+            }
+        }
+    }
+    for (orig, v) in &pending {
+        xform_ops::methods::check_write(op, orig, v)?;
+    }
+    for (orig, v) in &pending {
+        orig.try_copy_(v).map_err(rename)?;
     }
     Ok(())
 }

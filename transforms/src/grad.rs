@@ -57,7 +57,7 @@ fn value_grad_aux<X: Tree, A: Tree>(
     let mut cts: SmallVec<[Option<Ct>; 4]> = SmallVec::new();
     cts.push(Some(Ct::Ones));
     cts.resize(lin.out_leaves.len(), None);
-    let g = lin.pull_some(&cts)?;
+    let g = lin.pull_some(op, &cts)?;
     Ok((lin.out, x.with_leaves(g)))
 }
 

@@ -67,8 +67,12 @@ fn rows_per_chunk(opts: &JacOptions, row_bytes: usize, total: usize) -> usize {
 }
 
 /// Runs `per_chunk(start, k)` over the basis rows and concatenates each
-/// result leaf along axis 0.
+/// result leaf along axis 0. An empty basis (zero elements in or out) is
+/// one chunk of zero rows, so the result still has its shape (`[0, ...]`).
 fn chunked(total: usize, chunk: usize, mut per_chunk: impl FnMut(usize, usize) -> Vec<Tensor>) -> Result<Vec<Tensor>> {
+    if total == 0 {
+        return Ok(per_chunk(0, 0));
+    }
     let mut parts: Vec<Vec<Tensor>> = Vec::new();
     let mut start = 0;
     while start < total {
@@ -106,10 +110,19 @@ fn try_jacfwd<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &JacOptions, x: &X) 
     let row_bytes = ins.iter().map(|l| l.numel() * l.dtype().size_bytes()).sum::<usize>() * 2;
     let chunk = rows_per_chunk(opts, row_bytes, total);
     let mut out_template: Option<Y> = None;
+    // The final values of the arguments f mutated (see below).
+    let mut finals: Vec<Option<Tensor>> = vec![None; ins.len()];
     let cols = chunked(total, chunk, |start, k| {
         let basis = basis_chunk(&ins, start, k).or_raise();
+        // f runs once per chunk: each run gets fresh nodes over the
+        // arguments' values, so that its writes to them are functionalized
+        // into those nodes and every chunk starts from the caller's values;
+        // the final values are written back once, after the last chunk, as
+        // if f had run once.
+        let fresh: Vec<Tensor> = ins.iter().map(|l| Tensor::from_value(l.value_cloned())).collect();
+        let xs = x.with_leaves(fresh.iter().cloned());
         let (y, outs) = vmap(|t: &Vec<Tensor>| {
-            let (y, ps, ts) = jvp_flat("jacfwd", f, x, t.iter().cloned().map(Some).collect());
+            let (y, ps, ts) = jvp_flat("jacfwd", f, &xs, t.iter().cloned().map(Some).collect());
             let tangents: Vec<Tensor> = ts.iter().zip(&ps).map(|(t, p)| lax::instantiate(t, p).or_raise()).collect();
             // Only y's structure and dtypes are used below: scalars stand in
             // for its leaves, so that vmap does not broadcast the primal
@@ -118,8 +131,14 @@ fn try_jacfwd<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &JacOptions, x: &X) 
             (template, tangents)
         })(&basis);
         out_template.get_or_insert(y);
+        for (fin, n) in finals.iter_mut().zip(&fresh) {
+            if n.version() > 0 {
+                *fin = Some(n.clone());
+            }
+        }
         outs
     })?;
+    crate::functionalize::write_back("jacfwd", &ins, finals)?;
     // The template's leaves are scalars (with a basis axis from vmap) of the
     // output leaves' dtypes.
     let y = out_template.expect("at least one chunk");
@@ -179,7 +198,7 @@ fn try_jacrev<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &JacOptions, x: &X) 
         // row is a gradient. grad's symbolic seed of ones costs no kernels,
         // where a one-row basis under vmap costs a product by it per
         // cotangent and batched (sometimes transposed) copies.
-        let grads = lin.pull_some(&[Some(Ct::Ones)])?;
+        let grads = lin.pull_some("jacrev", &[Some(Ct::Ones)])?;
         grads.iter().map(|g| lax::expand_dims(g, 0)).collect::<Result<Vec<_>>>()?
     } else {
         chunked(total, chunk, |start, k| {

@@ -73,10 +73,10 @@ pub(crate) fn linearize_flat<X: Tree, Y: Tree>(label: &'static str, f: impl FnOn
         // view it must keep the values they had.
         let mutated: Vec<xform_ops::Array> =
             in_leaves.iter().zip(&finals).filter(|(_, f)| f.is_some()).filter_map(|(l, _)| l.array()).collect();
-        for c in &mut program.consts {
-            if let Some(a) = c.array() {
+        for i in 0..program.consts.len() {
+            if let Some(a) = program.consts[i].array() {
                 if mutated.iter().any(|m| m.shares_storage(&a)) {
-                    *c = Tensor::from_array(a.contiguous_copy().or_raise());
+                    program.replace_const(i, Tensor::from_array(a.contiguous_copy().or_raise()));
                 }
             }
         }
@@ -147,6 +147,7 @@ fn transpose_ones(eqn: &Eqn, args: &[LinearArg], out: &Aval) -> Option<SmallVec<
 /// Transposes a linear program: cotangents of its inputs from cotangents of
 /// its outputs (`None`: zero).
 pub fn backward_pass(program: &Program, cts: &[Option<Tensor>]) -> Result<SmallVec<[Option<Tensor>; 4]>> {
+    program.check_consts("backward_pass")?;
     let cts: SmallVec<[Option<Ct>; 4]> = cts.iter().map(|c| c.as_ref().map(|t| Ct::Val(t.clone(), false))).collect();
     backward_pass_ct(program, &cts)
 }
@@ -243,12 +244,13 @@ impl<Y> Linearized<Y> {
             .zip(&self.out_leaves)
             .map(|(c, o)| o.dtype().is_float().then(|| Ct::Val(c.clone(), false)))
             .collect();
-        self.pull_some(&cts)
+        self.pull_some(op, &cts)
     }
 
     /// Input cotangent leaves from output cotangents already checked
     /// (`None`: zero, whose part of the program is not transposed at all).
-    pub(crate) fn pull_some(&self, cts: &[Option<Ct>]) -> Result<Leaves> {
+    pub(crate) fn pull_some(&self, op: &str, cts: &[Option<Ct>]) -> Result<Leaves> {
+        self.program.check_consts(op)?;
         let mut ins = backward_pass_ct(&self.program, cts)?.into_iter();
         let mut out = Leaves::new();
         for (l, &d) in self.in_leaves.iter().zip(&self.diff) {
@@ -276,6 +278,7 @@ impl<Y> Linearized<Y> {
                 args.push(t.clone());
             }
         }
+        self.program.check_consts(op)?;
         self.program.eval(&args)
     }
 }

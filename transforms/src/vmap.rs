@@ -365,57 +365,114 @@ pub fn try_vmap_call<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &VmapOptions,
         }
     };
     match opts.chunk_size {
-        Some(c) if c > 0 && c < size => {
-            let mut parts: Vec<Leaves> = Vec::new();
-            let mut out_tree = None;
-            let mut start = 0;
-            while start < size {
-                let end = (start + c).min(size);
-                let chunk: Leaves = leaves
-                    .iter()
-                    .zip(&batch_axes)
-                    .map(|(l, b)| match b {
-                        Some(d) => lax::slice_axis(l, *d, start, end),
-                        None => Ok(l.clone()),
-                    })
-                    .collect::<Result<_>>()?;
-                let (y, outs) = vmap_once(f, opts, x, chunk, &batch_axes, end - start)?;
-                parts.push(outs);
-                out_tree.get_or_insert(y);
-                start = end;
-            }
-            let y = out_tree.expect("at least one chunk");
-            let out_axes = resolve_axes("out_axes", &opts.out_axes, parts[0].len(), || y.paths())?;
-            let joined: Vec<Tensor> = (0..parts[0].len())
-                .map(|i| {
-                    let pieces: Vec<Tensor> = parts.iter().map(|p| p[i].clone()).collect();
-                    match out_axes[i] {
-                        None => Ok(pieces[0].clone()),
-                        Some(a) => {
-                            let r = pieces[0].rank() as isize;
-                            lax::concatenate(&pieces, if a < 0 { (a + r) as usize } else { a as usize })
-                        }
-                    }
-                })
-                .collect::<Result<_>>()?;
-            Ok(y.with_leaves(joined))
+        Some(c) if c > 0 && c < size => vmap_chunked(f, opts, x, &leaves, &batch_axes, size, c),
+        _ => {
+            let (y, outs, finals) = vmap_once(f, opts, x, &leaves, &batch_axes, size)?;
+            crate::functionalize::write_back("vmap", &leaves, finals)?;
+            Ok(y.with_leaves(outs))
         }
-        _ => vmap_once(f, opts, x, leaves, &batch_axes, size).map(|(y, outs)| y.with_leaves(outs)),
     }
 }
 
+/// vmap over chunks of at most `c` examples. Every chunk runs on the
+/// arguments as the caller passed them; the final values of mutated
+/// arguments are joined and written back once, after the last chunk (a
+/// write-back per chunk would reach only a chunk's slice, which under an
+/// outer transform is a new value rather than a view of the argument, and
+/// an unbatched argument would be mutated once per chunk).
+fn vmap_chunked<X: Tree, Y: Tree>(
+    f: &impl Fn(&X) -> Y,
+    opts: &VmapOptions,
+    x: &X,
+    leaves: &Leaves,
+    batch_axes: &[Option<usize>],
+    size: usize,
+    c: usize,
+) -> Result<Y> {
+    let mut parts: Vec<Leaves> = Vec::new();
+    let mut chunk_finals: Vec<SmallVec<[Option<Tensor>; 4]>> = Vec::new();
+    let mut chunks: Vec<Leaves> = Vec::new();
+    let mut out_tree = None;
+    let mut start = 0;
+    while start < size {
+        let end = (start + c).min(size);
+        let chunk: Leaves = leaves
+            .iter()
+            .zip(batch_axes)
+            .map(|(l, b)| match b {
+                Some(d) => lax::slice_axis(l, *d, start, end),
+                None => Ok(l.clone()),
+            })
+            .collect::<Result<_>>()?;
+        let (y, outs, finals) = vmap_once(f, opts, x, &chunk, batch_axes, end - start)?;
+        parts.push(outs);
+        chunk_finals.push(finals);
+        chunks.push(chunk);
+        out_tree.get_or_insert(y);
+        start = end;
+    }
+    // The final value of each mutated argument: the chunks' batched finals
+    // (a chunk that left it alone contributes its slice) joined along the
+    // argument's batch axis; an unbatched argument's from the last chunk
+    // that wrote it (every chunk computes the same one).
+    let mut finals: SmallVec<[Option<Tensor>; 4]> = SmallVec::new();
+    for (i, b) in batch_axes.iter().enumerate() {
+        if chunk_finals.iter().all(|cf| cf[i].is_none()) {
+            finals.push(None);
+            continue;
+        }
+        finals.push(Some(match b {
+            Some(d) => {
+                let pieces: Vec<Tensor> =
+                    chunk_finals.iter().zip(&chunks).map(|(cf, ch)| cf[i].clone().unwrap_or_else(|| ch[i].clone())).collect();
+                lax::concatenate(&pieces, *d)?
+            }
+            None => chunk_finals.iter().rev().find_map(|cf| cf[i].clone()).expect("one chunk wrote it"),
+        }));
+    }
+    crate::functionalize::write_back("vmap", leaves, finals)?;
+    let y = out_tree.expect("at least one chunk");
+    let out_axes = resolve_axes("out_axes", &opts.out_axes, parts[0].len(), || y.paths())?;
+    let joined: Vec<Tensor> = (0..parts[0].len())
+        .map(|i| {
+            let pieces: Vec<Tensor> = parts.iter().map(|p| p[i].clone()).collect();
+            match out_axes[i] {
+                None => Ok(pieces[0].clone()),
+                Some(a) => {
+                    let r = pieces[0].rank() as isize;
+                    lax::concatenate(&pieces, if a < 0 { (a + r) as usize } else { a as usize })
+                }
+            }
+        })
+        .collect::<Result<_>>()?;
+    Ok(y.with_leaves(joined))
+}
+
+/// One vmap of `f` over `leaves` (batch size `size`): the output tree, its
+/// leaves with the batch axes placed, and the final value of each argument
+/// `f` mutated (batch axis where the argument has it), for the caller to
+/// write back.
 fn vmap_once<X: Tree, Y: Tree>(
     f: &impl Fn(&X) -> Y,
     opts: &VmapOptions,
     x: &X,
-    leaves: Leaves,
+    leaves: &Leaves,
     batch_axes: &[Option<usize>],
     size: usize,
-) -> Result<(Y, Leaves)> {
+) -> Result<(Y, Leaves, SmallVec<[Option<Tensor>; 4]>)> {
     let interp = BatchInterp::new(size);
+    // Unbatched arguments get fresh nodes made before the interpreter is
+    // pushed: a write into one is functionalized into that node (not the
+    // caller's, so every chunk starts from the caller's value) and written
+    // back at the end like a batched argument's; a batched value written
+    // into one is refused (it would not fit the caller's tensor).
+    let mut unbatched: Leaves = Leaves::new();
+    for (l, b) in leaves.iter().zip(batch_axes) {
+        unbatched.push(if b.is_none() { Tensor::from_value(l.value_cloned()) } else { l.clone() });
+    }
     let (y, outs, finals) = with_interpreter(&interp, || {
         let mut wrapped = Leaves::new();
-        for (l, b) in leaves.iter().zip(batch_axes) {
+        for (l, b) in unbatched.iter().zip(batch_axes) {
             wrapped.push(interp.wrap(l.clone(), *b));
         }
         let y = f(&x.with_leaves(wrapped.iter().cloned()));
@@ -424,17 +481,24 @@ fn vmap_once<X: Tree, Y: Tree>(
             outs.push(interp.unwrap(o));
         }
         // Arguments mutated inside f: their final values, batch dim back in place.
-        let finals = crate::functionalize::mutated_finals(&leaves, &wrapped, |w| interp.unwrap(w));
+        let finals = crate::functionalize::mutated_finals(leaves, &wrapped, |w| interp.unwrap(w));
         (y, outs, finals)
     });
     let mut placed_finals: SmallVec<[Option<Tensor>; 4]> = SmallVec::new();
     for (fin, b) in finals.into_iter().zip(batch_axes) {
         placed_finals.push(match (fin, b) {
             (Some((v, d)), Some(a)) => Some(to_position(&v, d, *a, size)?),
-            _ => None,
+            (Some((v, None)), None) => Some(v),
+            (Some((_, Some(_))), None) => {
+                return Err(Error::batching(
+                    "vmap",
+                    "f writes a value that varies across the batch into an argument that is not batched \
+                     (its in_axes is None); batch the argument, or write into a copy",
+                ))
+            }
+            (None, _) => None,
         });
     }
-    crate::functionalize::write_back("vmap", &leaves, placed_finals)?;
     let out_axes = resolve_axes("out_axes", &opts.out_axes, outs.len(), || y.paths())?;
     let out_path = |i: usize| y.paths().swap_remove(i);
     let mut moved = Leaves::new();
@@ -468,7 +532,7 @@ fn vmap_once<X: Tree, Y: Tree>(
             }
         });
     }
-    Ok((y, moved))
+    Ok((y, moved, placed_finals))
 }
 
 #[cfg(test)]

@@ -44,10 +44,44 @@ pub fn assign_check(op: &str, target: &Tensor, value: &Tensor) -> Result<()> {
     Ok(())
 }
 
+/// Every check [`Tensor::try_copy_`] makes before it writes `value` into
+/// `target`, without writing: transforms run it on every argument they will
+/// write back before they write the first, so that a refused write leaves
+/// every argument unchanged.
+///
+/// # Errors
+/// The error `try_copy_` would return (named `op`).
+pub fn check_write(op: &str, target: &Tensor, value: &Tensor) -> Result<()> {
+    crate::mutation::check_live(op, target)?;
+    crate::mutation::check_live(op, value)?;
+    assign_check(op, target, value)?;
+    let eager = crate::interp::stack_depth() == 0;
+    match (target.array(), value.array()) {
+        (Some(t), Some(v)) if eager => {
+            if t.device() != v.device() {
+                return Err(Error::device(
+                    op,
+                    format!("cannot write a {} tensor into a {} tensor", v.device(), t.device()),
+                ));
+            }
+            Ok(())
+        }
+        _ => {
+            crate::mutation::check_scope(op, target, value)?;
+            match target.view_link() {
+                Some(link) => crate::mutation::check_scope(op, &link.base, value),
+                None => Ok(()),
+            }
+        }
+    }
+}
+
 /// Writes `value` (already validated) into `target`: into its storage
 /// outside every transform, functionalized under any transform (see NOTE:
 /// [functionalization]).
 pub(crate) fn write(op: &str, target: &Tensor, value: &Tensor) -> Result<()> {
+    crate::mutation::check_live(op, target)?;
+    crate::mutation::check_live(op, value)?;
     let v = lax::broadcast_to(&lax::convert(value, target.dtype())?, &target.shape())?;
     let eager = crate::interp::stack_depth() == 0;
     match (target.value_cloned(), v.value_cloned()) {

@@ -18,7 +18,7 @@ mod reduction;
 mod shaping;
 
 pub use indexing::Idx;
-pub use inplace::assign_check;
+pub use inplace::{assign_check, check_write};
 
 use crate::error::{Error, Result};
 use crate::lax;

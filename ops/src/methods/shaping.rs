@@ -324,9 +324,12 @@ impl Tensor {
     }
 
     /// A tensor that is `self` for the value and a constant for
-    /// differentiation (JAX's `stop_gradient`, PyTorch's `detach`).
+    /// differentiation (JAX's `stop_gradient`, PyTorch's `detach`). Like
+    /// PyTorch's, it shares `self`'s storage: an in-place write through it
+    /// changes `self`'s values (under a transform too), but not `self`'s
+    /// derivative.
     pub fn stop_gradient(&self) -> Tensor {
-        crate::interp::bind1(&Prim::StopGradient, std::slice::from_ref(self)).or_raise()
+        make_view(self, &[Prim::StopGradient]).or_raise()
     }
 
     /// Alias of [`Tensor::stop_gradient`] (PyTorch's name).
