@@ -151,11 +151,7 @@ impl Array {
 
     /// A contiguous array over a buffer on any device.
     pub fn from_buffer(buf: Buffer, shape: Shape, dtype: DType, device: Device) -> Array {
-        Array {
-            storage: StorageRef::new(Storage::new(buf, device)),
-            layout: Layout::contiguous(shape),
-            dtype,
-        }
+        Array { storage: StorageRef::new(Storage::new(buf, device)), layout: Layout::contiguous(shape), dtype }
     }
 
     /// `shape` filled with `value`, stored once and broadcast (stride 0): a

@@ -423,8 +423,11 @@ fn vmap_chunked<X: Tree, Y: Tree>(
         }
         finals.push(Some(match b {
             Some(d) => {
-                let pieces: Vec<Tensor> =
-                    chunk_finals.iter().zip(&chunks).map(|(cf, ch)| cf[i].clone().unwrap_or_else(|| ch[i].clone())).collect();
+                let pieces: Vec<Tensor> = chunk_finals
+                    .iter()
+                    .zip(&chunks)
+                    .map(|(cf, ch)| cf[i].clone().unwrap_or_else(|| ch[i].clone()))
+                    .collect();
                 lax::concatenate(&pieces, *d)?
             }
             None => chunk_finals.iter().rev().find_map(|cf| cf[i].clone()).expect("one chunk wrote it"),
