@@ -69,7 +69,16 @@ pub fn check_write(op: &str, target: &Tensor, value: &Tensor) -> Result<()> {
         _ => {
             crate::mutation::check_scope(op, target, value)?;
             match target.view_link() {
-                Some(link) => crate::mutation::check_scope(op, &link.base, value),
+                Some(link) => {
+                    if link.ops.to_vec().iter().any(|p| matches!(p, crate::prim::Prim::BroadcastInDim { .. })) {
+                        return Err(Error::in_place(
+                            op,
+                            "the target is a broadcast view: several of its elements share one memory location; \
+                             copy it first",
+                        ));
+                    }
+                    crate::mutation::check_scope(op, &link.base, value)
+                }
                 None => Ok(()),
             }
         }
