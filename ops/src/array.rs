@@ -206,6 +206,11 @@ impl Array {
         self.storage.version.load(Ordering::Relaxed)
     }
 
+    /// The storage's address: a total order over live storages.
+    pub(crate) fn storage_addr(&self) -> usize {
+        self.storage.addr()
+    }
+
     /// Read access to `src` and write access to `dst`, taken in a global
     /// order (by storage address): two threads copying between the same two
     /// storages in opposite directions would otherwise each hold one lock
@@ -215,7 +220,7 @@ impl Array {
         dst: &'a Array,
     ) -> (RwLockReadGuard<'a, Buffer>, RwLockWriteGuard<'a, Buffer>) {
         debug_assert!(!src.shares_storage(dst), "read_and_write on one storage");
-        if src.storage.addr() < dst.storage.addr() {
+        if src.storage_addr() < dst.storage_addr() {
             let r = src.read();
             (r, dst.write())
         } else {

@@ -250,3 +250,51 @@ pub(crate) fn check_live(op: &str, t: &Tensor) -> crate::Result<()> {
     }
     Err(crate::Error::new(op, crate::error::ErrorKind::EscapedTracer { transform: tag.name.to_string() }))
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::Tensor;
+    use std::sync::mpsc::channel;
+    use std::time::Duration;
+    use xform_kernels::DType;
+
+    /// `copy_` takes its two locks in the global (address) order. A thread
+    /// that holds the lower storage's lock and then takes the higher one's
+    /// is the other half of a deadlock with a copy that takes them the
+    /// other way round (reads its source first); in the global order the
+    /// copy waits for the lower lock holding nothing, and both finish. Every
+    /// thread reports over a channel with a deadline, so a deadlock fails
+    /// the test instead of hanging it.
+    #[test]
+    fn copy_takes_its_locks_in_address_order() {
+        for dir in 0..2 {
+            let x = Tensor::full([4], 1.0, DType::F32).array().expect("concrete");
+            let y = Tensor::full([4], 2.0, DType::F32).array().expect("concrete");
+            let (lo, hi) = if x.storage_addr() < y.storage_addr() { (x, y) } else { (y, x) };
+            // dir 0 copies hi into lo: the order that deadlocked
+            let (src, dst) = if dir == 0 { (hi.clone(), lo.clone()) } else { (lo.clone(), hi.clone()) };
+            let (tx, rx) = channel();
+            let (held_tx, held_rx) = channel();
+            let (lo2, hi2, tx2) = (lo.clone(), hi.clone(), tx.clone());
+            std::thread::spawn(move || {
+                let first = lo2.read();
+                held_tx.send(()).expect("waiting");
+                // time for the copy to reach its locks
+                std::thread::sleep(Duration::from_millis(200));
+                let second = hi2.write();
+                drop((second, first));
+                tx2.send("holder").expect("waiting");
+            });
+            held_rx.recv_timeout(Duration::from_secs(10)).expect("holder started");
+            std::thread::spawn(move || {
+                Tensor::from_array(dst).copy_(&Tensor::from_array(src));
+                tx.send("copy").expect("waiting");
+            });
+            for _ in 0..2 {
+                rx.recv_timeout(Duration::from_secs(10)).expect("deadlock between copy_ and a lock holder");
+            }
+            let (l, h) = (Tensor::from_array(lo).to_vec::<f32>(), Tensor::from_array(hi).to_vec::<f32>());
+            assert_eq!(l, h, "direction {dir}: the copy happened");
+        }
+    }
+}

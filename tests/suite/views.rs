@@ -107,27 +107,34 @@ fn long_view_chains_are_linear() {
 }
 
 /// Two threads copying between the same two arrays in opposite directions
-/// finish (the locks are taken in a global order). The threads report over
-/// a channel with a deadline, so a deadlock fails the test instead of
-/// hanging it.
+/// finish (the locks are taken in a global order), with the right values.
+/// The threads start together and report over a channel with a deadline, so
+/// a deadlock fails the test instead of hanging it. (A stress test: whether
+/// the inverted orders meet depends on scheduling; the deterministic check
+/// of the lock order is `copy_takes_its_locks_in_address_order` in
+/// xform-ops.)
 #[test]
 fn opposite_copies_on_two_threads_do_not_deadlock() {
-    let a = Tensor::full([1 << 16], 1.5, DType::F32).array().expect("concrete");
-    let b = Tensor::full([1 << 16], 1.5, DType::F32).array().expect("concrete");
+    let a = Tensor::full([16], 1.5, DType::F32).array().expect("concrete");
+    let b = Tensor::full([16], 1.5, DType::F32).array().expect("concrete");
     let (tx, rx) = std::sync::mpsc::channel();
+    let start = std::sync::Arc::new(std::sync::Barrier::new(2));
     for dir in 0..2 {
         let (src, dst) = if dir == 0 { (a.clone(), b.clone()) } else { (b.clone(), a.clone()) };
-        let tx = tx.clone();
+        let (tx, start) = (tx.clone(), start.clone());
         std::thread::spawn(move || {
             let (src, dst) = (Tensor::from_array(src), Tensor::from_array(dst));
-            for _ in 0..300 {
+            start.wait();
+            // short copies: the gap between taking the two locks is then a
+            // large part of each copy, where the inverted orders meet
+            for _ in 0..200_000 {
                 dst.copy_(&src);
             }
             tx.send(dir).expect("the test is waiting");
         });
     }
     for _ in 0..2 {
-        rx.recv_timeout(std::time::Duration::from_secs(60)).expect("a copy_ thread deadlocked");
+        rx.recv_timeout(std::time::Duration::from_secs(30)).expect("a copy_ thread deadlocked");
     }
     for arr in [a, b] {
         assert!(Tensor::from_array(arr).to_vec::<f32>().iter().all(|&e| e == 1.5));
