@@ -64,7 +64,8 @@ impl Interpreter for FunctionalizeInterp {
     fn process(&self, level: Level, prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
         let ins: Vec<Tensor> = inputs.iter().map(|t| self.unwrap(t)).collect();
         let outs = bind_at(parent_of(level), prim, &ins)?;
-        // stop_gradient returns its operand's storage eagerly: an alias too.
+        // stop_gradient (and detach) returns its operand's storage eagerly:
+        // an alias too.
         let copy = prim.is_view() || matches!(prim, Prim::StopGradient);
         outs.into_iter()
             .map(|o| {

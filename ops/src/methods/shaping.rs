@@ -324,16 +324,17 @@ impl Tensor {
     }
 
     /// A tensor that is `self` for the value and a constant for
-    /// differentiation (JAX's `stop_gradient`, PyTorch's `detach`). Like
-    /// PyTorch's, it shares `self`'s storage: an in-place write through it
-    /// changes `self`'s values (under a transform too), but not `self`'s
-    /// derivative.
+    /// differentiation (JAX's `stop_gradient`): a value, not linked to
+    /// `self` for writes under transforms (see [`Tensor::detach`]).
     pub fn stop_gradient(&self) -> Tensor {
-        make_view(self, &[Prim::StopGradient]).or_raise()
+        crate::interp::bind1(&Prim::StopGradient, std::slice::from_ref(self)).or_raise()
     }
 
-    /// Alias of [`Tensor::stop_gradient`] (PyTorch's name).
+    /// [`Tensor::stop_gradient`] as PyTorch's `detach`: a view sharing
+    /// `self`'s storage, so an in-place write through it changes `self`'s
+    /// values (under a transform too, as eagerly), but not `self`'s
+    /// derivative.
     pub fn detach(&self) -> Tensor {
-        self.stop_gradient()
+        make_view(self, &[Prim::StopGradient]).or_raise()
     }
 }
