@@ -79,9 +79,23 @@ impl Shape {
     pub fn rank(&self) -> usize {
         self.0.len()
     }
-    /// Number of elements (1 for a scalar).
+    /// Number of elements (1 for a scalar). It saturates at `usize::MAX`
+    /// for a shape no array can have (see [`Shape::checked_numel`]), so
+    /// comparing counts never overflows.
     pub fn numel(&self) -> usize {
-        self.0.iter().product()
+        self.0.iter().fold(1usize, |n, &d| n.saturating_mul(d))
+    }
+    /// Number of elements of an array of this shape whose elements take
+    /// `itemsize` bytes, or `None` if no array can have it: its bytes, or
+    /// the span of its contiguous strides (the sizes' product with zeros
+    /// counted as one), would pass `isize::MAX`, the most a Rust
+    /// allocation or an `isize` stride can address.
+    pub fn checked_numel(&self, itemsize: usize) -> Option<usize> {
+        let span = self.0.iter().try_fold(itemsize.max(1), |n, &d| n.checked_mul(d.max(1)))?;
+        if span > isize::MAX as usize {
+            return None;
+        }
+        Some(self.numel())
     }
     /// Row-major strides of a contiguous array of this shape.
     pub fn contiguous_strides(&self) -> Strides {
@@ -640,6 +654,18 @@ mod tests {
                 assert_eq!(tail[..], got[2 * c.inner_len()..]);
             }
         }
+    }
+
+    #[test]
+    fn checked_numel_refuses_sizes_past_isize_max() {
+        let big = 1usize << 32;
+        assert_eq!(Shape::from([big, big]).numel(), usize::MAX, "saturates");
+        assert_eq!(Shape::from([big, big]).checked_numel(1), None);
+        assert_eq!(Shape::from([1 << 61]).checked_numel(4), None); // 2^63 bytes
+        assert_eq!(Shape::from([1 << 61]).checked_numel(2), Some(1 << 61));
+        assert_eq!(Shape::from([big, big, 0]).checked_numel(1), None, "its strides overflow");
+        assert_eq!(Shape::from([big, 0]).checked_numel(8), Some(0));
+        assert_eq!(Shape::scalar().checked_numel(8), Some(1));
     }
 
     #[test]

@@ -37,6 +37,12 @@ pub enum ErrorKind {
         /// The size of the indexed axis.
         size: usize,
     },
+    /// A size, an index or a scalar beyond what its type can represent
+    /// (an element count past `isize::MAX`, 3e9 into an `i32` tensor).
+    Overflow {
+        /// What overflowed, in words.
+        message: String,
+    },
     /// A tracer used after the transform that made it returned.
     EscapedTracer {
         /// The transform that made the tracer, e.g. "vmap".
@@ -160,6 +166,12 @@ impl Error {
         Error::new(op, ErrorKind::Device { message: message.into() })
     }
 
+    /// An overflow error.
+    #[cold]
+    pub fn overflow(op: impl Into<String>, message: impl Into<String>) -> Error {
+        Error::new(op, ErrorKind::Overflow { message: message.into() })
+    }
+
     /// An axis error.
     #[cold]
     pub fn axis(op: impl Into<String>, axis: isize, rank: usize) -> Error {
@@ -214,6 +226,7 @@ impl fmt::Display for Error {
                  return it from the transformed function instead of storing it outside"
             )?,
             ErrorKind::Transform { message }
+            | ErrorKind::Overflow { message }
             | ErrorKind::Batching { message }
             | ErrorKind::Device { message }
             | ErrorKind::InPlace { message }

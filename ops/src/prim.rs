@@ -302,8 +302,17 @@ pub fn check(prim: &Prim, ins: &[AvalRef<'_>]) -> Result<()> {
     }
 }
 
-/// Checks the operands and computes the outputs' abstract values.
+/// Checks the operands and computes the outputs' abstract values (whose
+/// sizes are checked for overflow: see `prims::check_size`).
 pub fn shape_rule(prim: &Prim, ins: &[AvalRef<'_>]) -> Result<Avals> {
+    let outs = family_shape_rule(prim, ins)?;
+    for a in &outs {
+        crate::prims::check_size(prim.name(), &a.shape, a.dtype)?;
+    }
+    Ok(outs)
+}
+
+fn family_shape_rule(prim: &Prim, ins: &[AvalRef<'_>]) -> Result<Avals> {
     match prim {
         Prim::Unary(op) => unary::shape_unary(*op, ins),
         Prim::Convert(d) => unary::shape_convert(*d, ins),

@@ -1,7 +1,7 @@
 //! Losses and metrics. All are compositions of tensor operations, so they
 //! can be differentiated (to any order) and vmapped.
 
-use crate::{DType, Error, Tensor};
+use crate::{DType, Error, ErrorKind, Tensor};
 
 /// Checks `labels` against `logits` (`[.., C]` and integer `[..]`).
 #[track_caller]
@@ -37,12 +37,30 @@ fn check_labels(op: &str, logits: &Tensor, labels: &Tensor) {
 ///
 /// # Panics
 /// If the labels are not integers, their shape is not the logits' without
-/// the last axis, or a label is out of range.
+/// the last axis, or a concrete label is out of range.
+///
+/// A label outside `[0, C)` is an [`ErrorKind::IndexOutOfRange`] error
+/// when the labels are concrete (also inside a transform of the logits).
+/// Traced labels (`vmap` over the labels) cannot be read, so there an
+/// out-of-range label gives a NaN loss for its example (and a zero
+/// gradient), never the loss of another class.
 #[track_caller]
 pub fn softmax_cross_entropy_per_example(logits: &Tensor, labels: &Tensor) -> Tensor {
-    check_labels("softmax_cross_entropy", logits, labels);
+    let op = "softmax_cross_entropy";
+    check_labels(op, logits, labels);
+    let classes = logits.shape()[logits.rank() - 1];
     let lsm = logits.log_softmax(-1);
-    -lsm.take_along_axis(&labels.unsqueeze(-1), -1).squeeze(-1)
+    if !labels.is_tracer() {
+        let bad = labels.to_vec_f64().into_iter().find(|&l| l < 0.0 || l >= classes as f64);
+        if let Some(l) = bad {
+            Error::new(op, ErrorKind::IndexOutOfRange { index: l as i64, size: classes }).raise();
+        }
+        return -lsm.take_along_axis(&labels.unsqueeze(-1), -1).squeeze(-1);
+    }
+    let valid = labels.ge_scalar(0).logical_and(&labels.lt_scalar(classes as i64));
+    let safe = Tensor::where_(&valid, labels, &labels.zeros_like());
+    let loss = -lsm.take_along_axis(&safe.unsqueeze(-1), -1).squeeze(-1);
+    Tensor::where_(&valid, &loss, &loss.full_like(f64::NAN))
 }
 
 /// The mean softmax cross-entropy over the examples (a scalar): logits

@@ -146,3 +146,118 @@ fn copy_of_an_escaped_tracer_fails_at_the_copy() {
     let e = catch(|| leaked.add_(&plain).clone()).unwrap_err();
     assert!(matches!(e.kind, ErrorKind::EscapedTracer { .. }), "{e}");
 }
+
+// ------------------------------------------ overflow and range (issue 17, 8 and 14)
+
+fn overflow(e: &xform::Error, op: &str) {
+    assert!(matches!(e.kind, ErrorKind::Overflow { .. }), "{e}");
+    assert_eq!(e.op, op, "{e}");
+}
+
+#[test]
+fn element_counts_past_isize_max_are_overflow_errors() {
+    let big = 1usize << 32;
+    // Constructors.
+    overflow(&err(|| Tensor::zeros([big, big], DType::F32)), "full");
+    overflow(&err(|| Tensor::ones([1 << 62], DType::F32)), "full"); // 2^64 bytes
+    assert!(matches!(Tensor::try_full([big, big, 2], 0.0, DType::I64).unwrap_err().kind, ErrorKind::Overflow { .. }));
+    overflow(&err(|| Tensor::from_vec(Vec::<f32>::new(), [big, big])), "from_vec");
+    overflow(&err(|| Tensor::eye_nm(big, big, 0, DType::F32)), "eye");
+    overflow(&err(|| Tensor::linspace(0.0, 1.0, usize::MAX, DType::F32)), "linspace");
+    overflow(&err(|| Tensor::arange(0.0, 1e30, 1.0, DType::F32)), "arange");
+    // Shape rules: views and products of views that would be too large.
+    let one = Tensor::scalar(1.0f32);
+    let e = err(|| one.broadcast_to([big, big]));
+    overflow(&e, "broadcast_in_dim");
+    assert!(e.to_string().contains("[4294967296, 4294967296]"), "{e}");
+    let col = one.broadcast_to([big, 1]);
+    overflow(&err(|| col.matmul(&col.t())), "dot_general");
+    let half = Tensor::scalar(true).broadcast_to([1 << 62]);
+    overflow(&err(|| Tensor::concat(&[half.clone(), half.clone()], 0)), "concatenate");
+    overflow(
+        &err(|| Tensor::concat(&[half.clone(), half.clone(), half.clone(), half.clone(), half], 0)),
+        "concatenate",
+    );
+    // The same refusals under transforms, with the stack restored.
+    let x = Tensor::from_vec(vec![1.0f64, 2.0], [2]);
+    let e = err(|| grad(|x: &Tensor| x.broadcast_to([big, big, 2]).sum())(&x));
+    overflow(&e, "broadcast_in_dim");
+    assert_eq!(e.transforms, "grad");
+    overflow(&err(|| vmap(|x: &Tensor| x.broadcast_to([big, big]))(&x)), "broadcast_in_dim");
+    // Size arithmetic in the methods.
+    let x4 = Tensor::from_vec(vec![0.0f32, 1.0, 2.0, 3.0], [4]);
+    let e = err(|| x4.narrow(0, usize::MAX, 2));
+    assert!(matches!(e.kind, ErrorKind::Shape { .. }), "{e}");
+    assert!(e.to_string().contains("18446744073709551615+2 exceeds axis 0 of size 4"), "{e}");
+    assert!(matches!(catch(|| x4.split(0, &[usize::MAX, 5])).unwrap_err().kind, ErrorKind::Shape { .. }));
+    assert!(matches!(err(|| x4.reshape(&[1 << 40, 1 << 40, -1])).kind, ErrorKind::Shape { .. }));
+}
+
+#[test]
+fn pad_reports_overflowing_widths_as_overflow() {
+    let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3]);
+    let e = err(|| x.pad(&[(i64::MAX, i64::MAX)], 0.0));
+    overflow(&e, "pad");
+    assert!(e.to_string().contains("more than isize::MAX"), "{e}");
+    assert!(!e.to_string().contains("negative"), "{e}");
+    let e = err(|| xform::lax::pad(&x, &Tensor::scalar(0.0f32), &[0], &[0], &[usize::MAX]).or_raise());
+    overflow(&e, "pad");
+    // Negative padding is still reported as such.
+    let e = err(|| x.pad(&[(-2, -2)], 0.0));
+    assert!(e.to_string().contains("negative padding -2/-2"), "{e}");
+    // Widths near i64::MIN and i64::MAX that cancel are valid: 3 elements,
+    // all padding (the input is cropped away), also over two axes.
+    let y = x.pad(&[(i64::MIN + 2, i64::MAX - 1)], 9.0);
+    assert_eq!(y.to_vec::<f32>(), vec![9.0, 9.0, 9.0]);
+    let w = (i64::MIN + 2, i64::MAX - 1);
+    let y = x.reshape(&[3, 1]).pad(&[w, w], 9.0);
+    assert_eq!(y.to_vec::<f32>(), vec![9.0; 3]);
+    let y = x.pad(&[(1, 0)], 7.0);
+    assert_eq!(y.to_vec::<f32>(), vec![7.0, 1.0, 2.0, 3.0]);
+    // A padding value the integer dtype cannot hold.
+    let xi = Tensor::from_vec(vec![1i32], [1]);
+    overflow(&err(|| xi.pad(&[(1, 0)], 1e30)), "pad");
+}
+
+#[test]
+fn scalars_out_of_an_integer_dtypes_range_are_refused() {
+    // numpy 2: "OverflowError: Python integer 3000000000 out of bounds for int32".
+    let x = Tensor::from_vec(vec![1i32, 2], [2]);
+    let e = catch(|| x.add_scalar_(3_000_000_000i64).clone()).unwrap_err();
+    overflow(&e, "add_scalar_");
+    assert_eq!(
+        e.to_string(),
+        "add_scalar_: the scalar 3000000000 is out of bounds for int32 (which holds -2147483648 to 2147483647)"
+    );
+    overflow(&catch(|| x.fill_(1e30).clone()).unwrap_err(), "fill_");
+    overflow(&catch(|| x.fill_(i64::MIN).clone()).unwrap_err(), "fill_");
+    overflow(&catch(|| x.mul_scalar_(usize::MAX).clone()).unwrap_err(), "mul_scalar_");
+    assert_eq!(x.to_vec::<i32>(), vec![1, 2], "a refused write leaves the target as it was");
+    // A float into an integer tensor in place stays refused (numpy's
+    // same_kind casting; JAX's scatter warns that it will refuse it).
+    let e = catch(|| x.add_scalar_(3e9).clone()).unwrap_err();
+    assert!(matches!(e.kind, ErrorKind::InPlace { .. }), "{e}");
+    // Scalars that fit are fine, at the ends of the range too.
+    x.fill_(i32::MAX);
+    assert_eq!(x.to_vec::<i32>(), vec![i32::MAX; 2]);
+    x.fill_(-2147483648.0);
+    assert_eq!(x.to_vec::<i32>(), vec![i32::MIN; 2]);
+    let l = Tensor::from_vec(vec![0i64], [1]);
+    l.add_scalar_(i64::MAX);
+    assert_eq!(l.to_vec::<i64>(), vec![i64::MAX]);
+    // Operators and comparisons with an unsigned tensor (numpy 2 and JAX refuse -1 for uint32).
+    let u = Tensor::from_vec(vec![1u32, 2], [2]);
+    overflow(&err(|| &u + (-1)), "add");
+    overflow(&err(|| u.lt_scalar(-1)), "lt");
+    assert_eq!((&u - 1).to_vec::<u32>(), vec![0, 1]);
+    // Constructors: a float is truncated toward zero (numpy's and JAX's
+    // full), but NaN, infinities and values out of range are refused.
+    assert_eq!(Tensor::full([2], 1.5, DType::I32).to_vec::<i32>(), vec![1, 1]);
+    assert_eq!(Tensor::full([1], -1.9, DType::I64).to_vec::<i64>(), vec![-1]);
+    assert_eq!(Tensor::full([1], 4294967295.0, DType::U32).to_vec::<u32>(), vec![u32::MAX]);
+    overflow(&err(|| Tensor::full([2], 1e30, DType::I32)), "full");
+    overflow(&err(|| Tensor::full([2], f64::NAN, DType::I64)), "full");
+    overflow(&err(|| Tensor::full([2], -1.0, DType::U32)), "full");
+    overflow(&err(|| Tensor::full([2], 4294967296.0, DType::U32)), "full");
+    overflow(&err(|| x.full_like(f64::INFINITY)), "full_like");
+}

@@ -7,6 +7,7 @@ mod registry;
 
 mod compositions;
 mod cuda;
+mod edges;
 mod errors;
 mod methods;
 mod mutation;

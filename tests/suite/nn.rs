@@ -481,3 +481,128 @@ fn short_training_run_reaches_accuracy_on_digits() {
     assert_eq!(state.step.item::<i32>(), 20 * 12);
     assert_stack_clean();
 }
+
+// ------------------------------------------- edge cases (issue 17, 2 and 3)
+
+/// `assert_close` that also accepts equal infinities.
+#[track_caller]
+fn close_inf(a: &[f64], b: &[f64], tol: f64) {
+    assert_eq!(a.len(), b.len(), "{a:?} vs {b:?}");
+    for (x, y) in a.iter().zip(b) {
+        let ok = if y.is_infinite() { x == y } else { (x - y).abs() <= tol * (1.0 + y.abs()) };
+        assert!(ok, "{a:?} vs {b:?} (tolerance {tol})");
+    }
+}
+
+#[test]
+fn relu_has_derivative_zero_at_zero() {
+    // jax.nn.relu and torch.relu: 0 at 0 (max(x, 0) would split the tie: 1/2).
+    let x = t1(&[-1.0, 0.0, 2.0, f64::NAN]);
+    let y = v(&x.relu());
+    assert_eq!(&y[..3], &[0.0, 0.0, 2.0]);
+    assert!(y[3].is_nan(), "relu(NaN) is NaN, as max");
+    let d = |x: &Tensor| grad(|x: &Tensor| x.relu().sum())(x);
+    close(&v(&d(&t1(&[-1.0, 0.0, 2.0]))), &[0.0, 0.0, 1.0], 0.0);
+    close(&v(&jacfwd(|x: &Tensor| x.relu())(&t1(&[0.0, 3.0]))), &[0.0, 0.0, 0.0, 1.0], 0.0);
+    close(&v(&grad(|x: &Tensor| d(x).sum())(&t1(&[0.0, 1.0]))), &[0.0, 0.0], 0.0);
+    close(&v(&vmap(|x: &Tensor| grad(|x: &Tensor| x.relu().sum())(x))(&t1(&[0.0, -2.0, 5.0]))), &[0.0, 0.0, 1.0], 0.0);
+    // Integers keep max.
+    assert_eq!(Tensor::from_vec(vec![-3i32, 0, 4], [3]).relu().to_vec::<i32>(), vec![0, 0, 4]);
+    assert_stack_clean();
+}
+
+#[test]
+fn softplus_is_smooth_at_zero() {
+    // Values and first two derivatives from jax.nn.softplus in f64.
+    let x = t1(&[-30.0, -1.0, 0.0, 1.0, 30.0]);
+    close(
+        &v(&x.softplus()),
+        &[9.357622968839737e-14, 0.3132616875182228, 2f64.ln(), 1.3132616875182228, 30.000000000000092],
+        1e-15,
+    );
+    // The derivatives are sigmoid(x) and e^-|x| / (1 + e^-|x|)^2.
+    let d1 = |x: &Tensor| grad(|x: &Tensor| x.softplus().sum())(x);
+    close(&v(&d1(&x)), &[9.35762296883931e-14, 0.2689414213699951, 0.5, 0.731058578630005, 0.9999999999999076], 1e-15);
+    let d2 = grad(|x: &Tensor| d1(x).sum())(&x);
+    let want: Vec<f64> = v(&x).iter().map(|x| (-x.abs()).exp() / (1.0 + (-x.abs()).exp()).powi(2)).collect();
+    for (g, w) in v(&d2).iter().zip(&want) {
+        assert!((g - w).abs() <= 1e-14 * w, "{g} vs {w}");
+    }
+    assert_eq!(want[2], 0.25);
+    let inf = t1(&[f64::INFINITY, f64::NEG_INFINITY]);
+    assert_eq!(v(&inf.softplus()), vec![f64::INFINITY, 0.0]);
+    assert_stack_clean();
+}
+
+#[test]
+fn logsumexp_with_infinities() {
+    let (inf, ninf) = (f64::INFINITY, f64::NEG_INFINITY);
+    // JAX and PyTorch: -inf for an all -inf row, inf for a row with +inf.
+    let rows = Tensor::from_vec(vec![ninf, ninf, inf, 0.0, 0.0, 0.0, inf, inf], [4, 2]);
+    close_inf(&v(&rows.logsumexp(1, false)), &[ninf, inf, 2f64.ln(), inf], 1e-15);
+    close_inf(&v(&rows.logsumexp(-1, true)), &[ninf, inf, 2f64.ln(), inf], 1e-15);
+    // A finite max with -inf entries: finite gradients, as jax.grad.
+    let x = t1(&[ninf, 1.0, 2.0]);
+    close(&[x.logsumexp(0, false).item_f64()], &[2.313261687518223], 1e-15);
+    let g = grad(|x: &Tensor| x.logsumexp(0, false))(&x);
+    close(&v(&g), &[0.0, 0.2689414213699951, 0.7310585786300049], 1e-15);
+    let h = hessian(|x: &Tensor| x.logsumexp(0, false))(&x);
+    let s = 0.19661193324148185;
+    close(&v(&h), &[0.0, 0.0, 0.0, 0.0, s, -s, 0.0, -s, s], 1e-15);
+    let g1 = grad(|x: &Tensor| x.logsumexp(0, false))(&t1(&[ninf, 1.0]));
+    close(&v(&g1), &[0.0, 1.0], 0.0);
+    assert_stack_clean();
+}
+
+#[test]
+fn softmax_log_softmax_and_cross_entropy_with_infinities() {
+    let ninf = f64::NEG_INFINITY;
+    let x = t1(&[ninf, 1.0, 2.0]);
+    let (p1, p2) = (0.2689414213699951, 0.7310585786300049);
+    close(&v(&x.softmax(0)), &[0.0, p1, p2], 1e-15);
+    close_inf(&v(&x.log_softmax(0)), &[ninf, -1.3132616875182228, -0.3132616875182228], 1e-15);
+    // Jacobians as jax.jacfwd(jax.nn.softmax) and jax.jacrev(jax.nn.log_softmax).
+    let s = 0.19661193324148185;
+    close(&v(&jacfwd(|x: &Tensor| x.softmax(0))(&x)), &[0.0, 0.0, 0.0, 0.0, s, -s, 0.0, -s, s], 1e-15);
+    let jl = jacrev(|x: &Tensor| x.log_softmax(0))(&x);
+    close(&v(&jl), &[1.0, -p1, -p2, 0.0, p2, -p2, 0.0, -p1, p1], 1e-15);
+    // A row whose max is +inf no longer poisons the others.
+    let m = Tensor::from_vec(vec![f64::INFINITY, 0.0, 0.0, 0.0], [2, 2]);
+    close(&v(&m.softmax(1))[2..], &[0.5, 0.5], 1e-15);
+    // Cross-entropy with a -inf logit away from the label.
+    let logits = Tensor::from_vec(vec![ninf, 1.0, 2.0], [1, 3]);
+    let labels = Tensor::from_vec(vec![1i32], [1]);
+    close(&[softmax_cross_entropy(&logits, &labels).item_f64()], &[1.3132616875182228], 1e-15);
+    let g = grad(|z: &Tensor| softmax_cross_entropy(z, &labels))(&logits);
+    close(&v(&g), &[0.0, -p2, p2], 1e-15);
+    assert_stack_clean();
+}
+
+#[test]
+fn cross_entropy_refuses_out_of_range_labels() {
+    let logits = Tensor::from_vec(vec![0.0f64, 1.0, 2.0, 3.0, 4.0, 5.0], [2, 3]);
+    for bad in [-1i32, 3] {
+        let labels = Tensor::from_vec(vec![0i32, bad], [2]);
+        let e = catch(|| softmax_cross_entropy(&logits, &labels)).expect_err("label out of range");
+        assert_eq!(e.kind, ErrorKind::IndexOutOfRange { index: bad as i64, size: 3 }, "{e}");
+        assert_eq!(e.op, "softmax_cross_entropy");
+        // Concrete labels under a transform of the logits: the same error.
+        let e = catch(|| grad(|z: &Tensor| softmax_cross_entropy(z, &labels))(&logits)).expect_err("under grad");
+        assert_eq!(e.kind, ErrorKind::IndexOutOfRange { index: bad as i64, size: 3 });
+        assert_stack_clean();
+    }
+    // Traced labels cannot be read: an out-of-range one gives NaN for its
+    // example (never another class's loss) and a zero gradient.
+    let labels = Tensor::from_vec(vec![2i64, -1], [2]);
+    let per =
+        vmap(|(z, y): &(Tensor, Tensor)| softmax_cross_entropy_per_example(z, y))(&(logits.clone(), labels.clone()));
+    let per = v(&per);
+    close(&per[..1], &[(1f64.exp() + 2f64.exp() + 1.0).ln() - 2.0], 1e-14);
+    assert!(per[1].is_nan(), "{per:?}");
+    let g = vmap(|(z, y): &(Tensor, Tensor)| grad(|z: &Tensor| softmax_cross_entropy_per_example(z, y))(z))(&(
+        logits.clone(),
+        labels,
+    ));
+    assert_eq!(&v(&g)[3..], &[0.0, 0.0, 0.0]);
+    assert_stack_clean();
+}

@@ -573,3 +573,78 @@ pub fn entries() -> Vec<Entry> {
 pub fn covers(name: &str) -> bool {
     entries().iter().any(|e| e.name == name || e.name.starts_with(&format!("{name}(")))
 }
+
+/// A primitive's derivatives at an edge point, where the generic
+/// finite-difference checks cannot go (a tie, a kink, a zero exponent, a
+/// singular power): the primitive applied to f64 scalars `at`, and the
+/// gradient and Hessian of its output, as JAX 0.10 computes them in f64
+/// (`jax.grad`, `jax.hessian`) unless `note` says otherwise.
+pub struct EdgePoint {
+    pub prim: Prim,
+    pub at: Vec<f64>,
+    pub grad: Vec<f64>,
+    pub hessian: Vec<Vec<f64>>,
+    /// Where xform deliberately differs from JAX, and why.
+    pub note: &'static str,
+    /// The primitive takes `at` as one vector (a reduction) rather than
+    /// one scalar operand per entry.
+    pub vector: bool,
+}
+
+/// The edge-point table (`edges.rs` runs it under grad, jacfwd, jacrev and
+/// hessian).
+pub fn edge_points() -> Vec<EdgePoint> {
+    let (inf, ln2, ln4) = (f64::INFINITY, 2f64.ln(), 4f64.ln());
+    let p = |prim: Prim, at: &[f64], grad: &[f64], hessian: &[&[f64]], note: &'static str| EdgePoint {
+        prim,
+        at: at.to_vec(),
+        grad: grad.to_vec(),
+        hessian: hessian.iter().map(|r| r.to_vec()).collect(),
+        note,
+        vector: false,
+    };
+    let (pow, max, min) = (Prim::Binary(BinaryOp::Pow), Prim::Binary(BinaryOp::Max), Prim::Binary(BinaryOp::Min));
+    let un = |op| Prim::Unary(op);
+    let red = |op| Prim::Reduce { op, axes: smallvec::smallvec![0] };
+    let zero3: [&[f64]; 3] = [&[0.0; 3], &[0.0; 3], &[0.0; 3]];
+    vec![
+        // JAX's testPowSecondDerivative: the mixed partial at a zero exponent.
+        p(pow.clone(), &[4.0, 0.0], &[0.0, ln4], &[&[0.0, 0.25], &[0.25, ln4 * ln4]], ""),
+        p(
+            pow.clone(),
+            &[0.0, 0.0],
+            &[0.0, 0.0],
+            &[&[0.0, 0.0], &[0.0, 0.0]],
+            "JAX gives NaN; its own test keeps a TODO that the gradient at 0^0 should be 0",
+        ),
+        p(pow.clone(), &[0.0, 2.0], &[0.0, 0.0], &[&[2.0, 0.0], &[0.0, 0.0]], ""),
+        p(pow.clone(), &[0.0, 3.0], &[0.0, 0.0], &[&[0.0, 0.0], &[0.0, 0.0]], ""),
+        p(pow, &[2.0, 3.0], &[12.0, 8.0 * ln2], &[&[12.0, 4.0 + 12.0 * ln2], &[4.0 + 12.0 * ln2, 8.0 * ln2 * ln2]], ""),
+        // Ties split the derivative evenly (jax.lax.max, jnp.maximum).
+        p(max.clone(), &[1.0, 1.0], &[0.5, 0.5], &[&[0.0, 0.0], &[0.0, 0.0]], ""),
+        p(max, &[0.0, 0.0], &[0.5, 0.5], &[&[0.0, 0.0], &[0.0, 0.0]], ""),
+        p(min, &[1.0, 1.0], &[0.5, 0.5], &[&[0.0, 0.0], &[0.0, 0.0]], ""),
+        p(Prim::Binary(BinaryOp::Atan2), &[0.0, 1.0], &[1.0, 0.0], &[&[0.0, -1.0], &[-1.0, 0.0]], ""),
+        p(Prim::Binary(BinaryOp::Rem), &[5.0, 3.0], &[1.0, -1.0], &[&[0.0, 0.0], &[0.0, 0.0]], ""),
+        p(Prim::Binary(BinaryOp::Rem), &[-5.0, 3.0], &[1.0, 1.0], &[&[0.0, 0.0], &[0.0, 0.0]], ""),
+        p(
+            un(UnaryOp::Abs),
+            &[0.0],
+            &[0.0],
+            &[&[0.0]],
+            "sign(0) = 0, as torch.abs; JAX's abs takes the x >= 0 branch and gives 1",
+        ),
+        p(un(UnaryOp::Sqrt), &[0.0], &[inf], &[&[-inf]], ""),
+        p(un(UnaryOp::Rsqrt), &[0.0], &[-inf], &[&[inf]], ""),
+        p(un(UnaryOp::Log), &[0.0], &[inf], &[&[-inf]], ""),
+        p(un(UnaryOp::IntegerPow(0)), &[0.0], &[0.0], &[&[0.0]], ""),
+        p(un(UnaryOp::IntegerPow(2)), &[0.0], &[0.0], &[&[2.0]], ""),
+        p(un(UnaryOp::IntegerPow(3)), &[0.0], &[0.0], &[&[0.0]], ""),
+        p(un(UnaryOp::IntegerPow(-1)), &[0.0], &[-inf], &[&[inf]], ""),
+        p(un(UnaryOp::Sign), &[0.0], &[0.0], &[&[0.0]], ""),
+        // Reductions split ties among the maxima (minima) too.
+        EdgePoint { vector: true, ..p(red(ReduceOp::Max), &[1.0, 1.0, 0.0], &[0.5, 0.5, 0.0], &zero3, "") },
+        EdgePoint { vector: true, ..p(red(ReduceOp::Min), &[0.0, 0.0, 1.0], &[0.5, 0.5, 0.0], &zero3, "") },
+        EdgePoint { vector: true, ..p(red(ReduceOp::Min), &[1.0, 1.0, 0.0], &[0.0, 0.0, 1.0], &zero3, "") },
+    ]
+}

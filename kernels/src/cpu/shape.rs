@@ -10,15 +10,21 @@ use crate::layout::{Layout, Shape, Strides};
 pub fn pad_shape(shape: &Shape, low: &[i64], high: &[i64], interior: &[usize]) -> Option<Shape> {
     let mut out = Vec::with_capacity(shape.rank());
     for d in 0..shape.rank() {
-        let n = shape[d] as i64;
-        let inner = if n > 0 { (n - 1) * interior[d] as i64 } else { 0 };
-        let total = low[d] + high[d] + n + inner;
-        if total < 0 {
+        let total = padded_len(shape[d], low[d], high[d], interior[d]);
+        if total < 0 || total > isize::MAX as i128 {
             return None;
         }
         out.push(total as usize);
     }
     Some(Shape::from(out))
+}
+
+/// The padded length of one axis of size `n`, exact (i128 holds every
+/// combination of the operands, so it never overflows).
+pub fn padded_len(n: usize, low: i64, high: i64, interior: usize) -> i128 {
+    let n = n as i128;
+    let inner = if n > 0 { (n - 1) * interior as i128 } else { 0 };
+    low as i128 + high as i128 + n + inner
 }
 
 /// Pads `x` with `value`: `low`/`high` elements at each end of each axis
@@ -35,16 +41,21 @@ pub fn pad<T: Copy>(x: &[T], lx: &Layout, low: &[i64], high: &[i64], interior: &
     let mut dst_offset = 0isize;
     let mut dst_strides = Strides::new();
     for d in 0..lx.rank() {
-        let step = interior[d] as i64 + 1;
-        let n = lx.shape[d] as i64;
-        let on = out_shape[d] as i64;
+        // In i128: padding amounts near i64::MIN/MAX that cancel out are
+        // valid and must not overflow here.
+        let (low, step) = (low[d] as i128, interior[d] as i128 + 1);
+        let n = lx.shape[d] as i128;
+        let on = out_shape[d] as i128;
         // position of input i: low + i * step, kept while 0 <= pos < on
-        let first = if low[d] >= 0 { 0 } else { (-low[d] + step - 1) / step };
-        let last = if on - low[d] <= 0 { 0 } else { ((on - 1 - low[d]) / step + 1).min(n) };
+        let first = if low >= 0 { 0 } else { (-low + step - 1) / step };
+        let last = if on - low <= 0 { 0 } else { ((on - 1 - low) / step + 1).min(n) };
         let (first, last) = (first.min(n), last.max(first.min(n)));
+        if first == last {
+            return out; // no input element lands inside the output
+        }
         start[d] = first as usize;
         limit[d] = last as usize;
-        dst_offset += (low[d] + first * step) as isize * ostr[d];
+        dst_offset += (low + first * step) as isize * ostr[d];
         dst_strides.push(ostr[d] * step as isize);
     }
     let src = lx.slice(&start, &limit, &vec![1; lx.rank()]);
@@ -112,6 +123,10 @@ mod tests {
         assert_eq!(pad(&x, &l, &[-2], &[-1], &[1], 9), vec![2, 9]);
         assert_eq!(pad(&x, &l, &[-1], &[1], &[1], 9), vec![9, 2, 9, 3, 9]);
         assert_eq!(pad_shape(&Shape::from([3]), &[-5], &[0], &[0]), None);
+        // Overflowing widths are refused; widths that cancel are exact.
+        assert_eq!(pad_shape(&Shape::from([3]), &[i64::MAX], &[i64::MAX], &[0]), None);
+        assert_eq!(pad_shape(&Shape::from([3]), &[0], &[0], &[usize::MAX]), None);
+        assert_eq!(pad_shape(&Shape::from([3]), &[i64::MIN + 2], &[i64::MAX - 1], &[0]), Some(Shape::from([3])));
     }
 
     #[test]

@@ -119,7 +119,7 @@ impl Tensor {
     #[track_caller]
     pub fn powf(&self, y: f64) -> Tensor {
         let x = as_float(self).or_raise();
-        let s = scalar_for(&x, y).or_raise();
+        let s = scalar_for("pow", &x, y).or_raise();
         binary(BinaryOp::Pow, &x, &s).or_raise()
     }
 
@@ -160,8 +160,8 @@ impl Tensor {
 
     /// Clamps into `[lo, hi]`.
     pub fn clamp(&self, lo: f64, hi: f64) -> Tensor {
-        let l = scalar_for(self, lo).or_raise();
-        let h = scalar_for(self, hi).or_raise();
+        let l = scalar_for("clamp", self, lo).or_raise();
+        let h = scalar_for("clamp", self, hi).or_raise();
         self.maximum(&l).minimum(&h)
     }
 
@@ -202,7 +202,7 @@ macro_rules! compare_methods {
             }
             #[doc = concat!("Elementwise `", stringify!($name), "` against a scalar; bool result.")]
             pub fn $sname<S: Scalar>(&self, v: S) -> Tensor {
-                let s = scalar_for(self, v).or_raise();
+                let s = scalar_for(CompareOp::$op.name(), self, v).or_raise();
                 compare(CompareOp::$op, self, &s).or_raise()
             }
         )*}
@@ -247,7 +247,7 @@ macro_rules! operator {
             type Output = Tensor;
             #[track_caller]
             fn $method(self, rhs: $s) -> Tensor {
-                let r = scalar_for(self, rhs).or_raise();
+                let r = scalar_for(BinaryOp::$op.name(), self, rhs).or_raise();
                 binary(BinaryOp::$op, self, &r).or_raise()
             }
         }
@@ -262,7 +262,7 @@ macro_rules! operator {
             type Output = Tensor;
             #[track_caller]
             fn $method(self, rhs: &Tensor) -> Tensor {
-                let l = scalar_for(rhs, self).or_raise();
+                let l = scalar_for(BinaryOp::$op.name(), rhs, self).or_raise();
                 binary(BinaryOp::$op, &l, rhs).or_raise()
             }
         }

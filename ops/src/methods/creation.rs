@@ -3,6 +3,7 @@
 use crate::array::{Array, Device};
 use crate::error::{Error, OrRaise, Result};
 use crate::lax;
+use crate::prims::check_size;
 use crate::tensor::Tensor;
 use xform_kernels::{CpuBuffer, DType, Element, Shape};
 
@@ -19,6 +20,7 @@ impl Tensor {
     /// [`Tensor::from_vec`] returning an error instead of panicking.
     pub fn try_from_vec<T: Element>(data: Vec<T>, shape: impl Into<Shape>) -> Result<Tensor> {
         let shape = shape.into();
+        check_size("from_vec", &shape, T::DTYPE)?;
         if data.len() != shape.numel() {
             return Err(Error::shape(
                 "from_vec",
@@ -45,26 +47,46 @@ impl Tensor {
     }
 
     /// `shape` filled with `value` (cast to `dtype`), in fresh writable storage.
+    /// Into an integer dtype a float is truncated toward zero, as numpy's
+    /// and JAX's `full` do.
+    ///
+    /// # Panics
+    /// As [`Tensor::try_full`].
+    #[track_caller]
     pub fn full(shape: impl Into<Shape>, value: f64, dtype: DType) -> Tensor {
+        Tensor::try_full(shape, value, dtype).or_raise()
+    }
+
+    /// [`Tensor::full`] returning an error: an [`ErrorKind::Overflow`]
+    /// (crate::ErrorKind) if the shape's element count or bytes pass
+    /// `isize::MAX`, or if an integer `dtype` cannot hold `value` (NaN,
+    /// infinite or out of its range; numpy 2 refuses these too).
+    pub fn try_full(shape: impl Into<Shape>, value: f64, dtype: DType) -> Result<Tensor> {
         let shape = shape.into();
-        let a = Array::from_cpu(CpuBuffer::full(dtype, shape.numel(), value), shape);
-        Tensor::from_array(a.to_device(crate::array::default_device()).or_raise())
+        let n = check_size("full", &shape, dtype)?;
+        super::check_scalar_fits("full", value, dtype)?;
+        let a = Array::from_cpu(CpuBuffer::full(dtype, n, value), shape);
+        Ok(Tensor::from_array(a.to_device(crate::array::default_device())?))
     }
 
     /// Zeros.
+    #[track_caller]
     pub fn zeros(shape: impl Into<Shape>, dtype: DType) -> Tensor {
         Tensor::full(shape, 0.0, dtype)
     }
 
     /// Ones.
+    #[track_caller]
     pub fn ones(shape: impl Into<Shape>, dtype: DType) -> Tensor {
         Tensor::full(shape, 1.0, dtype)
     }
 
     /// `value` shaped, typed and placed like `self` (fresh storage; under a
     /// transform, an unbatched constant of the logical shape).
+    #[track_caller]
     pub fn full_like(&self, value: f64) -> Tensor {
         let a = self.aval();
+        super::check_scalar_fits("full_like", value, a.dtype).or_raise();
         let arr = Array::from_cpu(CpuBuffer::full(a.dtype, a.shape.numel(), value), a.shape);
         Tensor::from_array(arr.to_device(a.device).or_raise())
     }
@@ -88,13 +110,20 @@ impl Tensor {
         if step == 0.0 {
             Error::invalid("arange", "step must not be zero").raise();
         }
-        let n = ((end - start) / step).ceil().max(0.0) as usize;
+        let n = ((end - start) / step).ceil().max(0.0);
+        if n >= (isize::MAX as usize / 8) as f64 {
+            Error::overflow("arange", format!("{start}..{end} step {step} has {n} elements, more than an array holds"))
+                .raise();
+        }
+        let n = n as usize;
         let data: Vec<f64> = (0..n).map(|i| start + i as f64 * step).collect();
         Tensor::from_vec(data, [n]).cast(dtype)
     }
 
     /// `n` evenly spaced values from `start` to `end` inclusive.
+    #[track_caller]
     pub fn linspace(start: f64, end: f64, n: usize, dtype: DType) -> Tensor {
+        check_size("linspace", &Shape::from([n]), DType::F64).or_raise();
         let data: Vec<f64> = match n {
             0 => vec![],
             1 => vec![start],
@@ -110,12 +139,14 @@ impl Tensor {
 
     /// A `rows x cols` matrix with ones on diagonal `k` (`out[r, c] = 1` where
     /// `c = r + k`) and zeros elsewhere, like numpy's `eye(N, M, k)`.
+    #[track_caller]
     pub fn eye_nm(rows: usize, cols: usize, k: isize, dtype: DType) -> Tensor {
+        check_size("eye", &Shape::from([rows, cols]), dtype).or_raise();
         let buf = xform_kernels::with_dtype!(dtype, T => {
             let mut v = xform_kernels::pool::filled(rows * cols, T::ZERO);
             for r in 0..rows {
-                let c = r as isize + k;
-                if c >= 0 && (c as usize) < cols {
+                let c = r as i128 + k as i128; // k may be near isize::MIN or MAX
+                if c >= 0 && c < cols as i128 {
                     v[r * cols + c as usize] = T::ONE;
                 }
             }

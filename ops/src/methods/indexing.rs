@@ -37,31 +37,37 @@ impl Idx {
     }
 }
 
+/// `i` as an isize, saturating: an index past isize::MAX (`usize::MAX`)
+/// must stay out of range, not wrap to -1 (the last element).
+fn sat(i: i128) -> isize {
+    i.clamp(isize::MIN as i128, isize::MAX as i128) as isize
+}
+
 macro_rules! idx_from_int {
     ($($t:ty),*) => {$(
         impl From<$t> for Idx {
             fn from(i: $t) -> Idx {
-                Idx::At(i as isize)
+                Idx::At(sat(i as i128))
             }
         }
         impl From<std::ops::Range<$t>> for Idx {
             fn from(r: std::ops::Range<$t>) -> Idx {
-                Idx::Range { start: Some(r.start as isize), end: Some(r.end as isize), step: 1 }
+                Idx::Range { start: Some(sat(r.start as i128)), end: Some(sat(r.end as i128)), step: 1 }
             }
         }
         impl From<std::ops::RangeFrom<$t>> for Idx {
             fn from(r: std::ops::RangeFrom<$t>) -> Idx {
-                Idx::Range { start: Some(r.start as isize), end: None, step: 1 }
+                Idx::Range { start: Some(sat(r.start as i128)), end: None, step: 1 }
             }
         }
         impl From<std::ops::RangeTo<$t>> for Idx {
             fn from(r: std::ops::RangeTo<$t>) -> Idx {
-                Idx::Range { start: None, end: Some(r.end as isize), step: 1 }
+                Idx::Range { start: None, end: Some(sat(r.end as i128)), step: 1 }
             }
         }
         impl From<std::ops::RangeInclusive<$t>> for Idx {
             fn from(r: std::ops::RangeInclusive<$t>) -> Idx {
-                Idx::Range { start: Some(*r.start() as isize), end: Some(*r.end() as isize + 1), step: 1 }
+                Idx::Range { start: Some(sat(*r.start() as i128)), end: Some(sat(*r.end() as i128 + 1)), step: 1 }
             }
         }
     )*};

@@ -127,7 +127,7 @@ macro_rules! inplace_arith {
             #[doc = concat!("In place with a scalar: `self = self ", stringify!($op), " v`.")]
             #[track_caller]
             pub fn $sname<S: Scalar>(&self, v: S) -> &Tensor {
-                let s = scalar_for(self, v).or_raise();
+                let s = scalar_for(stringify!($sname), self, v).or_raise();
                 self.$try(&s).or_raise();
                 self
             }
@@ -162,10 +162,11 @@ impl Tensor {
     /// In place: every element set to `v`.
     #[track_caller]
     pub fn fill_<S: Scalar>(&self, v: S) -> &Tensor {
-        let s = lax::scalar(v.to_f64(), self.dtype(), self.device()).or_raise();
         if !self.dtype().is_float() && S::IS_FLOAT && v.to_f64().fract() != 0.0 {
             Error::in_place("fill_", format!("{} cannot be stored in a {} tensor", v.to_f64(), self.dtype())).raise();
         }
+        super::check_scalar_fits("fill_", v, self.dtype()).or_raise();
+        let s = lax::scalar(v.to_f64(), self.dtype(), self.device()).or_raise();
         self.try_copy_(&s).or_raise();
         self
     }

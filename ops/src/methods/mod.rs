@@ -86,10 +86,14 @@ pub(crate) fn align(op: &str, a: &Tensor, b: &Tensor) -> Result<(Tensor, Tensor)
 ///
 /// Scalars are "weak": they take the tensor's dtype, except that a float
 /// scalar with an integer or bool tensor promotes to f32 (as in JAX and
-/// PyTorch).
+/// PyTorch). An integer scalar that the tensor's integer dtype cannot hold
+/// is an error (numpy 2's "Python integer out of bounds for int32"; JAX
+/// refuses it too), never a wrapped or saturated value.
 pub trait Scalar: Copy {
     /// The value as f64.
     fn to_f64(self) -> f64;
+    /// The exact value of an integer scalar (`None` for floats).
+    fn to_i128(self) -> Option<i128>;
     /// True for float types.
     const IS_FLOAT: bool;
 }
@@ -99,6 +103,13 @@ macro_rules! scalar_impl {
         impl Scalar for $t {
             fn to_f64(self) -> f64 {
                 self as f64
+            }
+            fn to_i128(self) -> Option<i128> {
+                if $f {
+                    None
+                } else {
+                    Some(self as i128)
+                }
             }
             const IS_FLOAT: bool = $f;
         }
@@ -115,7 +126,42 @@ pub(crate) fn weak_dtype<S: Scalar>(d: DType) -> DType {
     }
 }
 
-/// A scalar constant placed and typed to combine with `x`.
-pub(crate) fn scalar_for<S: Scalar>(x: &Tensor, v: S) -> Result<Tensor> {
-    lax::scalar(v.to_f64(), weak_dtype::<S>(x.dtype()), x.device())
+/// The values an integer dtype holds, `lo..=hi` (`None` for the others).
+fn int_range(d: DType) -> Option<(i128, i128)> {
+    match d {
+        DType::I32 => Some((i32::MIN as i128, i32::MAX as i128)),
+        DType::I64 => Some((i64::MIN as i128, i64::MAX as i128)),
+        DType::U32 => Some((0, u32::MAX as i128)),
+        _ => None,
+    }
+}
+
+/// Checks that the integer dtype `d` can hold `v` (any value fits the
+/// other dtypes): an exact check for integer scalars; a float is first
+/// truncated toward zero, as numpy's and JAX's `full` cast it, and must
+/// be finite.
+pub(crate) fn check_scalar_fits<S: Scalar>(op: &str, v: S, d: DType) -> Result<()> {
+    let Some((lo, hi)) = int_range(d) else {
+        return Ok(());
+    };
+    let fits = match v.to_i128() {
+        Some(i) => lo <= i && i <= hi,
+        // lo and hi + 1 are powers of two, exact in f64.
+        None => {
+            let t = v.to_f64().trunc();
+            t.is_finite() && lo as f64 <= t && t < (hi + 1) as f64
+        }
+    };
+    if fits {
+        return Ok(());
+    }
+    let shown = v.to_i128().map_or_else(|| v.to_f64().to_string(), |i| i.to_string());
+    Err(Error::overflow(op, format!("the scalar {shown} is out of bounds for {d} (which holds {lo} to {hi})")))
+}
+
+/// A scalar constant placed and typed to combine with `x` in `op`.
+pub(crate) fn scalar_for<S: Scalar>(op: &str, x: &Tensor, v: S) -> Result<Tensor> {
+    let d = weak_dtype::<S>(x.dtype());
+    check_scalar_fits(op, v, d)?;
+    lax::scalar(v.to_f64(), d, x.device())
 }

@@ -2,15 +2,38 @@
 //! silu, softmax, log_softmax.
 
 use super::norm_axis;
-use crate::error::OrRaise;
+use crate::error::{OrRaise, Result};
 use crate::lax;
 use crate::tensor::Tensor;
 
+/// `select(x <= 0, 0, x)`: the select gives the derivative 0 at 0 and the
+/// value of `max(x, 0)` everywhere (NaN too: `NaN <= 0` is false).
+fn relu(x: &Tensor) -> Result<Tensor> {
+    let zero = lax::zeros_like(x)?;
+    if !x.dtype().is_float() {
+        return lax::max(x, &zero);
+    }
+    lax::select(&lax::le(x, &zero)?, &zero, x)
+}
+
+/// `x + log1p(e^-x)` for `x > 0`, `log1p(e^x)` otherwise, written as one
+/// `log1p(e^-|x|)` whose `-|x|` is a select (slope -1 or 1, never the 0 of
+/// `sign(0)`), so the first derivative at 0 is 1/2 and the second 1/4.
+fn softplus(x: &Tensor) -> Result<Tensor> {
+    let x = if x.dtype().is_float() { x.clone() } else { lax::convert(x, xform_kernels::DType::F32)? };
+    let zero = lax::zeros_like(&x)?;
+    let pos = lax::gt(&x, &zero)?;
+    let neg_abs = lax::select(&pos, &lax::neg(&x)?, &x)?;
+    let lin = lax::select(&pos, &x, &zero)?;
+    lax::add(&lin, &lax::log1p(&lax::exp(&neg_abs)?)?)
+}
+
 impl Tensor {
-    /// `max(x, 0)`.
+    /// `max(x, 0)`, with derivative 0 at 0 (as `jax.nn.relu` and
+    /// `torch.relu`; `maximum` would split the tie and give 1/2). NaN
+    /// propagates.
     pub fn relu(&self) -> Tensor {
-        let z = lax::zeros_like(self).or_raise();
-        lax::max(self, &z).or_raise()
+        relu(self).or_raise()
     }
 
     /// The Gaussian error linear unit, `x * Phi(x)` (exact, with erf).
@@ -20,10 +43,10 @@ impl Tensor {
         &x * &phi
     }
 
-    /// `log(1 + e^x)`, computed stably.
+    /// `log(1 + e^x)`, computed stably, with every derivative smooth at 0
+    /// (the first is `sigmoid(x)`, as `jax.nn.softplus`).
     pub fn softplus(&self) -> Tensor {
-        // max(x, 0) + log1p(exp(-|x|))
-        self.relu() + (-self.abs()).exp().log1p()
+        softplus(self).or_raise()
     }
 
     /// `x * sigmoid(x)`.
@@ -35,7 +58,8 @@ impl Tensor {
     #[track_caller]
     pub fn softmax(&self, axis: isize) -> Tensor {
         norm_axis("softmax", axis, self.rank()).or_raise();
-        let m = self.max_axis(axis, true).stop_gradient();
+        // A stop_gradient'ed shift, 0 where the max is infinite (see logsumexp).
+        let m = super::reduction::finite_or_zero(&self.max_axis(axis, true).stop_gradient()).or_raise();
         let e = (self - &m).exp();
         let s = e.sum_axis(axis, true);
         &e / &s

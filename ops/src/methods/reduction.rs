@@ -28,6 +28,17 @@ fn reduce(op: ReduceOp, x: &Tensor, axes: &[isize], keepdim: bool) -> Result<Ten
     keep(y, &shape, &axes, keepdim)
 }
 
+/// `m` where it is finite, else 0: the shift of a stable softmax or
+/// logsumexp (an infinite shift would make `x - m` NaN).
+pub(crate) fn finite_or_zero(m: &Tensor) -> Result<Tensor> {
+    if !m.dtype().is_float() {
+        return Ok(m.clone());
+    }
+    let zero = lax::zeros_like(m)?;
+    let finite = lax::lt(&lax::abs(m)?, &lax::full_like(m, f64::INFINITY)?)?;
+    lax::select(&finite, m, &zero)
+}
+
 fn all_axes(x: &Tensor) -> Vec<isize> {
     (0..x.rank() as isize).collect()
 }
@@ -181,8 +192,10 @@ impl Tensor {
         // The shift is a constant of the computation: its own gradient
         // cancels, so it is taken without one (as JAX's stop_gradient), of
         // the input, so that no transform computes max's derivative (a tie
-        // mask and count) only to drop it.
-        let m = x.stop_gradient().max_axis(axis, true);
+        // mask and count) only to drop it. An infinite (or NaN) max shifts by
+        // 0 instead (as JAX): -inf - -inf and inf - inf would be NaN, where
+        // the sum gives -inf for an all -inf row and inf for one with +inf.
+        let m = finite_or_zero(&x.stop_gradient().max_axis(axis, true)).or_raise();
         let s = (&x - &m).exp().sum_axis(axis, true).log() + &m;
         if keepdim {
             s

@@ -27,7 +27,8 @@ pub fn infer_shape(op: &str, dims: &[isize], numel: usize, from: &Shape) -> Resu
         } else if d < 0 {
             return Err(Error::invalid(op, format!("invalid dimension {d}")));
         } else {
-            known *= d as usize;
+            // A product past usize::MAX cannot match numel: refused below.
+            known = known.saturating_mul(d as usize);
             out.push(d as usize);
         }
     }
@@ -187,7 +188,7 @@ impl Tensor {
     pub fn narrow(&self, axis: isize, start: usize, len: usize) -> Tensor {
         let a = norm_axis("narrow", axis, self.rank()).or_raise();
         let n = self.shape()[a];
-        if start + len > n {
+        if start.checked_add(len).is_none_or(|end| end > n) {
             Error::shape("narrow", format!("{start}+{len} exceeds axis {axis} of size {n}"), &[&self.shape()]).raise();
         }
         self.slice_axis(axis, start as isize, (start + len) as isize, 1)
@@ -291,7 +292,7 @@ impl Tensor {
     pub fn split(&self, axis: isize, sizes: &[usize]) -> Vec<Tensor> {
         let a = norm_axis("split", axis, self.rank()).or_raise();
         let n = self.shape()[a];
-        if sizes.iter().sum::<usize>() != n {
+        if sizes.iter().try_fold(0usize, |t, &s| t.checked_add(s)) != Some(n) {
             Error::shape("split", format!("sizes {sizes:?} do not add up to {n}"), &[&self.shape()]).raise();
         }
         let mut at = 0;
@@ -317,6 +318,7 @@ impl Tensor {
             )
             .raise();
         }
+        super::check_scalar_fits("pad", value, self.dtype()).or_raise();
         let v = lax::scalar(value, self.dtype(), self.device()).or_raise();
         let low: Amounts = widths.iter().map(|w| w.0).collect();
         let high: Amounts = widths.iter().map(|w| w.1).collect();

@@ -391,12 +391,20 @@ pub(crate) fn jvp_binary(op: BinaryOp, primals: &[Tensor], tangents: &[Option<Te
             lax::add_any(term(ta, &|t| lax::div(t, b))?, db)?
         }
         BinaryOp::Pow => {
-            // d/da = b a^(b-1) (0 where b == 0); d/db = out * ln a (0 where a == 0)
+            // d/da = b a^(b-1); d/db = out ln a (0 where a == 0, as JAX).
+            // The factor b is kept outside the guard, so that d/db of d/da
+            // at b = 0 is a^-1 (JAX's testPowSecondDerivative); only
+            // a^(b-1) is guarded, where a == b == 0 (an infinite power times
+            // a zero factor), which keeps the gradient 0 at pow(0, 0). The
+            // guarded power is taken of a safe base (1 there), so that its
+            // own derivative, which reverse mode multiplies by the select's
+            // zero cotangent, is finite (0 * inf would be NaN).
             let zero = lax::zeros_like(a)?;
             let da = term(ta, &|t| {
-                let p = lax::pow(a, &lax::add_scalar(b, -1.0)?)?;
-                let f = lax::select(&lax::eq(b, &zero)?, &zero, &lax::mul(b, &p)?)?;
-                lax::mul(t, &f)
+                let both_0 = lax::and(&lax::eq(a, &zero)?, &lax::eq(b, &zero)?)?;
+                let safe_a = lax::select(&both_0, &lax::ones_like(a)?, a)?;
+                let p = lax::pow(&safe_a, &lax::add_scalar(b, -1.0)?)?;
+                lax::mul(t, &lax::mul(b, &lax::select(&both_0, &zero, &p)?)?)
             })?;
             let db = term(tb, &|t| {
                 let a_is_0 = lax::eq(a, &zero)?;

@@ -13,7 +13,7 @@ pub mod unary;
 
 use crate::error::{Error, Result};
 use crate::tensor::AvalRef;
-use xform_kernels::DType;
+use xform_kernels::{DType, Shape};
 
 /// Checks the operand count.
 #[inline]
@@ -73,4 +73,20 @@ pub(crate) fn check_axes(op: &str, axes: &[usize], rank: usize) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Checks that an array of `shape` and `dtype` can exist: its element
+/// count, bytes and strides within `isize::MAX` (see
+/// [`Shape::checked_numel`]). Every shape rule's outputs and every
+/// constructor pass here, so no kernel sees an overflowed count.
+pub fn check_size(op: &str, shape: &Shape, dtype: DType) -> Result<usize> {
+    shape.checked_numel(dtype.size_bytes()).ok_or_else(|| {
+        Error::overflow(
+            op,
+            format!(
+                "a {dtype} array of shape {shape} is too large: its bytes or strides would pass isize::MAX ({})",
+                isize::MAX
+            ),
+        )
+    })
 }

@@ -101,9 +101,27 @@ pub(crate) fn shape_pad(low: &[i64], high: &[i64], interior: &[usize], ins: &[Av
     if low.len() != r || high.len() != r || interior.len() != r {
         return Err(Error::shape("pad", "low, high and interior need one entry per axis", &[x.shape]));
     }
-    let shape = k::pad_shape(x.shape, low, high, interior).ok_or_else(|| {
-        Error::shape("pad", format!("negative padding {low:?}/{high:?} removes more than the axis holds"), &[x.shape])
-    })?;
+    for d in 0..r {
+        let total = k::padded_len(x.shape[d], low[d], high[d], interior[d]);
+        if total < 0 {
+            return Err(Error::shape(
+                "pad",
+                format!("axis {d}: negative padding {}/{} removes more than the axis holds", low[d], high[d]),
+                &[x.shape],
+            ));
+        }
+        if total > isize::MAX as i128 {
+            return Err(Error::overflow(
+                "pad",
+                format!(
+                    "axis {d}: padding {}/{} (interior {}) of an axis of size {} gives {total} elements, \
+                     more than isize::MAX",
+                    low[d], high[d], interior[d], x.shape[d]
+                ),
+            ));
+        }
+    }
+    let shape = k::pad_shape(x.shape, low, high, interior).expect("each axis checked above");
     Ok(smallvec![Aval { shape, dtype: x.dtype, device: x.device }])
 }
 
@@ -122,7 +140,9 @@ pub(crate) fn shape_concatenate(axis: usize, ins: &[AvalRef<'_>]) -> Result<Aval
             let shapes: Vec<&Shape> = ins.iter().map(|a| a.shape).collect();
             return Err(Error::shape("concatenate", format!("operands must agree on every axis but {axis}"), &shapes));
         }
-        shape[axis] += x.shape[axis];
+        shape[axis] = shape[axis].checked_add(x.shape[axis]).ok_or_else(|| {
+            Error::overflow("concatenate", format!("the sizes along axis {axis} add up past usize::MAX"))
+        })?;
     }
     Ok(smallvec![Aval { shape, dtype: first.dtype, device: first.device }])
 }
