@@ -12,5 +12,6 @@ mod methods;
 mod mutation;
 mod nn;
 mod prims_eval;
+mod random;
 mod rules;
 mod views;
