@@ -9,7 +9,7 @@
 //! How close to JAX: XLA on CPU contracts every Horner step into a fused
 //! multiply-add, and its `log1p` is a Cephes rational below sqrt(2) - 1
 //! and `log(1 + a)` above. Both are reproduced here (the FMAs exactly, see
-//! [`fma`]), and XLA's f64 `log` is the C library's, so f64 erfinv (and
+//! [`horner`]), and XLA's f64 `log` is the C library's, so f64 erfinv (and
 //! f64 normals) equal JAX's bit for bit. XLA's f32 `log` is its own
 //! approximation, not the C library's, so an f32 erfinv whose argument
 //! takes the `log(1 + a)` branch (|x| > 0.64) can differ by 1 or 2 ulps
@@ -133,17 +133,10 @@ fn coef(c: &[f64], len: usize, i: usize) -> f64 {
     }
 }
 
-/// `a * b + c` rounded once, as XLA's contracted multiply-add. f32
-/// operands step through f64 (the product is exact there; the sum rounds
-/// to f64 and then to f32, which differs from one rounding only when the
-/// f64 sum lands on an f32 midpoint). f64 uses Dekker's exact product
-/// (Veltkamp splits) and Knuth's two-sum.
-fn fma(a: &Tensor, b: &Tensor, c: &Tensor) -> Result<Tensor> {
-    if a.dtype() == DType::F32 {
-        let w = |t: &Tensor| lax::convert(t, DType::F64);
-        let s = lax::add(&lax::mul(&w(a)?, &w(b)?)?, &w(c)?)?;
-        return lax::convert(&s, DType::F32);
-    }
+/// `a * b + c` for f64 tensors, rounded once as XLA's contracted
+/// multiply-add: Dekker's exact product (Veltkamp splits) and Knuth's
+/// two-sum, then the small terms.
+fn fma64(a: &Tensor, b: &Tensor, c: &Tensor) -> Result<Tensor> {
     let split = |t: &Tensor| -> Result<(Tensor, Tensor)> {
         let m = lax::mul_scalar(t, 134_217_729.0)?; // 2^27 + 1
         let hi = lax::sub(&m, &lax::sub(&m, t)?)?;
@@ -163,6 +156,35 @@ fn fma(a: &Tensor, b: &Tensor, c: &Tensor) -> Result<Tensor> {
     let v = lax::sub(&s, &p)?;
     let t = lax::add(&lax::sub(&p, &lax::sub(&s, &v)?)?, &lax::sub(c, &v)?)?;
     lax::add(&s, &lax::add(&t, &e)?)
+}
+
+/// An f64 constant shaped like `x`.
+fn full64(x: &Tensor, v: f64) -> Result<Tensor> {
+    lax::full(&x.shape(), v, DType::F64, x.device())
+}
+
+/// Horner's rule as XLA runs it: every step `p * x + c` one fused
+/// multiply-add rounded to `x`'s dtype (f32 or f64). `coef(i)` is the i-th
+/// coefficient (highest first), an f64 tensor shaped like `x` holding values
+/// of `x`'s dtype. For f32 the step is exact in f64 and rounds to f32 once
+/// (a double rounding only when the f64 sum lands on an f32 midpoint).
+fn horner(x: &Tensor, n: usize, coef: impl Fn(usize) -> Result<Tensor>) -> Result<Tensor> {
+    let mut p = coef(0)?;
+    if x.dtype() == DType::F64 {
+        for i in 1..n {
+            p = fma64(&p, x, &coef(i)?)?;
+        }
+        return Ok(p);
+    }
+    let x64 = lax::convert(x, DType::F64)?;
+    for i in 1..n {
+        let s = lax::add(&lax::mul(&p, &x64)?, &coef(i)?)?;
+        p = lax::convert(&s, DType::F32)?;
+        if i + 1 < n {
+            p = lax::convert(&p, DType::F64)?;
+        }
+    }
+    Ok(p)
 }
 
 /// Cephes' rational approximation of log1p on |a| < sqrt(2) - 1, as XLA
@@ -196,21 +218,16 @@ const LOG1P_SMALL: f64 = 0.41421356237309504880;
 /// Horner steps), else `log(1 + a)`. With the C library's `log` this is
 /// XLA's f64 `log1p` exactly; XLA's f32 `log` is its own approximation.
 fn log1p(a: &Tensor) -> Result<Tensor> {
-    let full = |v: f64| lax::full_like(a, v);
-    let horner = |c: &[f64]| -> Result<Tensor> {
-        let mut p = full(c[0])?;
-        for &ci in &c[1..] {
-            p = fma(&p, a, &full(ci)?)?;
-        }
-        Ok(p)
-    };
+    // XLA's constants, rounded to the operand's type.
+    let typed = |c: f64| if a.dtype() == DType::F32 { c as f32 as f64 } else { c };
+    let poly = |c: &[f64]| horner(a, c.len(), |i| full64(a, typed(c[i])));
     let a2 = lax::mul(a, a)?;
-    let r = lax::div(&horner(&LOG1P_NUM)?, &horner(&LOG1P_DEN)?)?;
+    let r = lax::div(&poly(&LOG1P_NUM)?, &poly(&LOG1P_DEN)?)?;
     let s = lax::mul(&lax::mul(a, &a2)?, &r)?;
     // -0.5 * a2 is exact, so the contracted form rounds as this one does.
     let small = lax::add(a, &lax::add(&lax::mul_scalar(&a2, -0.5)?, &s)?)?;
     let large = lax::log(&lax::add_scalar(a, 1.0)?)?;
-    let is_small = lax::lt(&lax::abs(a)?, &full(LOG1P_SMALL)?)?;
+    let is_small = lax::lt(&lax::abs(a)?, &lax::full_like(a, LOG1P_SMALL)?)?;
     lax::select(&is_small, &small, &large)
 }
 
@@ -221,13 +238,12 @@ pub(super) fn erf_inv(x: &Tensor) -> Result<Tensor> {
     let w = lax::neg(&log1p(&lax::neg(&lax::mul(x, x)?)?)?)?;
     let full = |v: f64| lax::full_like(&w, v);
     let sqrt_w = lax::sqrt(&w)?;
-    let (t, coefs): (Tensor, Vec<Tensor>) = if dtype == DType::F32 {
+    let p = if dtype == DType::F32 {
         let central = lax::lt(&w, &full(5.0)?)?;
         let t = lax::select(&central, &lax::sub(&w, &full(2.5)?)?, &lax::sub(&sqrt_w, &full(3.0)?)?)?;
-        let c = (0..F32_CENTRAL.len())
-            .map(|i| lax::select(&central, &full(F32_CENTRAL[i] as f64)?, &full(F32_TAIL[i] as f64)?))
-            .collect::<Result<_>>()?;
-        (t, c)
+        horner(&t, F32_CENTRAL.len(), |i| {
+            lax::select(&central, &full64(&w, F32_CENTRAL[i] as f64)?, &full64(&w, F32_TAIL[i] as f64)?)
+        })?
     } else {
         let central = lax::lt(&w, &full(6.25)?)?;
         let mid = lax::lt(&w, &full(16.0)?)?;
@@ -237,18 +253,11 @@ pub(super) fn erf_inv(x: &Tensor) -> Result<Tensor> {
             &lax::select(&mid, &lax::sub(&sqrt_w, &full(3.25)?)?, &lax::sub(&sqrt_w, &full(5.0)?)?)?,
         )?;
         let n = F64_CENTRAL.len();
-        let c = (0..n)
-            .map(|i| {
-                let tail = lax::select(&mid, &full(coef(&F64_MID, n, i))?, &full(coef(&F64_TAIL, n, i))?)?;
-                lax::select(&central, &full(F64_CENTRAL[i])?, &tail)
-            })
-            .collect::<Result<_>>()?;
-        (t, c)
+        horner(&t, n, |i| {
+            let tail = lax::select(&mid, &full(coef(&F64_MID, n, i))?, &full(coef(&F64_TAIL, n, i))?)?;
+            lax::select(&central, &full(F64_CENTRAL[i])?, &tail)
+        })?
     };
-    let mut p = coefs[0].clone();
-    for c in &coefs[1..] {
-        p = fma(&p, &t, c)?;
-    }
     let r = lax::mul(&p, x)?;
     // erfinv(±1) = ±inf, where the polynomial is indeterminate.
     let edge = lax::eq(&lax::abs(x)?, &lax::full_like(x, 1.0)?)?;
