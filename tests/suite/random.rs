@@ -315,3 +315,44 @@ fn long_draws_match_jax_checksums() {
     let ri: i64 = k().randint([10007], -7, 1000003, DType::I32).to_vec::<i32>().iter().map(|&x| x as i64).sum();
     assert_eq!(ri, 4999294331);
 }
+
+#[test]
+fn scalar_and_empty_draws() {
+    // jax.random.uniform(k, (), jnp.float32): element 0 of every draw
+    let u = k().uniform(Shape::scalar(), DType::F32);
+    assert_eq!(u.rank(), 0);
+    assert_eq!(f32_bits(&u), [1048869196]);
+    assert_eq!(k().bits([0, 3]).numel(), 0);
+    assert_eq!(k().normal([2, 0], DType::F64).numel(), 0);
+}
+
+#[test]
+fn vmap_over_keys_of_every_sampler_matches_jax() {
+    // ks = jax.random.split(jax.random.key(9), 3)
+    let ks = Key::new(9).split_tensor(3);
+    let key = |kt: &Tensor| Key::from_tensor(kt.clone());
+    // jax.vmap(lambda kk: jax.random.randint(kk, (2,), -2**62, 2**62 + 12345, jnp.int64))(ks)
+    let r = vmap(|kt: &Tensor| key(kt).randint([2], -(1 << 62), (1 << 62) + 12345, DType::I64))(&ks);
+    assert_eq!(
+        r.to_vec::<i64>(),
+        [
+            1864858557056412762,
+            2515954322126394466,
+            -2819093208495755626,
+            2626005401312165539,
+            935605116928880273,
+            1443989114896418939
+        ]
+    );
+    // jax.vmap(lambda kk: jax.random.bernoulli(kk, jnp.float32(0.5), (4,)))(ks)
+    let b = vmap(|kt: &Tensor| key(kt).bernoulli(&Tensor::scalar(0.5f32), [4]))(&ks);
+    assert_eq!(b.to_vec::<bool>(), [false, false, false, true, true, true, false, true, false, false, false, true]);
+    // lg = jnp.log(jnp.asarray([[.1, .2, .7], [.5, .25, .25], [.3, .3, .4]], jnp.float32))
+    // jax.vmap(lambda kk, l: jax.random.categorical(kk, l, shape=(5,)))(ks, lg)
+    let lg = Tensor::from_vec(vec![0.1f32, 0.2, 0.7, 0.5, 0.25, 0.25, 0.3, 0.3, 0.4], [3, 3]).log();
+    let c = vmap(|(kt, l): &(Tensor, Tensor)| key(kt).try_categorical(l, -1, Some(Shape::from([5]))).unwrap())(&(
+        ks.clone(),
+        lg,
+    ));
+    assert_eq!(c.to_vec::<i64>(), [2, 1, 0, 2, 2, 2, 2, 1, 0, 2, 2, 2, 1, 2, 0]);
+}
