@@ -106,6 +106,13 @@ fn uniform_range_matches_jax() {
         f32_bits(&k().uniform_range([7], -3.0, 5.5, DType::F32)),
         [3209493629, 1075011990, 3213435605, 3220948458, 1067117584, 1084552474, 3223259318]
     );
+    // jax.random.uniform(k, (8,), jnp.float16, -0.3, 1.7) and jnp.bfloat16, as uint16 bits
+    let h: Vec<u16> =
+        k().uniform_range([8], -0.3, 1.7, DType::F16).to_vec::<f16>().iter().map(|x| x.to_bits()).collect();
+    assert_eq!(h, [15365, 14554, 15917, 15529, 43048, 14291, 14466, 14454]);
+    let b: Vec<u16> =
+        k().uniform_range([8], -0.3, 1.7, DType::BF16).to_vec::<bf16>().iter().map(|x| x.to_bits()).collect();
+    assert_eq!(b, [48288, 15900, 15832, 16268, 16143, 15916, 16219, 16292]);
     // jax.random.uniform(k, (7,), jnp.float64, -3.0, 5.5)
     assert_eq!(
         f64_bits(&k().uniform_range([7], -3.0, 5.5, DType::F64)),
