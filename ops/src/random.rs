@@ -2,34 +2,81 @@
 //! is a value (a `u32[2]` tensor), every draw is a pure function of it,
 //! so `vmap` over keys gives exactly the per-key streams of a loop.
 //!
-//! The algorithms follow JAX's Threefry implementation (`split`, `fold_in`
-//! and 32-bit `random_bits`), so streams match JAX's for the same key.
+//! The streams are JAX 0.10's defaults: the Threefry-2x32 key of
+//! `jax.random.key(seed)` with `jax_threefry_partitionable = True`. Element
+//! `i` of a draw of any shape hashes the 64-bit counter `i` (as the words
+//! `(i >> 32, i & 0xffffffff)`) under the key; `split` and `fold_in` hash the
+//! key index or the data the same way. Every draw is composed from `lax`
+//! primitives around the `threefry2x32` primitive, so it runs under every
+//! transform and on every device. What matches JAX bit for bit and what
+//! within ulps is stated on each sampler (and in the README).
 
+mod erfinv;
+mod randint;
+
+use crate::array::{Array, Device};
 use crate::error::{Error, OrRaise, Result};
 use crate::lax;
+use crate::methods::norm_axis;
 use crate::tensor::Tensor;
-use xform_kernels::{DType, Shape};
+use xform_kernels::{CpuBuffer, DType, Element, Shape};
 
 /// A random key: two u32 words (or, under vmap, a batch of them).
 #[derive(Clone, Debug)]
 pub struct Key(Tensor);
 
-/// Threefry on a flat u32 counter array of even length: halves in, halves
-/// out (JAX's `threefry_2x32`).
-fn threefry_counts(key: &Tensor, counts: &Tensor) -> Result<Tensor> {
-    let n = counts.shape()[0];
-    let half = n / 2;
-    let x0 = lax::slice_axis(counts, 0, 0, half)?;
-    let x1 = lax::slice_axis(counts, 0, half, n)?;
-    let s = Shape::from([half]);
-    let k0 = lax::broadcast_in_dim(&lax::reshape(&lax::slice_axis(key, 0, 0, 1)?, &Shape::scalar())?, &s, &[])?;
-    let k1 = lax::broadcast_in_dim(&lax::reshape(&lax::slice_axis(key, 0, 1, 2)?, &Shape::scalar())?, &s, &[])?;
-    let (y0, y1) = lax::threefry2x32(&k0, &k1, &x0, &x1)?;
-    lax::concatenate(&[y0, y1], 0)
+/// A scalar constant of exactly `v` (no trip through f64), broadcast to `shape`.
+fn konst<T: Element>(v: T, shape: &Shape, device: Device) -> Result<Tensor> {
+    let a = Array::from_cpu(CpuBuffer::from_vec(vec![v]), Shape::scalar()).to_device(device)?;
+    lax::broadcast_in_dim(&Tensor::from_array(a), shape, &[])
+}
+
+/// Bitwise xor of two integer tensors: `(a | b) & !(a & b)`.
+fn xor(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    lax::and(&lax::or(a, b)?, &lax::not(&lax::and(a, b)?)?)
+}
+
+/// `v` rounded to `dtype` (f32 arithmetic for the half types, as XLA does).
+fn round_to(v: f64, dtype: DType) -> f64 {
+    match dtype {
+        DType::F32 => v as f32 as f64,
+        DType::F16 => xform_kernels::half::f16::from_f64(v as f32 as f64).to_f64(),
+        DType::BF16 => xform_kernels::half::bf16::from_f64(v as f32 as f64).to_f64(),
+        _ => v,
+    }
+}
+
+/// `x * a + b` for an f64 tensor and constants, rounded as one fused
+/// multiply-add (but for the rare case where the low-order sum decides a
+/// tie): Dekker's exact product `x * a = p + e` (Veltkamp splits), then
+/// Knuth's two-sum of `p + b`, then the small terms.
+fn fma_f64(x: &Tensor, a: f64, b: f64) -> Result<Tensor> {
+    const SPLIT: f64 = 134_217_729.0; // 2^27 + 1
+    let split_host = |v: f64| {
+        let c = v * SPLIT;
+        let hi = c - (c - v);
+        (hi, v - hi)
+    };
+    let (ah, al) = split_host(a);
+    let c = lax::mul_scalar(x, SPLIT)?;
+    let xh = lax::sub(&c, &lax::sub(&c, x)?)?;
+    let xl = lax::sub(x, &xh)?;
+    let p = lax::mul_scalar(x, a)?;
+    // e = ((xh*ah - p) + xh*al + xl*ah) + xl*al, exactly x*a - p.
+    let e = lax::sub(&lax::mul_scalar(&xh, ah)?, &p)?;
+    let e = lax::add(&e, &lax::mul_scalar(&xh, al)?)?;
+    let e = lax::add(&e, &lax::mul_scalar(&xl, ah)?)?;
+    let e = lax::add(&e, &lax::mul_scalar(&xl, al)?)?;
+    // s + t = p + b exactly.
+    let s = lax::add_scalar(&p, b)?;
+    let bb = lax::sub(&s, &p)?;
+    let t = lax::add(&lax::sub(&p, &lax::sub(&s, &bb)?)?, &lax::add_scalar(&lax::neg(&bb)?, b)?)?;
+    lax::add(&s, &lax::add(&t, &e)?)
 }
 
 impl Key {
-    /// The key for an integer seed (JAX's `PRNGKey(seed)`).
+    /// The key for an integer seed (JAX's `jax.random.key(seed)` and
+    /// `PRNGKey(seed)`: the words are the high and low halves of the seed).
     pub fn new(seed: u64) -> Key {
         Key(Tensor::from_vec(vec![(seed >> 32) as u32, seed as u32], [2]))
     }
@@ -56,106 +103,271 @@ impl Key {
         &self.0
     }
 
-    /// `n` new independent keys as a `u32[n, 2]` tensor (vmap over its rows).
-    pub fn split_tensor(&self, n: usize) -> Tensor {
-        let counts = lax::iota(DType::U32, &Shape::from([2 * n]), 0, self.0.device()).or_raise();
-        let bits = threefry_counts(&self.0, &counts).or_raise();
-        lax::reshape(&bits, &Shape::from([n, 2])).or_raise()
+    fn device(&self) -> Device {
+        self.0.device()
     }
 
-    /// `n` new independent keys.
+    /// The two key words, each broadcast to `shape`.
+    fn words(&self, shape: &Shape) -> Result<(Tensor, Tensor)> {
+        let word = |i: usize| -> Result<Tensor> {
+            let w = lax::reshape(&lax::slice_axis(&self.0, 0, i, i + 1)?, &Shape::scalar())?;
+            lax::broadcast_in_dim(&w, shape, &[])
+        };
+        Ok((word(0)?, word(1)?))
+    }
+
+    /// Threefry of the row-major counters `0..numel` of `shape` (JAX's
+    /// partitionable `iota_2x32_shape`): the two output words.
+    fn hash(&self, op: &str, shape: &Shape) -> Result<(Tensor, Tensor)> {
+        let n = shape.numel();
+        if n as u64 > u32::MAX as u64 + 1 {
+            // The high counter word would be nonzero; no such tensor fits in memory.
+            return Err(Error::shape(op, "a random draw has at most 2^32 elements", &[shape]));
+        }
+        let hi = konst(0u32, shape, self.device())?;
+        let lo = lax::reshape(&lax::iota(DType::U32, &Shape::from([n]), 0, self.device())?, shape)?;
+        let (k0, k1) = self.words(shape)?;
+        lax::threefry2x32(&k0, &k1, &hi, &lo)
+    }
+
+    /// `n` new independent keys as a `u32[n, 2]` tensor (vmap over its rows);
+    /// JAX's `jax.random.split(key, n)`.
+    pub fn split_tensor(&self, n: usize) -> Tensor {
+        self.try_split_tensor(n).or_raise()
+    }
+
+    fn try_split_tensor(&self, n: usize) -> Result<Tensor> {
+        let (y0, y1) = self.hash("split", &Shape::from([n]))?;
+        lax::concatenate(&[lax::expand_dims(&y0, 1)?, lax::expand_dims(&y1, 1)?], 1)
+    }
+
+    /// `n` new independent keys (the rows of [`Key::split_tensor`]).
     pub fn split(&self, n: usize) -> Vec<Key> {
         let t = self.split_tensor(n);
         (0..n as isize).map(|i| Key(t.index(i))).collect()
     }
 
-    /// A new key derived from this one and `data` (JAX's `fold_in`).
+    /// A new key derived from this one and `data` (JAX's `fold_in`; equal to
+    /// row `data` of `split_tensor(n)` for any `n > data`).
     pub fn fold_in(&self, data: u32) -> Key {
-        let counts = Tensor::from_vec(vec![0u32, data], [2]).to_device(self.0.device());
-        Key(threefry_counts(&self.0, &counts).or_raise())
+        self.try_fold_in(data).or_raise()
     }
 
-    /// Uniform random u32 words of `shape`.
+    fn try_fold_in(&self, data: u32) -> Result<Key> {
+        let s = Shape::from([1]);
+        let hi = konst(0u32, &s, self.device())?;
+        let lo = konst(data, &s, self.device())?;
+        let (k0, k1) = self.words(&s)?;
+        let (y0, y1) = lax::threefry2x32(&k0, &k1, &hi, &lo)?;
+        Ok(Key(lax::concatenate(&[y0, y1], 0)?))
+    }
+
+    /// Uniform random u32 words of `shape` (JAX's `jax.random.bits(key,
+    /// shape)`, bit for bit): the xor of the two Threefry output words.
     pub fn bits(&self, shape: impl Into<Shape>) -> Tensor {
-        let shape = shape.into();
-        let n = shape.numel();
-        let padded = n + (n % 2);
-        let counts = lax::iota(DType::U32, &Shape::from([padded]), 0, self.0.device()).or_raise();
-        let bits = threefry_counts(&self.0, &counts).or_raise();
-        let bits = if padded != n { lax::slice_axis(&bits, 0, 0, n).or_raise() } else { bits };
-        lax::reshape(&bits, &shape).or_raise()
+        self.bits32("bits", &shape.into()).or_raise()
     }
 
-    /// Uniform floats in `[0, 1)` of `shape` and float `dtype`: every value
-    /// is a multiple of 2^-p with p the dtype's significand bits, so 1 is
-    /// never produced.
+    fn bits32(&self, op: &str, shape: &Shape) -> Result<Tensor> {
+        let (y0, y1) = self.hash(op, shape)?;
+        xor(&y0, &y1)
+    }
+
+    /// JAX's `floats` in `_uniform`: the top mantissa bits of the random
+    /// word over an exponent of 1, minus 1, so multiples of 2^-nmant in
+    /// [0, 1) (computed exactly without a bitcast).
+    fn unit_floats(&self, op: &str, shape: &Shape, dtype: DType) -> Result<Tensor> {
+        let dev = self.device();
+        let u32c = |v: u32| konst(v, shape, dev);
+        // (mask of the random word JAX keeps, shift right, mantissa bits)
+        let (mask, shift, nmant) = match dtype {
+            DType::F64 => {
+                // 64 bits (y0 << 32 | y1) >> 12: y0 * 2^20 + (y1 >> 12), exact in f64.
+                let (y0, y1) = self.hash(op, shape)?;
+                let hi = lax::mul(&lax::convert(&y0, DType::F64)?, &konst(2f64.powi(20), shape, dev)?)?;
+                let lo = lax::convert(&lax::div(&y1, &u32c(1 << 12)?)?, DType::F64)?;
+                return lax::mul(&lax::add(&hi, &lo)?, &konst(2f64.powi(-52), shape, dev)?);
+            }
+            DType::F32 => (None, 9, 23),
+            DType::F16 => (Some(0xffff), 6, 10),
+            // nmant = 7 < 8: JAX draws 8 bits and shifts them right by 1.
+            DType::BF16 => (Some(0xff), 1, 7),
+            other => return Err(Error::dtype(op, "needs a float dtype", &[other])),
+        };
+        let mut w = self.bits32(op, shape)?;
+        if let Some(m) = mask {
+            w = lax::and(&w, &u32c(m)?)?;
+        }
+        let m = lax::convert(&lax::div(&w, &u32c(1 << shift)?)?, dtype)?;
+        lax::mul_scalar(&m, 2f64.powi(-nmant))
+    }
+
+    /// JAX's `_uniform`: `max(lo, floats * (hi - lo) + lo)` in `dtype`, where
+    /// XLA contracts the multiply-add into one fused multiply-add (half
+    /// types in f32). A power-of-two span makes the product exact, so a
+    /// plain multiply and add round once as the FMA does. Otherwise f32 and
+    /// the half types step through f64 (exact product, one rounding of the
+    /// sum, then to the type: a double rounding only when the f64 sum lands
+    /// on a midpoint), and f64 uses Dekker's exact product.
+    fn uniform_in(&self, op: &str, shape: &Shape, lo: f64, hi: f64, dtype: DType) -> Result<Tensor> {
+        let f = self.unit_floats(op, shape, dtype)?;
+        let (lo, hi) = (round_to(lo, dtype), round_to(hi, dtype));
+        let span = round_to(hi - lo, dtype);
+        // (a zero mantissa field: a power of two, or zero)
+        let exact_product = span.to_bits() & ((1u64 << 52) - 1) == 0;
+        let v = if exact_product {
+            lax::add_scalar(&lax::mul_scalar(&f, span)?, lo)?
+        } else if dtype == DType::F64 {
+            fma_f64(&f, span, lo)?
+        } else {
+            let t = lax::mul_scalar(&lax::convert(&f, DType::F64)?, span)?;
+            let s = lax::convert(&lax::add_scalar(&t, lo)?, DType::F32)?;
+            lax::convert(&s, dtype)?
+        };
+        lax::max(&v, &lax::full_like(&v, lo)?)
+    }
+
+    /// Uniform floats in `[0, 1)` of `shape` and float `dtype`, bit for bit
+    /// JAX's `jax.random.uniform(key, shape, dtype)`: multiples of
+    /// 2^-nmant (23 bits for f32, 52 for f64, 10 for f16, 7 for bf16).
     ///
     /// # Panics
     /// If `dtype` is not a float type.
     #[track_caller]
     pub fn uniform(&self, shape: impl Into<Shape>, dtype: DType) -> Tensor {
-        self.try_uniform(shape.into(), dtype).or_raise()
+        self.try_uniform(shape, dtype).or_raise()
     }
 
-    fn try_uniform(&self, shape: Shape, dtype: DType) -> Result<Tensor> {
-        let p: u32 = match dtype {
-            DType::F32 => 24,
-            DType::F16 => 11,
-            DType::BF16 => 8,
-            DType::F64 => 53,
-            other => return Err(Error::dtype("uniform", "needs a float dtype", &[other])),
-        };
-        if dtype == DType::F64 {
-            // 53 bits from two words: hi * 2^21 + lo / 2^11, times 2^-53.
-            let mut s2 = shape.clone();
-            s2.0.push(2);
-            let w = self.bits(s2);
-            let hi = lax::convert(&lax::reshape(&lax::slice_axis(&w, shape.rank(), 0, 1)?, &shape)?, DType::F64)?;
-            let lo = lax::reshape(&lax::slice_axis(&w, shape.rank(), 1, 2)?, &shape)?;
-            let lo = lax::convert(&lax::div(&lo, &lax::full_like(&lo, 2048.0)?)?, DType::F64)?;
-            let v = lax::add(&lax::mul_scalar(&hi, 2f64.powi(21))?, &lo)?;
-            return lax::mul_scalar(&v, 2f64.powi(-53));
-        }
-        let w = self.bits(shape);
-        let top = lax::div(&w, &lax::full_like(&w, 2f64.powi(32 - p as i32))?)?;
-        lax::mul_scalar(&lax::convert(&top, dtype)?, 2f64.powi(-(p as i32)))
+    /// [`Key::uniform`] returning an error instead of panicking.
+    pub fn try_uniform(&self, shape: impl Into<Shape>, dtype: DType) -> Result<Tensor> {
+        self.uniform_in("uniform", &shape.into(), 0.0, 1.0, dtype)
     }
 
-    /// Uniform floats in `[low, high)`.
+    /// Uniform floats in `[low, high)` (JAX's `uniform(key, shape, dtype,
+    /// minval=low, maxval=high)`; `low` and `high` are first rounded to
+    /// `dtype`).
     #[track_caller]
     pub fn uniform_range(&self, shape: impl Into<Shape>, low: f64, high: f64, dtype: DType) -> Tensor {
-        let u = self.uniform(shape, dtype);
-        u * (high - low) + low
+        self.try_uniform_range(shape, low, high, dtype).or_raise()
     }
 
-    /// Standard normal floats of `shape` (Box-Muller on two uniform draws;
-    /// half types compute in f32).
+    /// [`Key::uniform_range`] returning an error instead of panicking.
+    pub fn try_uniform_range(&self, shape: impl Into<Shape>, low: f64, high: f64, dtype: DType) -> Result<Tensor> {
+        if !(low.is_finite() && high.is_finite()) {
+            return Err(Error::invalid("uniform_range", format!("needs finite bounds, got [{low}, {high})")));
+        }
+        self.uniform_in("uniform_range", &shape.into(), low, high, dtype)
+    }
+
+    /// Standard normal floats of `shape` (JAX's `jax.random.normal`):
+    /// `sqrt(2) * erfinv(u)` with `u` uniform in `(-1, 1)`. The uniforms
+    /// are JAX's bit for bit; erfinv follows XLA's polynomials (see
+    /// `random/erfinv.rs` for how close). f16 and bf16 take erfinv in f32.
     #[track_caller]
     pub fn normal(&self, shape: impl Into<Shape>, dtype: DType) -> Tensor {
-        let shape = shape.into();
-        if !dtype.is_float() {
-            Error::dtype("normal", "needs a float dtype", &[dtype]).raise();
-        }
-        let work = if dtype == DType::F64 { DType::F64 } else { DType::F32 };
-        let keys = self.split(2);
-        let u1 = keys[0].uniform(shape.clone(), work);
-        let u2 = keys[1].uniform(shape, work);
-        // 1 - u1 is in (0, 1], so the log is finite.
-        let r = ((1.0f64 - &u1).log() * -2.0f64).sqrt();
-        let r: Tensor = r;
-        let z: Tensor = r * (u2 * std::f64::consts::TAU).cos();
-        z.cast(dtype)
+        self.try_normal(shape, dtype).or_raise()
     }
 
-    /// A random permutation-free choice: integers uniform in `[low, high)`.
+    /// [`Key::normal`] returning an error instead of panicking.
+    pub fn try_normal(&self, shape: impl Into<Shape>, dtype: DType) -> Result<Tensor> {
+        let shape = shape.into();
+        // nextafter(-1, 0) in dtype.
+        let lo = match dtype {
+            DType::F64 => -1.0 + 2f64.powi(-53),
+            DType::F32 => -1.0 + 2f64.powi(-24),
+            DType::F16 => -1.0 + 2f64.powi(-11),
+            DType::BF16 => -1.0 + 2f64.powi(-8),
+            other => return Err(Error::dtype("normal", "needs a float dtype", &[other])),
+        };
+        let u = self.uniform_in("normal", &shape, lo, 1.0, dtype)?;
+        let e = match dtype {
+            DType::F32 | DType::F64 => erfinv::erf_inv(&u)?,
+            _ => lax::convert(&erfinv::erf_inv(&lax::convert(&u, DType::F32)?)?, dtype)?,
+        };
+        lax::mul_scalar(&e, std::f64::consts::SQRT_2)
+    }
+
+    /// Integers uniform in `[low, high)` of an integer `dtype` (JAX's
+    /// `jax.random.randint`, bit for bit): two words per element reduced
+    /// modulo the span. A range wider than the dtype is clipped to it as JAX
+    /// clips it (`randint(i32::MIN as i64 - 5, 1 << 40, I32)` draws every
+    /// i32).
+    ///
+    /// # Panics
+    /// If `dtype` is not an integer type, or no value of `dtype` lies in
+    /// `[low, high)`.
     #[track_caller]
     pub fn randint(&self, shape: impl Into<Shape>, low: i64, high: i64, dtype: DType) -> Tensor {
-        if high <= low || !dtype.is_int() {
-            Error::invalid("randint", format!("needs low < high and an integer dtype, got [{low}, {high}) {dtype}"))
-                .raise();
+        self.try_randint(shape, low, high, dtype).or_raise()
+    }
+
+    /// [`Key::randint`] returning an error instead of panicking.
+    pub fn try_randint(&self, shape: impl Into<Shape>, low: i64, high: i64, dtype: DType) -> Result<Tensor> {
+        randint::randint(self, &shape.into(), low, high, dtype)
+    }
+
+    /// Booleans of `shape`, true with probability `p` (JAX's
+    /// `jax.random.bernoulli(key, p, shape)`, bit for bit): `uniform < p`
+    /// with the uniform drawn in `p`'s float dtype; `p` broadcasts to `shape`.
+    #[track_caller]
+    pub fn bernoulli(&self, p: &Tensor, shape: impl Into<Shape>) -> Tensor {
+        self.try_bernoulli(p, shape).or_raise()
+    }
+
+    /// [`Key::bernoulli`] returning an error instead of panicking.
+    pub fn try_bernoulli(&self, p: &Tensor, shape: impl Into<Shape>) -> Result<Tensor> {
+        let shape = shape.into();
+        if !p.dtype().is_float() {
+            return Err(Error::dtype("bernoulli", "the probability needs a float dtype", &[p.dtype()]));
         }
-        let u = self.uniform(shape, DType::F64);
-        let v = (u * (high - low) as f64).floor() + low as f64;
-        v.cast(dtype)
+        let u = self.uniform_in("bernoulli", &shape, 0.0, 1.0, p.dtype())?;
+        lax::lt(&u, &lax::broadcast_to(p, &shape)?)
+    }
+
+    /// One category index (int64) per distribution of `logits` along `axis`
+    /// (JAX's `jax.random.categorical(key, logits, axis)`, the Gumbel-max
+    /// trick): the shape is `logits`' without `axis`.
+    #[track_caller]
+    pub fn categorical(&self, logits: &Tensor, axis: isize) -> Tensor {
+        self.try_categorical(logits, axis, None).or_raise()
+    }
+
+    /// [`Key::categorical`] with an optional sample `shape` (JAX's `shape=`):
+    /// it must end in a shape that `logits` without `axis` broadcasts to;
+    /// leading axes draw independent samples.
+    pub fn try_categorical(&self, logits: &Tensor, axis: isize, shape: Option<Shape>) -> Result<Tensor> {
+        let dtype = logits.dtype();
+        if !dtype.is_float() {
+            return Err(Error::dtype("categorical", "logits need a float dtype", &[dtype]));
+        }
+        let ls = logits.shape();
+        let a = norm_axis("categorical", axis, ls.rank())?;
+        let mut batch = ls.0.clone();
+        let k = batch.remove(a);
+        let shape = shape.unwrap_or_else(|| Shape::from(batch.clone()));
+        let bad =
+            || Error::shape("categorical", "logits without the axis do not broadcast to the shape", &[&ls, &shape]);
+        if shape.rank() < batch.len() {
+            return Err(bad());
+        }
+        let n_prefix = shape.rank() - batch.len();
+        let tail = &shape.0[n_prefix..];
+        if batch.iter().zip(tail).any(|(&b, &s)| b != s && b != 1) {
+            return Err(bad());
+        }
+        let mut gshape = shape.0.clone();
+        gshape.insert(n_prefix + a, k);
+        let gshape = Shape::from(gshape);
+        // Gumbel noise: -log(-log(u)), u uniform in [tiny, 1).
+        let tiny = match dtype {
+            DType::F64 => f64::MIN_POSITIVE,
+            DType::F32 => f32::MIN_POSITIVE as f64,
+            DType::F16 => 2f64.powi(-14),
+            _ => 2f64.powi(-126),
+        };
+        let u = self.uniform_in("categorical", &gshape, tiny, 1.0, dtype)?;
+        let g = lax::neg(&lax::log(&lax::neg(&lax::log(&u)?)?)?)?;
+        let z = lax::add(&g, &lax::broadcast_to(logits, &gshape)?)?;
+        lax::arg_reduce(crate::prims::reduce::ArgOp::Max, &z, n_prefix + a, DType::I64)
     }
 }

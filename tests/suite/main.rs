@@ -13,5 +13,6 @@ mod methods;
 mod mutation;
 mod nn;
 mod prims_eval;
+mod random;
 mod rules;
 mod views;

@@ -190,8 +190,9 @@ fn constructors_and_readback() {
 #[test]
 fn random_keys_are_values() {
     let k = Key::new(0);
-    // JAX's jax.random.split(PRNGKey(0)) gives these words
-    assert_eq!(k.split_tensor(2).to_vec::<u32>(), vec![4146024105, 967050713, 2718843009, 1272950319]);
+    // JAX 0.10's jax.random.split(PRNGKey(0)) gives these words (partitionable
+    // Threefry, its default)
+    assert_eq!(k.split_tensor(2).to_vec::<u32>(), vec![1797259609, 2579123966, 928981903, 3453687069]);
     let u = k.uniform([1000], DType::F32);
     let m = u.mean().item::<f32>();
     assert!((m - 0.5).abs() < 0.05, "{m}");
