@@ -8,6 +8,7 @@ mod registry;
 mod compositions;
 mod cuda;
 mod errors;
+mod limits;
 mod methods;
 mod mutation;
 mod nn;

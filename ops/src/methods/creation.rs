@@ -46,8 +46,7 @@ impl Tensor {
 
     /// `shape` filled with `value` (cast to `dtype`), in fresh writable storage.
     pub fn full(shape: impl Into<Shape>, value: f64, dtype: DType) -> Tensor {
-        let shape = shape.into();
-        let a = Array::from_cpu(CpuBuffer::full(dtype, shape.numel(), value), shape);
+        let a = Array::try_full("full", shape.into(), dtype, value).or_raise();
         Tensor::from_array(a.to_device(crate::array::default_device()).or_raise())
     }
 
@@ -65,7 +64,7 @@ impl Tensor {
     /// transform, an unbatched constant of the logical shape).
     pub fn full_like(&self, value: f64) -> Tensor {
         let a = self.aval();
-        let arr = Array::from_cpu(CpuBuffer::full(a.dtype, a.shape.numel(), value), a.shape);
+        let arr = Array::try_full("full_like", a.shape, a.dtype, value).or_raise();
         Tensor::from_array(arr.to_device(a.device).or_raise())
     }
 
@@ -89,18 +88,15 @@ impl Tensor {
             Error::invalid("arange", "step must not be zero").raise();
         }
         let n = ((end - start) / step).ceil().max(0.0) as usize;
-        let data: Vec<f64> = (0..n).map(|i| start + i as f64 * step).collect();
-        Tensor::from_vec(data, [n]).cast(dtype)
+        let a = Array::try_from_fn("arange", Shape::from([n]), |i| start + i as f64 * step).or_raise();
+        Tensor::from_array(a.to_device(crate::array::default_device()).or_raise()).cast(dtype)
     }
 
     /// `n` evenly spaced values from `start` to `end` inclusive.
     pub fn linspace(start: f64, end: f64, n: usize, dtype: DType) -> Tensor {
-        let data: Vec<f64> = match n {
-            0 => vec![],
-            1 => vec![start],
-            _ => (0..n).map(|i| start + (end - start) * i as f64 / (n - 1) as f64).collect(),
-        };
-        Tensor::from_vec(data, [n]).cast(dtype)
+        let at = |i: usize| if n == 1 { start } else { start + (end - start) * i as f64 / (n - 1) as f64 };
+        let a = Array::try_from_fn("linspace", Shape::from([n]), at).or_raise();
+        Tensor::from_array(a.to_device(crate::array::default_device()).or_raise()).cast(dtype)
     }
 
     /// The `n x n` identity matrix.
@@ -111,17 +107,25 @@ impl Tensor {
     /// A `rows x cols` matrix with ones on diagonal `k` (`out[r, c] = 1` where
     /// `c = r + k`) and zeros elsewhere, like numpy's `eye(N, M, k)`.
     pub fn eye_nm(rows: usize, cols: usize, k: isize, dtype: DType) -> Tensor {
-        let buf = xform_kernels::with_dtype!(dtype, T => {
-            let mut v = xform_kernels::pool::filled(rows * cols, T::ZERO);
+        let shape = Shape::from([rows, cols]);
+        let a = match rows.checked_mul(cols) {
+            Some(_) => Array::try_full("eye", shape, dtype, 0.0),
+            None => {
+                let bytes = rows as u128 * cols as u128 * dtype.size_bytes() as u128;
+                Err(Error::out_of_memory("eye", &shape, dtype, Device::Cpu, bytes))
+            }
+        }
+        .or_raise();
+        xform_kernels::with_dtype!(dtype, T => {
+            let mut buf = a.write();
+            let v = buf.cpu_mut("eye").or_raise().as_mut_slice::<T>();
             for r in 0..rows {
                 let c = r as isize + k;
                 if c >= 0 && (c as usize) < cols {
                     v[r * cols + c as usize] = T::ONE;
                 }
             }
-            CpuBuffer::from_vec(v)
         });
-        let a = Array::from_cpu(buf, Shape::from([rows, cols]));
         Tensor::from_array(a.to_device(crate::array::default_device()).or_raise())
     }
 
