@@ -156,11 +156,14 @@ impl Drop for PushGuard {
 /// and every pushed interpreter is popped) instead of overflowing the
 /// native stack.
 ///
-/// Each level costs native stack in the transform's frame and the
-/// dispatch between levels (measured in tests/suite/depth.rs: at most about
-/// 3 KiB per interpreter in a debug build, less optimized), so this many
-/// fit in a 2 MiB thread (Rust's default for spawned threads) with room to
-/// spare for the user's code and the kernels. `vmap`, `jvp`, `trace` and
+/// Each level costs native stack: the transform's frames while `f` runs,
+/// and a rule's frames when an op dispatches down through the levels. A
+/// vmap level, the costliest per interpreter, measured 3.5 KiB in the test
+/// profile (about 880 KiB for 256 nested vmaps, nesting and dispatch; a
+/// vmap-of-grad level, three interpreters, 7.5 KiB), so this many fit in a
+/// 2 MiB thread (Rust's default for spawned threads) with more than half
+/// of it to spare for the user's code and the kernels; tests/suite/limits.rs
+/// runs the maximum on one. `vmap`, `jvp`, `trace` and
 /// `functionalize` push one interpreter each; `grad`, `vjp` and
 /// `linearize` push two (see ARCHITECTURE.md).
 pub const MAX_DEPTH: usize = 256;
