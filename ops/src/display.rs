@@ -149,7 +149,11 @@ impl fmt::Display for Tensor {
             Value::Array(a) => a,
         };
         let shape: Vec<usize> = a.shape().to_vec();
-        let numel = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).unwrap_or(usize::MAX);
+        let numel = if shape.contains(&0) {
+            0
+        } else {
+            shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).unwrap_or(usize::MAX)
+        };
         let summarize = numel > SUMMARIZE_ABOVE;
         f.write_str("tensor(")?;
         if numel == 0 {
