@@ -120,28 +120,104 @@ fn give(ptr: *mut u8, layout: Layout) {
     l.entries.push((layout, ptr as usize));
 }
 
+/// An allocation the system refused, or whose size overflows `usize`.
+///
+/// NOTE: [allocation failure] Buffer allocations never abort the process:
+/// [`alloc_uninit`] (and everything built on it) unwinds with this value as
+/// the payload (through `resume_unwind`, so no panic message is printed),
+/// and xform-ops turns it into a typed out-of-memory error at the op that
+/// asked ([`catch_alloc`]). Kernels therefore allocate every buffer whose
+/// size comes from a shape through this module, never through `Vec`'s
+/// infallible constructors, and allocate before they write anything.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct AllocFailure {
+    /// The bytes requested (exact, even where it exceeds `usize`).
+    pub bytes: u128,
+}
+
+/// Unwinds with an [`AllocFailure`] of `n` elements of `T`.
+#[cold]
+#[inline(never)]
+fn refuse<T>(n: usize) -> ! {
+    let bytes = n as u128 * std::mem::size_of::<T>() as u128;
+    std::panic::resume_unwind(Box::new(AllocFailure { bytes }))
+}
+
+/// Runs `f`; an [`AllocFailure`] unwinding out of it becomes `Err` (any
+/// other panic continues unwinding).
+pub fn catch_alloc<R>(f: impl FnOnce() -> R) -> Result<R, AllocFailure> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => Ok(r),
+        Err(payload) => match payload.downcast::<AllocFailure>() {
+            Ok(failure) => Err(*failure),
+            Err(other) => std::panic::resume_unwind(other),
+        },
+    }
+}
+
+/// The machine's memory (RAM and swap, from /proc/meminfo; `None` where
+/// unknown). A buffer larger than this can never be backed: the kernels
+/// write every element, so under an always-overcommit policy it would only
+/// fail later, as a kill by the OOM killer instead of an error.
+fn machine_memory() -> Option<u128> {
+    static MEM: std::sync::OnceLock<Option<u128>> = std::sync::OnceLock::new();
+    *MEM.get_or_init(|| {
+        let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let kib = |key: &str| -> Option<u128> {
+            let line = info.lines().find(|l| l.starts_with(key))?;
+            line[key.len()..].trim().trim_end_matches("kB").trim().parse().ok()
+        };
+        Some((kib("MemTotal:")? + kib("SwapTotal:").unwrap_or(0)) * 1024)
+    })
+}
+
+/// An empty vector with room for exactly `n` elements, or an unwind with an
+/// [`AllocFailure`] (see the note there) where `Vec::with_capacity` would
+/// abort the process.
+pub fn vec_with_capacity<T>(n: usize) -> Vec<T> {
+    let bytes = n as u128 * std::mem::size_of::<T>() as u128;
+    if bytes > SMALL_MAX as u128 && machine_memory().is_some_and(|m| bytes > m) {
+        refuse::<T>(n)
+    }
+    let mut v = Vec::new();
+    if v.try_reserve_exact(n).is_err() {
+        refuse::<T>(n)
+    }
+    v
+}
+
 /// A vector of `n` uninitialized slots, from the cache when one of that size
 /// is free.
+///
+/// # Panics
+/// Unwinds with an [`AllocFailure`] when the memory cannot be had.
 pub fn alloc_uninit<T>(n: usize) -> Vec<MaybeUninit<T>> {
-    let Ok(layout) = Layout::array::<T>(n) else {
-        return Vec::with_capacity(n); // let Vec report the overflow
-    };
-    if layout.size() == 0 {
-        let mut v = Vec::with_capacity(n);
-        // SAFETY: zero-sized: no memory to initialize.
-        unsafe { v.set_len(n) };
-        return v;
+    let Ok(layout) = Layout::array::<T>(n) else { refuse::<T>(n) };
+    if layout.size() > 0 {
+        if let Some(p) = take(layout) {
+            // SAFETY: p was allocated with exactly Layout::array::<T>(n) (the
+            // cache matches layouts exactly), so it is a valid Vec buffer of
+            // capacity n; MaybeUninit slots need no initialization.
+            return unsafe { Vec::from_raw_parts(p as *mut MaybeUninit<T>, n, n) };
+        }
     }
-    if let Some(p) = take(layout) {
-        // SAFETY: p was allocated with exactly Layout::array::<T>(n) (the cache
-        // matches layouts exactly), so it is a valid Vec buffer of capacity n;
-        // MaybeUninit slots need no initialization.
-        return unsafe { Vec::from_raw_parts(p as *mut MaybeUninit<T>, n, n) };
-    }
-    let mut v = Vec::with_capacity(n);
-    // SAFETY: MaybeUninit<T> needs no initialization; capacity is n.
+    let mut v = vec_with_capacity(n);
+    // SAFETY: MaybeUninit<T> needs no initialization; capacity is n (or T is
+    // zero-sized).
     unsafe { v.set_len(n) };
     v
+}
+
+/// The `n` values `f(0), f(1), ...`, in a buffer from the cache when one
+/// is free (what `(0..n).map(f).collect()` does, without aborting when the
+/// memory cannot be had).
+pub fn from_fn<T>(n: usize, mut f: impl FnMut(usize) -> T) -> Vec<T> {
+    let mut v = alloc_uninit::<T>(n);
+    for (i, s) in v.iter_mut().enumerate() {
+        s.write(f(i));
+    }
+    // SAFETY: every slot was written.
+    unsafe { crate::cpu::assume_init(v) }
 }
 
 /// A vector of `n` copies of `value`, from the cache when possible.
@@ -190,5 +266,23 @@ mod tests {
         let again: Vec<f64> = filled(1 << 20, 3.0);
         assert_eq!(again.as_ptr() as usize, q);
         assert!(again.iter().all(|&x| x == 3.0));
+    }
+
+    #[test]
+    fn a_refused_allocation_is_a_typed_failure() {
+        // Larger than any address space: refused before reaching the system.
+        let r = catch_alloc(|| alloc_uninit::<f64>(usize::MAX / 4));
+        assert_eq!(r.unwrap_err(), AllocFailure { bytes: (usize::MAX / 4) as u128 * 8 });
+        // Fits usize but no machine has it (1 << 60 bytes).
+        let r = catch_alloc(|| filled::<u8>(1 << 60, 0));
+        assert_eq!(r.unwrap_err(), AllocFailure { bytes: 1 << 60 });
+        let r = catch_alloc(|| vec_with_capacity::<i32>(1 << 60));
+        assert_eq!(r.unwrap_err(), AllocFailure { bytes: 1 << 62 });
+        // Other panics pass through unchanged.
+        let p = std::panic::catch_unwind(|| catch_alloc(|| panic!("not an allocation"))).unwrap_err();
+        assert_eq!(p.downcast_ref::<&str>(), Some(&"not an allocation"));
+        // And allocation works afterwards.
+        assert_eq!(from_fn(4, |i| i as u32 * 2), vec![0, 2, 4, 6]);
+        assert_eq!(catch_alloc(|| filled(3, 7i64)), Ok(vec![7, 7, 7]));
     }
 }

@@ -154,6 +154,20 @@ impl Array {
         Array { storage: StorageRef::new(Storage::new(buf, device)), layout: Layout::contiguous(shape), dtype }
     }
 
+    /// A contiguous CPU array of `shape` filled with `value` (cast like
+    /// numpy), or an out-of-memory error naming `op`.
+    pub fn try_full(op: &str, shape: Shape, dtype: DType, value: f64) -> Result<Array> {
+        let buf = guard_alloc(op, &shape, dtype, Device::Cpu, || CpuBuffer::full(dtype, shape.numel(), value))?;
+        Ok(Array::from_cpu(buf, shape))
+    }
+
+    /// A contiguous CPU array of `shape` whose row-major elements are
+    /// `f(0), f(1), ...`, or an out-of-memory error naming `op`.
+    pub fn try_from_fn<T: Element>(op: &str, shape: Shape, f: impl FnMut(usize) -> T) -> Result<Array> {
+        let v = guard_alloc(op, &shape, T::DTYPE, Device::Cpu, || xform_kernels::pool::from_fn(shape.numel(), f))?;
+        Ok(Array::from_cpu(CpuBuffer::from_vec(v), shape))
+    }
+
     /// `shape` filled with `value`, stored once and broadcast (stride 0): a
     /// read-only constant that costs one element however large it is.
     pub fn full_broadcast(shape: Shape, dtype: DType, value: f64, device: Device) -> Result<Array> {
@@ -251,9 +265,12 @@ impl Array {
                 &[self.dtype, T::DTYPE],
             ));
         }
-        self.with_cpu("to_vec", |b, l| {
-            xform_kernels::cpu::elementwise::to_contiguous(b.as_slice::<T>(), l, xform_kernels::cpu::Par::Seq)
-        })
+        let v = self.with_cpu("to_vec", |b, l| {
+            guard_alloc("to_vec", &l.shape, self.dtype, Device::Cpu, || {
+                xform_kernels::cpu::elementwise::to_contiguous(b.as_slice::<T>(), l, xform_kernels::cpu::Par::Seq)
+            })
+        })?;
+        v
     }
 
     /// A contiguous copy in fresh storage on the same device.
@@ -262,8 +279,10 @@ impl Array {
             Device::Cpu => {
                 let buf = self.with_cpu("copy", |b, l| {
                     let par = xform_kernels::cpu::Par::for_work(l.numel(), 1);
-                    xform_kernels::match_buffer!(b, v => CpuBuffer::from_vec(xform_kernels::cpu::elementwise::to_contiguous(v, l, par)))
-                })?;
+                    guard_alloc("copy", &l.shape, self.dtype, Device::Cpu, || {
+                        xform_kernels::match_buffer!(b, v => CpuBuffer::from_vec(xform_kernels::cpu::elementwise::to_contiguous(v, l, par)))
+                    })
+                })??;
                 Ok(Array::from_cpu(buf, self.layout.shape.clone()))
             }
             Device::Cuda(_) => crate::backend::cuda_contiguous_copy(self),
@@ -293,4 +312,11 @@ impl Array {
         }
         crate::backend::transfer(self, device)
     }
+}
+
+/// Runs `f`, which allocates a `shape` / `dtype` array on `device` for
+/// `op`; a refused allocation (see `NOTE: [allocation failure]` in
+/// xform-kernels' pool) becomes an out-of-memory error.
+pub fn guard_alloc<R>(op: &str, shape: &Shape, dtype: DType, device: Device, f: impl FnOnce() -> R) -> Result<R> {
+    xform_kernels::pool::catch_alloc(f).map_err(|e| Error::out_of_memory(op, shape, dtype, device, e.bytes))
 }

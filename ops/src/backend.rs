@@ -404,6 +404,10 @@ mod imp {
     fn cuda_err(op: &str, e: CudaError) -> Error {
         match e {
             CudaError::IndexOutOfRange { index, size } => Error::new(op, ErrorKind::IndexOutOfRange { index, size }),
+            CudaError::OutOfMemory { ordinal, bytes } => Error::new(
+                op,
+                ErrorKind::OutOfMemory { shape: None, dtype: None, device: Device::Cuda(ordinal), bytes },
+            ),
             e => Error::device(op, e.to_string()),
         }
     }

@@ -68,6 +68,25 @@ pub enum ErrorKind {
         /// What is wrong, in words.
         message: String,
     },
+    /// Memory for a result could not be had (see `NOTE: [allocation
+    /// failure]` in xform-kernels' pool); the process stays usable.
+    OutOfMemory {
+        /// The shape of the array being allocated (`None` where only the
+        /// size is known: scratch space, or a failure no op converted).
+        shape: Option<Shape>,
+        /// Its dtype (`None` as for `shape`).
+        dtype: Option<DType>,
+        /// Where it was to live.
+        device: crate::Device,
+        /// The bytes requested (exact, even past `usize`).
+        bytes: u128,
+    },
+    /// Transforms nested deeper than [`crate::interp::MAX_DEPTH`]
+    /// interpreters (each would cost native stack; see there).
+    TooDeep {
+        /// The limit.
+        max: usize,
+    },
     /// Any other invalid argument.
     Invalid {
         /// What is wrong, in words.
@@ -178,6 +197,18 @@ impl Error {
         Error::new(op, ErrorKind::Axis { axis, rank })
     }
 
+    /// An out-of-memory error for a `shape` / `dtype` array on `device`.
+    #[cold]
+    pub fn out_of_memory(
+        op: impl Into<String>,
+        shape: &Shape,
+        dtype: DType,
+        device: crate::Device,
+        bytes: u128,
+    ) -> Error {
+        Error::new(op, ErrorKind::OutOfMemory { shape: Some(shape.clone()), dtype: Some(dtype), device, bytes })
+    }
+
     /// Panics with this error's message at the caller's location (or
     /// returns it as `Err` from an enclosing [`catch`]).
     #[track_caller]
@@ -224,6 +255,17 @@ impl fmt::Display for Error {
                 f,
                 "a value traced by {transform} was used after {transform} returned (an escaped tracer); \
                  return it from the transformed function instead of storing it outside"
+            )?,
+            ErrorKind::OutOfMemory { shape, dtype, device, bytes } => {
+                write!(f, "out of memory: cannot allocate {bytes} bytes on {device}")?;
+                if let (Some(shape), Some(dtype)) = (shape, dtype) {
+                    write!(f, " for a {dtype} array of shape {shape}")?;
+                }
+            }
+            ErrorKind::TooDeep { max } => write!(
+                f,
+                "transforms nested deeper than {max} interpreters (the documented maximum, \
+                 xform::core::interp::MAX_DEPTH); restructure the computation to nest less"
             )?,
             ErrorKind::Transform { message }
             | ErrorKind::Overflow { message }
@@ -295,6 +337,11 @@ pub fn catch<T>(f: impl FnOnce() -> T) -> Result<T> {
             if payload.is::<CaughtError>() {
                 let e = LAST_ERROR.with(|l| l.borrow_mut().take());
                 Err(e.expect("an xform error was raised"))
+            } else if let Some(f) = payload.downcast_ref::<xform_kernels::pool::AllocFailure>() {
+                // A buffer allocation that no op boundary converted.
+                let kind =
+                    ErrorKind::OutOfMemory { shape: None, dtype: None, device: crate::Device::Cpu, bytes: f.bytes };
+                Err(Error::new("allocation", kind))
             } else {
                 std::panic::resume_unwind(payload)
             }

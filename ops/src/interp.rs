@@ -150,23 +150,58 @@ impl Drop for PushGuard {
     }
 }
 
+/// The most interpreters one thread's stack holds at once: a transform call
+/// that would push one more fails with [`ErrorKind::TooDeep`] (raised like
+/// any error inside a transformed function, so [`crate::catch`] returns it,
+/// and every pushed interpreter is popped) instead of overflowing the
+/// native stack.
+///
+/// Each level costs native stack: the transform's frames while `f` runs,
+/// and a rule's frames when an op dispatches down through the levels. A
+/// vmap level, the costliest per interpreter, measured 3.5 KiB in the test
+/// profile (about 880 KiB for 256 nested vmaps, nesting and dispatch; a
+/// vmap-of-grad level, three interpreters, 7.5 KiB), so this many fit in a
+/// 2 MiB thread (Rust's default for spawned threads) with more than half
+/// of it to spare for the user's code and the kernels; tests/suite/limits.rs
+/// runs the maximum on one. `vmap`, `jvp`, `trace` and
+/// `functionalize` push one interpreter each; `grad`, `vjp` and
+/// `linearize` push two (see ARCHITECTURE.md).
+pub const MAX_DEPTH: usize = 256;
+
 /// Runs `f` with `interp` pushed (the current level as its parent) and
 /// current; pops it when `f` returns or panics. This is how every
 /// transform call runs the user's function.
 ///
 /// The interpreter is borrowed, not moved: it lives in the transform's
 /// frame, so pushing one allocates nothing.
+///
+/// # Panics
+/// Raises [`ErrorKind::TooDeep`] (see [`crate::raise`]) when the stack
+/// already holds [`MAX_DEPTH`] interpreters.
 pub fn with_interpreter<R>(interp: &dyn Interpreter, f: impl FnOnce() -> R) -> R {
+    let _guard = push(interp);
+    f()
+}
+
+/// Pushes `interp` for [`with_interpreter`], whose frame (one per nesting
+/// level, on the native stack while `f` runs) this keeps small: the work
+/// is here, not in each generic instance.
+#[inline(never)]
+fn push(interp: &dyn Interpreter) -> PushGuard {
+    if stack_depth() >= MAX_DEPTH {
+        too_deep(interp.tag().name);
+    }
     let ptr: *const (dyn Interpreter + '_) = interp;
     // SAFETY: only the pointer's lifetime bound is erased (same layout).
-    // The entry holding it is popped by `_guard` before this function
-    // returns or unwinds, while `interp` is still borrowed; entries are
-    // pushed and popped only here, in LIFO order, and all code that runs
-    // on this thread meanwhile runs inside `f`. So every dereference of an
+    // The entry holding it is popped by the returned guard, which
+    // `with_interpreter` (the only caller) holds while `f` runs and drops
+    // before it returns or unwinds, while `interp` is still borrowed;
+    // entries are pushed and popped only there, in LIFO order, and all code
+    // that runs on this thread meanwhile runs inside `f`. So every dereference of an
     // entry's pointer (in `bind_at` and `describe_transforms`, which find
     // it on the stack) happens while `interp` is alive.
     let ptr: *const (dyn Interpreter + 'static) = unsafe { std::mem::transmute(ptr) };
-    let _guard = STACK.with(|s| {
+    STACK.with(|s| {
         let mut s = s.borrow_mut();
         let parent = s.current;
         let tag = interp.tag();
@@ -174,8 +209,14 @@ pub fn with_interpreter<R>(interp: &dyn Interpreter, f: impl FnOnce() -> R) -> R
         let level = s.entries.len();
         let prev_current = std::mem::replace(&mut s.current, level);
         PushGuard { level, prev_current }
-    });
-    f()
+    })
+}
+
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn too_deep(transform: &str) -> ! {
+    crate::raise(Error::new(transform, ErrorKind::TooDeep { max: MAX_DEPTH }))
 }
 
 /// Restores the current level when dropped.
@@ -200,12 +241,19 @@ pub fn set_current(level: Level) -> CurrentGuard {
 
 /// Runs `f` with the parent of `level` current (how rules run).
 pub fn run_at_parent<R>(level: Level, f: impl FnOnce() -> R) -> R {
-    let _g = STACK.with(|s| {
+    let _g = enter_parent(level);
+    f()
+}
+
+/// Makes the parent of `level` current (for [`run_at_parent`], whose
+/// generic frame recurs once per level of a dispatch; kept small).
+#[inline(never)]
+fn enter_parent(level: Level) -> CurrentGuard {
+    STACK.with(|s| {
         let mut s = s.borrow_mut();
         let parent = s.entries[level - 1].parent;
         CurrentGuard { prev: std::mem::replace(&mut s.current, parent) }
-    });
-    f()
+    })
 }
 
 /// Applies a primitive at the current level.
@@ -297,14 +345,17 @@ fn mixed_devices(prim: &Prim, first: crate::Device, other: crate::Device) -> Err
 }
 
 /// Level 0: check shapes, run the kernels. One and two operands (nearly
-/// every op) are handled without building operand lists.
+/// every op) are handled without building operand lists. Not inlined into
+/// [`bind_at`]: that frame recurs once per interpreter level when an op
+/// dispatches down a deep stack, this one only at the bottom.
+#[inline(never)]
 fn eval(prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
     match inputs {
         [x] => {
             let vx = x.value();
             let ax = concrete(prim, &vx)?;
             crate::prim::check(prim, &[ax.aval_ref()])?;
-            crate::prim::lower(prim, &[ax])
+            lower(prim, &[ax])
         }
         [x, y] => {
             let (vx, vy) = (x.value(), y.value());
@@ -315,7 +366,7 @@ fn eval(prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
             if dx != dy {
                 return Err(mixed_devices(prim, dx, dy));
             }
-            crate::prim::lower(prim, &[ax, ay])
+            lower(prim, &[ax, ay])
         }
         _ => eval_any(prim, inputs),
     }
@@ -343,5 +394,38 @@ fn eval_any(prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
             return Err(mixed_devices(prim, first.device, other.device));
         }
     }
-    crate::prim::lower(prim, &arrays)
+    lower(prim, &arrays)
+}
+
+/// Runs the lowering; a buffer allocation refused inside it (see `NOTE:
+/// [allocation failure]` in xform-kernels' pool, and the device's
+/// out-of-memory error) becomes an out-of-memory error naming the primitive
+/// and its result. Kernels allocate their outputs before writing anything,
+/// so nothing is half-written.
+#[inline]
+fn lower(prim: &Prim, arrays: &[&crate::Array]) -> Result<Outs> {
+    let device = || arrays.first().map_or(crate::Device::Cpu, |a| a.device());
+    match xform_kernels::pool::catch_alloc(|| crate::prim::lower(prim, arrays)) {
+        Ok(Err(e)) => match e.kind {
+            ErrorKind::OutOfMemory { shape: None, device, bytes, .. } => {
+                Err(out_of_memory(prim, arrays, device, bytes))
+            }
+            _ => Err(e),
+        },
+        Ok(r) => r,
+        Err(failure) => Err(out_of_memory(prim, arrays, device(), failure.bytes)),
+    }
+}
+
+/// The out-of-memory error of `prim` on `arrays`: names its largest result.
+#[cold]
+#[inline(never)]
+fn out_of_memory(prim: &Prim, arrays: &[&crate::Array], device: crate::Device, bytes: u128) -> Error {
+    let avals: SmallVec<[AvalRef<'_>; 4]> = arrays.iter().map(|a| a.aval_ref()).collect();
+    let size = |a: &crate::Aval| a.shape.iter().fold(a.dtype.size_bytes() as u128, |n, &d| n * d as u128);
+    let largest = crate::prim::shape_rule(prim, &avals).ok().and_then(|outs| outs.into_iter().max_by_key(size));
+    match largest {
+        Some(out) => Error::out_of_memory(prim.name(), &out.shape, out.dtype, device, bytes),
+        None => Error::new(prim.name(), ErrorKind::OutOfMemory { shape: None, dtype: None, device, bytes }),
+    }
 }

@@ -9,6 +9,7 @@ mod compositions;
 mod cuda;
 mod edges;
 mod errors;
+mod limits;
 mod methods;
 mod mutation;
 mod nn;

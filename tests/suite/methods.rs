@@ -122,6 +122,7 @@ fn matmul_kernel_paths_agree_with_broadcast_sums() {
                 let want = (a.unsqueeze(3) * bm.unsqueeze(1)).sum_axis(2, false);
                 assert_eq!(got.shape().dims(), &[b, m, n]);
                 let (g, w) = (v(&got), v(&want));
+                assert_eq!(g.len(), w.len());
                 let scale = w.iter().fold(1.0f64, |s, x| s.max(x.abs()));
                 for (j, (x, y)) in g.iter().zip(&w).enumerate() {
                     assert!(

@@ -11,7 +11,9 @@ use xform::{catch, ErrorKind};
 
 /// The largest absolute difference between two trees' elements.
 fn max_diff<T: Tree>(a: &T, b: &T) -> f64 {
-    a.leaves().iter().zip(b.leaves()).map(|(x, y)| (x - &y).abs().max().item_f64()).fold(0.0, f64::max)
+    let (a, b) = (a.leaves(), b.leaves());
+    assert_eq!(a.len(), b.len(), "the trees have different numbers of leaves");
+    a.iter().zip(b).map(|(x, y)| (x - &y).abs().max().item_f64()).fold(0.0, f64::max)
 }
 
 fn assert_stack_clean() {
@@ -162,6 +164,7 @@ fn tree_utilities_work_under_transforms() {
     // Per-example clipping under vmap bounds every example's norm.
     let clipped = vmap(|g: &(Tensor, Tensor)| clip_by_global_norm(g, 1.5))(&g);
     let cn = v(&vmap(|g: &(Tensor, Tensor)| tree_norm(g))(&clipped));
+    assert_eq!(cn.len(), v(&norms).len());
     for (c, n) in cn.iter().zip(v(&norms)) {
         close(&[*c], &[n.min(1.5)], 1e-13);
     }

@@ -80,6 +80,14 @@ pub fn check_case(c: &Case, seed: u64, g: &mut G) -> Result<(), String> {
     let refs: Vec<_> = avals.iter().map(|a| a.as_ref()).collect();
     let expect_avals = shape_rule(&c.prim, &refs).map_err(|e| e.to_string())?;
     let want = apply(&c.prim, &nds, &dtypes);
+    if outs.len() != want.len() || outs.len() != expect_avals.len() {
+        return Err(format!(
+            "{c:?}: {} outputs, the reference gives {}, the shape rule {}",
+            outs.len(),
+            want.len(),
+            expect_avals.len()
+        ));
+    }
     for (i, ((o, w), a)) in outs.iter().zip(&want).zip(&expect_avals).enumerate() {
         if o.shape() != a.shape || o.dtype() != a.dtype {
             return Err(format!("{c:?}: output {i} is {} {}, the shape rule says {a}", o.dtype(), o.shape()));

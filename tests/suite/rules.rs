@@ -159,6 +159,9 @@ fn check_vmap_case(c: &Case, seed: u64, b: usize, axes: Vec<Option<usize>>) -> R
         .map_err(|e| format!("{c:?} with batch axes {axes:?}: {e}"))?;
     for k in 0..b {
         let want = f(&per_example[k]);
+        if got.len() != want.len() {
+            return Err(format!("{c:?} axes {axes:?}: vmap gives {} outputs, the loop {}", got.len(), want.len()));
+        }
         for (j, (o, w)) in got.iter().zip(&want).enumerate() {
             let ok = o.select(0, k as isize);
             if ok.shape() != w.shape() || ok.dtype() != w.dtype() {
@@ -280,6 +283,9 @@ fn jvp_of_vmap_equals_vmap_of_jvp() {
                 },
             );
             let t2 = jv(&(batched.clone(), tang_full));
+            if t1.len() != t2.len() {
+                return Err(format!("{c:?}: {} tangent outputs, vmap(jvp) gives {}", t1.len(), t2.len()));
+            }
             for (j, (a, bb)) in t1.iter().zip(&t2).enumerate() {
                 close(&format!("{c:?} output {j}"), &a.to_vec_f64(), &bb.to_vec_f64(), 1e-10)?;
             }
@@ -316,6 +322,9 @@ fn vmap_of_vmap_equals_a_double_loop() {
                 for k2 in 0..b2 {
                     let ex: Vec<Tensor> = xs.iter().map(|x| x.select(0, k1 as isize).select(0, k2 as isize)).collect();
                     let want = f(&ex);
+                    if got.len() != want.len() {
+                        return Err(format!("{c:?}: vmap∘vmap gives {} outputs, the loop {}", got.len(), want.len()));
+                    }
                     for (j, (o, w)) in got.iter().zip(&want).enumerate() {
                         let oo = o.select(0, k1 as isize).select(0, k2 as isize);
                         close(

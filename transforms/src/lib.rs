@@ -5,6 +5,17 @@
 //! Each transform call pushes an interpreter instance with a fresh tag on
 //! the thread's stack (see NOTE: [interpreter stack] in xform-ops), so all
 //! of them compose, at any depth, with no special cases.
+//!
+//! # Nesting depth
+//!
+//! A thread holds at most [`xform_ops::interp::MAX_DEPTH`] (256)
+//! interpreters at once; a transform call that would push one more fails
+//! with `ErrorKind::TooDeep` (raised like any error inside a transformed
+//! function, so `xform_ops::catch` returns it) instead of overflowing the
+//! native stack. That depth fits a 2 MiB thread (the default for spawned
+//! threads). While `f` runs, `vmap`, `jvp`, `trace` and `functionalize`
+//! hold one interpreter each; `grad`, `value_and_grad`, `vjp`, `linearize`,
+//! `jacfwd` and `jacrev` two; `hessian` four.
 
 #![warn(missing_docs)]
 

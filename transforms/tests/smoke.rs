@@ -43,8 +43,14 @@ fn compositions() {
     })(&Tensor::scalar(2.0f64));
     assert_eq!(d.item::<f64>(), 1.0);
     let p = trace(f, &x);
-    println!("{p}");
+    assert_eq!(
+        p.to_string(),
+        "{ lambda ; a:f64[3]. let\n    b:f64[3] = sin a\n    c:f64[3] = mul b a\n    d:f64[] = reduce_sum[axes=(0)] c\n  in (d) }"
+    );
+    let y = p.eval(std::slice::from_ref(&x)).unwrap();
+    assert_eq!(y.len(), 1);
+    close(&y[0].to_vec::<f64>(), &f(&x).to_vec::<f64>(), 1e-15);
     let e = xform_ops::catch(|| vmap(|x: &Tensor| x + &Tensor::zeros([4], DType::F64))(&xs)).unwrap_err();
-    println!("{e}");
+    assert_eq!(e.to_string(), "add: shapes cannot be broadcast together (shapes [3], [4]) [under vmap(size 2)]");
     assert_eq!(xform_ops::interp::stack_depth(), 0);
 }

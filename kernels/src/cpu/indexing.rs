@@ -42,7 +42,7 @@ fn resolve(i: i64, n: usize) -> Result<usize, IndexOutOfRange> {
 
 /// Gather from a contiguous operand with contiguous indices (as i64).
 pub fn gather<T: Copy + Default>(operand: &[T], idx: &[i64], e: GatherExtents) -> Result<Vec<T>, IndexOutOfRange> {
-    let mut out = Vec::with_capacity(e.batch * e.pre * e.count * e.post);
+    let mut out = crate::pool::vec_with_capacity(e.batch * e.pre * e.count * e.post);
     for b in 0..e.batch {
         for p in 0..e.pre {
             for i in 0..e.count {

@@ -222,8 +222,9 @@ fn outer_products<T: FaerElem>(
         if stride == 1 || len <= 1 {
             (Cow::Borrowed(data), Cow::Borrowed(offsets))
         } else {
-            let packed =
-                offsets.iter().flat_map(|&o| (0..len).map(move |i| data[(o + i as isize * stride) as usize])).collect();
+            let mut packed = crate::pool::vec_with_capacity(offsets.len() * len);
+            packed
+                .extend(offsets.iter().flat_map(|&o| (0..len).map(move |i| data[(o + i as isize * stride) as usize])));
             (Cow::Owned(packed), (0..offsets.len()).map(|b| (b * len) as isize).collect())
         }
     }

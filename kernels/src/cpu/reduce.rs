@@ -35,7 +35,7 @@ where
     let red_inner_unit = nred > 1 && red.inner_strides()[0] == 1;
     if kept_inner_unit && !red_inner_unit {
         let len = kept.inner_len();
-        let mut acc = vec![r.init; nout];
+        let mut acc = crate::pool::filled(nout, r.init);
         let chunks: Vec<(usize, &mut [A])> = {
             let runs_per_task = match par {
                 Par::Seq => kept.runs(),
@@ -65,7 +65,9 @@ where
                 chunks.into_par_iter().for_each(work)
             }
         }
-        return acc.into_iter().map(&r.finish).collect();
+        let out = crate::pool::from_fn(nout, |i| (r.finish)(acc[i]));
+        crate::pool::recycle(acc);
+        return out;
     }
     let mut out = alloc_uninit::<U>(nout);
     let klen = kept.inner_len();

@@ -84,7 +84,7 @@ pub fn iota<T>(shape: &Shape, dim: usize, conv: impl Fn(usize) -> T) -> Vec<T> {
     let n = shape[dim];
     let inner: usize = shape[dim + 1..].iter().product();
     let total = shape.numel();
-    (0..total).map(|k| conv((k / inner) % n)).collect()
+    crate::pool::from_fn(total, |k| conv((k / inner) % n))
 }
 
 /// A copy of `operand` with the block at `start` replaced by `update`.

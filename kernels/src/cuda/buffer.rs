@@ -20,12 +20,23 @@ impl<T: DeviceRepr> DeviceVec<T> {
     /// `len` uninitialized elements on `device` (every kernel that
     /// allocates one writes all of it before anything reads it).
     fn alloc(device: &Arc<CudaDevice>, len: usize) -> Result<DeviceVec<T>> {
+        let bytes = len as u128 * std::mem::size_of::<T>() as u128;
+        let oom = || CudaError::OutOfMemory { ordinal: device.ordinal(), bytes };
+        // The driver call multiplies len by the element size unchecked.
+        if len.checked_mul(std::mem::size_of::<T>()).is_none_or(|b| b > isize::MAX as usize) {
+            return Err(oom());
+        }
         // SAFETY: the memory is uninitialized; callers fill it completely
         // before reading (see each kernel), and device memory of a `DeviceRepr`
         // type holds no invariants that uninitialized bytes could break on
         // the host side.
-        let slice = unsafe { device.stream().alloc::<T>(len.max(1)) }
-            .map_err(|e| CudaError::driver("allocating device memory", e))?;
+        let slice = unsafe { device.stream().alloc::<T>(len.max(1)) }.map_err(|e| {
+            if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+                oom()
+            } else {
+                CudaError::driver("allocating device memory", e)
+            }
+        })?;
         Ok(DeviceVec { slice, len, device: device.clone() })
     }
 

@@ -210,13 +210,12 @@ mod tests {
 mod nvrtc_tests {
     use super::*;
 
-    /// Compiles every structural kernel when libnvrtc can be loaded.
+    /// Compiles every structural kernel (ignored unless asked for: it needs
+    /// libnvrtc, and then fails without it).
     #[test]
+    #[ignore = "needs libnvrtc; run with --include-ignored where it is installed"]
     fn builtin_kernels_compile() {
-        if !nvrtc_available() {
-            eprintln!("skipped: libnvrtc not found");
-            return;
-        }
+        assert!(nvrtc_available(), "libnvrtc not found: put it on LD_LIBRARY_PATH");
         let mut failures = Vec::new();
         for k in crate::cuda::source::builtin_catalog() {
             if let Err(e) = compile_ptx(&k, DEFAULT_ARCH) {

@@ -45,6 +45,14 @@ pub enum CudaError {
         /// The size of the indexed axis.
         size: usize,
     },
+    /// The device could not allocate a buffer (the driver's
+    /// CUDA_ERROR_OUT_OF_MEMORY, or a size past `usize`).
+    OutOfMemory {
+        /// The device's ordinal.
+        ordinal: usize,
+        /// The bytes requested.
+        bytes: u128,
+    },
     /// The operation has no CUDA kernel for these operands.
     Unsupported {
         /// What is not supported.
@@ -82,6 +90,9 @@ impl fmt::Display for CudaError {
             CudaError::Blas { message } => write!(f, "cuBLAS error: {message}"),
             CudaError::IndexOutOfRange { index, size } => {
                 write!(f, "index {index} is out of range for an axis of size {size}")
+            }
+            CudaError::OutOfMemory { ordinal, bytes } => {
+                write!(f, "out of memory: cannot allocate {bytes} bytes on cuda:{ordinal}")
             }
             CudaError::Unsupported { message } => write!(f, "not supported on CUDA: {message}"),
         }

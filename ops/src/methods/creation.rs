@@ -60,12 +60,13 @@ impl Tensor {
     /// [`Tensor::full`] returning an error: an [`ErrorKind::Overflow`]
     /// (crate::ErrorKind) if the shape's element count or bytes pass
     /// `isize::MAX`, or if an integer `dtype` cannot hold `value` (NaN,
-    /// infinite or out of its range; numpy 2 refuses these too).
+    /// infinite or out of its range; numpy 2 refuses these too); an
+    /// out-of-memory error if the buffer cannot be allocated.
     pub fn try_full(shape: impl Into<Shape>, value: f64, dtype: DType) -> Result<Tensor> {
         let shape = shape.into();
-        let n = check_size("full", &shape, dtype)?;
+        check_size("full", &shape, dtype)?;
         super::check_scalar_fits("full", value, dtype)?;
-        let a = Array::from_cpu(CpuBuffer::full(dtype, n, value), shape);
+        let a = Array::try_full("full", shape, dtype, value)?;
         Ok(Tensor::from_array(a.to_device(crate::array::default_device())?))
     }
 
@@ -87,7 +88,7 @@ impl Tensor {
     pub fn full_like(&self, value: f64) -> Tensor {
         let a = self.aval();
         super::check_scalar_fits("full_like", value, a.dtype).or_raise();
-        let arr = Array::from_cpu(CpuBuffer::full(a.dtype, a.shape.numel(), value), a.shape);
+        let arr = Array::try_full("full_like", a.shape, a.dtype, value).or_raise();
         Tensor::from_array(arr.to_device(a.device).or_raise())
     }
 
@@ -116,20 +117,17 @@ impl Tensor {
                 .raise();
         }
         let n = n as usize;
-        let data: Vec<f64> = (0..n).map(|i| start + i as f64 * step).collect();
-        Tensor::from_vec(data, [n]).cast(dtype)
+        let a = Array::try_from_fn("arange", Shape::from([n]), |i| start + i as f64 * step).or_raise();
+        Tensor::from_array(a.to_device(crate::array::default_device()).or_raise()).cast(dtype)
     }
 
     /// `n` evenly spaced values from `start` to `end` inclusive.
     #[track_caller]
     pub fn linspace(start: f64, end: f64, n: usize, dtype: DType) -> Tensor {
         check_size("linspace", &Shape::from([n]), DType::F64).or_raise();
-        let data: Vec<f64> = match n {
-            0 => vec![],
-            1 => vec![start],
-            _ => (0..n).map(|i| start + (end - start) * i as f64 / (n - 1) as f64).collect(),
-        };
-        Tensor::from_vec(data, [n]).cast(dtype)
+        let at = |i: usize| if n == 1 { start } else { start + (end - start) * i as f64 / (n - 1) as f64 };
+        let a = Array::try_from_fn("linspace", Shape::from([n]), at).or_raise();
+        Tensor::from_array(a.to_device(crate::array::default_device()).or_raise()).cast(dtype)
     }
 
     /// The `n x n` identity matrix.
@@ -141,18 +139,19 @@ impl Tensor {
     /// `c = r + k`) and zeros elsewhere, like numpy's `eye(N, M, k)`.
     #[track_caller]
     pub fn eye_nm(rows: usize, cols: usize, k: isize, dtype: DType) -> Tensor {
-        check_size("eye", &Shape::from([rows, cols]), dtype).or_raise();
-        let buf = xform_kernels::with_dtype!(dtype, T => {
-            let mut v = xform_kernels::pool::filled(rows * cols, T::ZERO);
+        let shape = Shape::from([rows, cols]);
+        check_size("eye", &shape, dtype).or_raise();
+        let a = Array::try_full("eye", shape, dtype, 0.0).or_raise();
+        xform_kernels::with_dtype!(dtype, T => {
+            let mut buf = a.write();
+            let v = buf.cpu_mut("eye").or_raise().as_mut_slice::<T>();
             for r in 0..rows {
                 let c = r as i128 + k as i128; // k may be near isize::MIN or MAX
                 if c >= 0 && c < cols as i128 {
                     v[r * cols + c as usize] = T::ONE;
                 }
             }
-            CpuBuffer::from_vec(v)
         });
-        let a = Array::from_cpu(buf, Shape::from([rows, cols]));
         Tensor::from_array(a.to_device(crate::array::default_device()).or_raise())
     }
 
