@@ -36,7 +36,7 @@ fn negative_starts_wrap_then_clamp_like_jax() {
         let nine = Tensor::from_vec(vec![9.0f64, 9.0], [2]);
         for (s, slice, update) in JAX {
             for st in [start(s), Tensor::scalar(s as i32)] {
-                assert_eq!(v(&x4().dynamic_slice(&[st.clone()], &[2])), slice.to_vec(), "dynamic_slice start {s}");
+                assert_eq!(v(&x4().dynamic_slice(std::slice::from_ref(&st), &[2])), slice.to_vec(), "dynamic_slice start {s}");
                 assert_eq!(
                     v(&x4().dynamic_update_slice(&nine, &[st])),
                     update.to_vec(),
@@ -85,22 +85,22 @@ fn negative_starts_under_vmap_and_trace() {
         // Batched starts (the per-example gather path), as JAX:
         // vmap(lambda s: dynamic_slice(x, [s], [2]))([-1, -3, -5, 1]).
         let starts = Tensor::from_vec(vec![-1i64, -3, -5, 1], [4]);
-        let per = vmap(|s: &Tensor| x4().dynamic_slice(&[s.clone()], &[2]))(&starts);
+        let per = vmap(|s: &Tensor| x4().dynamic_slice(std::slice::from_ref(s), &[2]))(&starts);
         assert_eq!(v(&per), vec![2., 3., 1., 2., 0., 1., 1., 2.]);
         // Batched starts for the update (the per-example scatter path).
         let nine = Tensor::from_vec(vec![9.0f64, 9.0], [2]);
-        let per = vmap(|s: &Tensor| x4().dynamic_update_slice(&nine, &[s.clone()]))(&starts);
+        let per = vmap(|s: &Tensor| x4().dynamic_update_slice(&nine, std::slice::from_ref(s)))(&starts);
         assert_eq!(v(&per), vec![0., 1., 9., 9., 0., 9., 9., 3., 9., 9., 2., 3., 0., 9., 9., 3.]);
         // Extreme i64 starts do not overflow in the batched path.
         let far = Tensor::from_vec(vec![i64::MIN, i64::MAX, -2], [3]);
-        let per = vmap(|s: &Tensor| x4().dynamic_slice(&[s.clone()], &[2]))(&far);
+        let per = vmap(|s: &Tensor| x4().dynamic_slice(std::slice::from_ref(s), &[2]))(&far);
         assert_eq!(v(&per), vec![0., 1., 2., 3., 2., 3.]);
         // A batched operand with unbatched negative starts.
         let xs = Tensor::arange(0.0, 8.0, 1.0, DType::F64).reshape(&[2, 4]);
         let per = vmap(|x: &Tensor| x.dynamic_slice(&[start(-1)], &[2]))(&xs);
         assert_eq!(v(&per), vec![2., 3., 6., 7.]);
         // A traced program resolves the start it is given at run time.
-        let prog = trace(|(x, s): &(Tensor, Tensor)| x.dynamic_slice(&[s.clone()], &[2]), &(x4(), start(0)));
+        let prog = trace(|(x, s): &(Tensor, Tensor)| x.dynamic_slice(std::slice::from_ref(s), &[2]), &(x4(), start(0)));
         let out = prog.eval(&[x4(), start(-1)]).unwrap();
         assert_eq!(v(&out[0]), vec![2., 3.]);
     })
