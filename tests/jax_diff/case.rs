@@ -6,7 +6,8 @@
 //!   where `scalarize(ys) = sum_i sum(sin(y_i))`;
 //! - `Vmap`: `f` mapped over a batch axis of size `size`, at `in_axes[i]`
 //!   of input i (`None`: not batched), with the batch axis of every output
-//!   at `out_axis` (negative counts from the end);
+//!   at `out_axis` (negative counts from the end), in xform now and then
+//!   in chunks of `chunk` examples;
 //! - `Jvp`: `f`'s outputs followed by their tangents along `cos(3 x_i)`;
 //! - `Jacfwd` / `Jacrev`: every block d out_j / d in_i (output-major);
 //! - `Hessian`: every block of the Hessian of `scalarize(f(xs))`;
@@ -23,7 +24,13 @@ use proptest::prelude::*;
 #[derive(Clone, Debug, PartialEq)]
 pub enum Tf {
     Grad,
-    Vmap { in_axes: Vec<Option<isize>>, out_axis: isize, size: usize },
+    /// `chunk`: xform's `chunk_size` (JAX's vmap has none; results must not change).
+    Vmap {
+        in_axes: Vec<Option<isize>>,
+        out_axis: isize,
+        size: usize,
+        chunk: Option<usize>,
+    },
     Jvp,
     Jacfwd,
     Jacrev,
@@ -64,7 +71,7 @@ fn apply(tf: &Tf, ins: &[Vec<usize>], outs: &[Vec<usize>]) -> Option<(Vec<Vec<us
             ins.to_vec(),
             ins.iter().flat_map(|a| ins.iter().map(move |c| a.iter().chain(c).copied().collect())).collect(),
         ),
-        Tf::Vmap { in_axes, out_axis, size } => {
+        Tf::Vmap { in_axes, out_axis, size, .. } => {
             let ins2 = ins
                 .iter()
                 .zip(in_axes)
@@ -124,7 +131,8 @@ fn resolve(program: &Program, core_outs: &[Vec<usize>], raw: &[(u8, u64)]) -> (V
                 let min_rank = outs.iter().map(Vec::len).min().unwrap_or(0);
                 let k = m.int(0, min_rank);
                 let out_axis = if m.coin() { k as isize - min_rank as isize - 1 } else { k as isize };
-                Tf::Vmap { in_axes, out_axis, size }
+                let chunk = if m.int(0, 3) == 0 { Some(m.int(1, 2)) } else { None };
+                Tf::Vmap { in_axes, out_axis, size, chunk }
             }
             2 => Tf::Jvp,
             3 => Tf::Jacfwd,

@@ -184,10 +184,11 @@ type Fun = Rc<dyn Fn(&Vec<Tensor>) -> Vec<Tensor>>;
 fn wrap(tf: &Tf, f: Fun) -> Fun {
     match tf.clone() {
         Tf::Grad => Rc::new(move |xs| grad(|xs: &Vec<Tensor>| scalarize(&f(xs)))(xs)),
-        Tf::Vmap { in_axes, out_axis, .. } => Rc::new(move |xs| {
+        Tf::Vmap { in_axes, out_axis, chunk, .. } => Rc::new(move |xs| {
             let opts = VmapOptions {
                 in_axes: Axes::Leaves(in_axes.clone()),
                 out_axes: Axes::All(Some(out_axis)),
+                chunk_size: chunk,
                 ..Default::default()
             };
             vmap_with(|xs: &Vec<Tensor>| f(xs), opts)(xs)
@@ -365,8 +366,8 @@ pub fn rust_reproducer(case: &Case) -> String {
         let (p, n) = (k, k + 1);
         let body = match tf {
             Tf::Grad => format!("grad(|xs: &Vec<Tensor>| scalarize(&f{p}(xs)))(xs)"),
-            Tf::Vmap { in_axes, out_axis, .. } => format!(
-                "vmap_with(&f{p}, VmapOptions {{ in_axes: Axes::Leaves(vec!{in_axes:?}), out_axes: Axes::All(Some({out_axis})), ..Default::default() }})(xs)"
+            Tf::Vmap { in_axes, out_axis, chunk, .. } => format!(
+                "vmap_with(&f{p}, VmapOptions {{ in_axes: Axes::Leaves(vec!{in_axes:?}), out_axes: Axes::All(Some({out_axis})), chunk_size: {chunk:?}, ..Default::default() }})(xs)"
             ),
             Tf::Jvp => format!(
                 "let ts: Vec<Tensor> = xs.iter().map(|x| (x * 3.0).cos()).collect(); let (y, t) = jvp(&f{p}, xs, &ts); y.into_iter().chain(t).collect()"

@@ -36,7 +36,11 @@ fn negative_starts_wrap_then_clamp_like_jax() {
         let nine = Tensor::from_vec(vec![9.0f64, 9.0], [2]);
         for (s, slice, update) in JAX {
             for st in [start(s), Tensor::scalar(s as i32)] {
-                assert_eq!(v(&x4().dynamic_slice(std::slice::from_ref(&st), &[2])), slice.to_vec(), "dynamic_slice start {s}");
+                assert_eq!(
+                    v(&x4().dynamic_slice(std::slice::from_ref(&st), &[2])),
+                    slice.to_vec(),
+                    "dynamic_slice start {s}"
+                );
                 assert_eq!(
                     v(&x4().dynamic_update_slice(&nine, &[st])),
                     update.to_vec(),
