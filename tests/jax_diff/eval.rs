@@ -21,6 +21,14 @@ pub fn shape(e: &Expr, inputs: &[Vec<usize>]) -> Vec<usize> {
         | Expr::Flip { x, .. }
         | Expr::DynUpdate { x, .. } => shape(x, inputs),
         Expr::Mutate { target, .. } => shape(target, inputs),
+        Expr::Where { x, .. } | Expr::IndexAdd { x, .. } => shape(x, inputs),
+        Expr::Pad { widths, x, .. } => {
+            shape(x, inputs).iter().zip(widths).map(|(&n, (l, h))| (n as i64 + l + h) as usize).collect()
+        }
+        Expr::Var { axes, x, .. } => {
+            let s = shape(x, inputs);
+            (0..s.len()).filter(|a| !axes.contains(a)).map(|a| s[a]).collect()
+        }
         Expr::Binary(_, x, y) => broadcast(&shape(x, inputs), &shape(y, inputs)),
         Expr::Reduce { axes, keepdims, x, .. } => {
             let s = shape(x, inputs);
@@ -158,6 +166,12 @@ pub fn eval(e: &Expr, xs: &[Tensor]) -> Tensor {
         Expr::DynSlice { starts: s, sizes, x } => ev(x).dynamic_slice(&starts(s), sizes),
         Expr::DynUpdate { starts: s, x, u } => ev(x).dynamic_update_slice(&ev(u), &starts(s)),
         Expr::Matmul(a, b) => ev(a).matmul(&ev(b)),
+        Expr::Where { a, b, x, y } => Tensor::where_(&ev(a).gt(&ev(b)), &ev(x), &ev(y)),
+        Expr::Pad { widths, value, x } => ev(x).pad(widths, *value),
+        Expr::IndexAdd { axis, idx, x, src } => {
+            ev(x).index_add(*axis as isize, &Tensor::from_vec(idx.clone(), [idx.len()]), &ev(src))
+        }
+        Expr::Var { axes, ddof, keepdims, x } => ev(x).var_axes(&isz(axes), *ddof, *keepdims),
         Expr::Mutate { op, view: v, target, value } => {
             let t = ev(target).copy();
             let value = ev(value);
@@ -337,6 +351,18 @@ pub fn rust(e: &Expr) -> String {
             format!("({}).dynamic_update_slice(&{}, {})", rust(x), rust(u), rust_starts(starts))
         }
         Expr::Matmul(a, b) => format!("({}).matmul(&{})", rust(a), rust(b)),
+        Expr::Where { a, b, x, y } => {
+            format!("Tensor::where_(&({}).gt(&{}), &{}, &{})", rust(a), rust(b), rust(x), rust(y))
+        }
+        Expr::Pad { widths, value, x } => format!("({}).pad(&{widths:?}, {})", rust(x), f64_lit(*value)),
+        Expr::IndexAdd { axis, idx, x, src } => format!(
+            "({}).index_add({axis}, &Tensor::from_vec(vec!{}, [{}]), &{})",
+            rust(x),
+            list(idx).replace(']', "i64]"),
+            idx.len(),
+            rust(src)
+        ),
+        Expr::Var { axes, ddof, keepdims, x } => format!("({}).var_axes(&{}, {ddof}, {keepdims})", rust(x), list(axes)),
         Expr::Mutate { op, view, target, value } => {
             let m = match op {
                 MutOp::Add => "add_",

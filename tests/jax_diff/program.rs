@@ -174,6 +174,34 @@ pub enum Expr {
     },
     /// numpy `matmul` (vectors promoted, batch axes broadcast).
     Matmul(Box<Expr>, Box<Expr>),
+    /// `where(a > b, x, y)` (all four of the result's shape).
+    Where {
+        a: Box<Expr>,
+        b: Box<Expr>,
+        x: Box<Expr>,
+        y: Box<Expr>,
+    },
+    /// Constant padding by `(before, after)` per axis.
+    Pad {
+        widths: Vec<(i64, i64)>,
+        value: f64,
+        x: Box<Expr>,
+    },
+    /// `index_add(axis, idx, src)`: rows of `src` added at `idx` (duplicates
+    /// accumulate).
+    IndexAdd {
+        axis: usize,
+        idx: Vec<i64>,
+        x: Box<Expr>,
+        src: Box<Expr>,
+    },
+    /// Variance over `axes` with `ddof` (every reduced axis has >= 2 elements).
+    Var {
+        axes: Vec<usize>,
+        ddof: usize,
+        keepdims: bool,
+        x: Box<Expr>,
+    },
     /// `{ let t = target.copy(); t.<view>.<op>_(value); t }`; in JAX the pure
     /// `t.at[view].<op>(value)`.
     Mutate {
@@ -286,7 +314,7 @@ fn leaf(shape: &[usize]) -> BoxedStrategy<Expr> {
 }
 
 /// Number of constructors `build` knows (0 is the leaf).
-const CHOICES: usize = 18;
+const CHOICES: usize = 22;
 
 /// An expression whose value has exactly `shape`, at most `depth` deep.
 pub fn expr(shape: Vec<usize>, depth: u32) -> BoxedStrategy<Expr> {
@@ -424,6 +452,42 @@ fn build(s: Vec<usize>, depth: u32, choice: usize, seed: u64) -> BoxedStrategy<E
                 .prop_map(move |(t, v)| Expr::Mutate { op, view: view.clone(), target: b(t), value: b(v) })
                 .boxed()
         }
+        18 => {
+            let (x, y) = (sub(s.clone()), sub(s.clone()));
+            (sub(s.clone()), sub(s.clone()), x, y)
+                .prop_map(|(a, c, x, y)| Expr::Where { a: b(a), b: b(c), x: b(x), y: b(y) })
+                .boxed()
+        }
+        19 if r >= 1 && s.iter().any(|&n| n >= 2) => {
+            let widths: Vec<(i64, i64)> = s
+                .iter()
+                .map(|&n| {
+                    let lo = m.int(0, (n - 1).min(2));
+                    let hi = m.int(0, (n - 1 - lo).min(2));
+                    (lo as i64, hi as i64)
+                })
+                .collect();
+            let src: Vec<usize> = s.iter().zip(&widths).map(|(&n, (l, h))| n - (l + h) as usize).collect();
+            let value = [0.0, 1.5, -0.25][m.int(0, 2)];
+            sub(src).prop_map(move |x| Expr::Pad { widths: widths.clone(), value, x: b(x) }).boxed()
+        }
+        20 if r >= 1 => {
+            let axis = m.int(0, r - 1);
+            let k = m.int(1, MAX_DIM);
+            let idx: Vec<i64> = (0..k).map(|_| m.int(0, s[axis] - 1) as i64).collect();
+            let mut src = s.clone();
+            src[axis] = k;
+            (sub(s.clone()), sub(src))
+                .prop_map(move |(x, u)| Expr::IndexAdd { axis, idx: idx.clone(), x: b(x), src: b(u) })
+                .boxed()
+        }
+        21 if r < MAX_RANK => {
+            let a = m.int(0, r);
+            let mut src = s.clone();
+            src.insert(a, m.int(2, MAX_DIM));
+            let ddof = m.int(0, 1);
+            sub(src).prop_map(move |x| Expr::Var { axes: vec![a], ddof, keepdims: false, x: b(x) }).boxed()
+        }
         // A constructor that does not apply to this shape: a unary op.
         _ if choice != 0 => (select(UNARY.to_vec()), sub(s.clone())).prop_map(|(op, x)| Expr::Unary(op, b(x))).boxed(),
         _ => leaf(&s),
@@ -524,7 +588,16 @@ fn number(e: &mut Expr, keys: &mut Vec<(Vec<usize>, usize)>) {
         | Expr::Flip { x, .. }
         | Expr::Take { x, .. }
         | Expr::DynSlice { x, .. } => number(x, keys),
-        Expr::Binary(_, x, y) | Expr::DynUpdate { x, u: y, .. } | Expr::Matmul(x, y) => {
+        Expr::Pad { x, .. } | Expr::Var { x, .. } => number(x, keys),
+        Expr::Where { a, b, x, y } => {
+            for e in [a, b, x, y] {
+                number(e, keys);
+            }
+        }
+        Expr::Binary(_, x, y)
+        | Expr::DynUpdate { x, u: y, .. }
+        | Expr::Matmul(x, y)
+        | Expr::IndexAdd { x, src: y, .. } => {
             number(x, keys);
             number(y, keys);
         }

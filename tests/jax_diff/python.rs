@@ -95,6 +95,22 @@ pub fn python(e: &Expr) -> String {
             format!("lax.dynamic_update_slice({}, {}, {starts:?})", python(x), python(u))
         }
         Expr::Matmul(a, b) => format!("jnp.matmul({}, {})", python(a), python(b)),
+        Expr::Where { a, b, x, y } => {
+            format!("jnp.where({} > {}, {}, {})", python(a), python(b), python(x), python(y))
+        }
+        Expr::Pad { widths, value, x } => {
+            let w: Vec<String> = widths.iter().map(|(l, h)| format!("({l}, {h})")).collect();
+            format!("jnp.pad({}, ({},), constant_values={})", python(x), w.join(", "), f64_lit(*value))
+        }
+        Expr::IndexAdd { axis, idx, x, src } => {
+            format!("{}.at[{}].add({})", python(x), index(*axis, format!("jnp.array({idx:?})")), python(src))
+        }
+        Expr::Var { axes, ddof, keepdims, x } => format!(
+            "jnp.var({}, axis={}, ddof={ddof}, keepdims={})",
+            python(x),
+            tuple(axes),
+            if *keepdims { "True" } else { "False" }
+        ),
         Expr::Mutate { op, view, target, value } => {
             let (t, v) = (python(target), python(value));
             // The pure form: `t.at[index].<op>(v)`, or for a transposed view,
