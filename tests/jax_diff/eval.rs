@@ -54,7 +54,7 @@ pub fn shape(e: &Expr, inputs: &[Vec<usize>]) -> Vec<usize> {
             s[*axis] = idx.len();
             s
         }
-        Expr::DynSlice { sizes, .. } => sizes.clone(),
+        Expr::DynSlice { sizes, .. } | Expr::DynSliceAt { sizes, .. } => sizes.clone(),
         Expr::Matmul(a, b) => {
             let (sa, sb) = (shape(a, inputs), shape(b, inputs));
             match (sa.len(), sb.len()) {
@@ -166,6 +166,11 @@ pub fn eval(e: &Expr, xs: &[Tensor]) -> Tensor {
         Expr::DynSlice { starts: s, sizes, x } => ev(x).dynamic_slice(&starts(s), sizes),
         Expr::DynUpdate { starts: s, x, u } => ev(x).dynamic_update_slice(&ev(u), &starts(s)),
         Expr::Matmul(a, b) => ev(a).matmul(&ev(b)),
+        Expr::DynSliceAt { scale, sizes, x, at } => {
+            let at = ev(at);
+            let starts: Vec<Tensor> = scale.iter().map(|k| (&at * *k).floor().cast(DType::I64)).collect();
+            ev(x).dynamic_slice(&starts, sizes)
+        }
         Expr::Where { a, b, x, y } => Tensor::where_(&ev(a).gt(&ev(b)), &ev(x), &ev(y)),
         Expr::Pad { widths, value, x } => ev(x).pad(widths, *value),
         Expr::IndexAdd { axis, idx, x, src } => {
@@ -351,6 +356,17 @@ pub fn rust(e: &Expr) -> String {
             format!("({}).dynamic_update_slice(&{}, {})", rust(x), rust(u), rust_starts(starts))
         }
         Expr::Matmul(a, b) => format!("({}).matmul(&{})", rust(a), rust(b)),
+        Expr::DynSliceAt { scale, sizes, x, at } => {
+            let starts: Vec<String> =
+                scale.iter().map(|k| format!("(&at * {}).floor().cast(DType::I64)", f64_lit(*k))).collect();
+            format!(
+                "{{ let at = {}; ({}).dynamic_slice(&[{}], &{}) }}",
+                rust(at),
+                rust(x),
+                starts.join(", "),
+                list(sizes)
+            )
+        }
         Expr::Where { a, b, x, y } => {
             format!("Tensor::where_(&({}).gt(&{}), &{}, &{})", rust(a), rust(b), rust(x), rust(y))
         }

@@ -172,6 +172,14 @@ pub enum Expr {
         x: Box<Expr>,
         u: Box<Expr>,
     },
+    /// `dynamic_slice` at starts computed from data: `floor(at * k_d)` as
+    /// i64 for a scalar expression `at` (per-example starts under vmap).
+    DynSliceAt {
+        scale: Vec<f64>,
+        sizes: Vec<usize>,
+        x: Box<Expr>,
+        at: Box<Expr>,
+    },
     /// numpy `matmul` (vectors promoted, batch axes broadcast).
     Matmul(Box<Expr>, Box<Expr>),
     /// `where(a > b, x, y)` (all four of the result's shape).
@@ -314,7 +322,7 @@ fn leaf(shape: &[usize]) -> BoxedStrategy<Expr> {
 }
 
 /// Number of constructors `build` knows (0 is the leaf).
-const CHOICES: usize = 22;
+const CHOICES: usize = 23;
 
 /// An expression whose value has exactly `shape`, at most `depth` deep.
 pub fn expr(shape: Vec<usize>, depth: u32) -> BoxedStrategy<Expr> {
@@ -488,6 +496,19 @@ fn build(s: Vec<usize>, depth: u32, choice: usize, seed: u64) -> BoxedStrategy<E
             let ddof = m.int(0, 1);
             sub(src).prop_map(move |x| Expr::Var { axes: vec![a], ddof, keepdims: false, x: b(x) }).boxed()
         }
+        22 if r >= 1 => {
+            let src: Vec<usize> = s.iter().map(|&n| n + m.int(0, 2)).collect();
+            let scale: Vec<f64> = s.iter().map(|_| [1.0, -1.5, 2.5][m.int(0, 2)]).collect();
+            let sizes = s.clone();
+            (sub(src), sub(vec![]))
+                .prop_map(move |(x, at)| Expr::DynSliceAt {
+                    scale: scale.clone(),
+                    sizes: sizes.clone(),
+                    x: b(x),
+                    at: b(at),
+                })
+                .boxed()
+        }
         // A constructor that does not apply to this shape: a unary op.
         _ if choice != 0 => (select(UNARY.to_vec()), sub(s.clone())).prop_map(|(op, x)| Expr::Unary(op, b(x))).boxed(),
         _ => leaf(&s),
@@ -597,7 +618,8 @@ fn number(e: &mut Expr, keys: &mut Vec<(Vec<usize>, usize)>) {
         Expr::Binary(_, x, y)
         | Expr::DynUpdate { x, u: y, .. }
         | Expr::Matmul(x, y)
-        | Expr::IndexAdd { x, src: y, .. } => {
+        | Expr::IndexAdd { x, src: y, .. }
+        | Expr::DynSliceAt { x, at: y, .. } => {
             number(x, keys);
             number(y, keys);
         }

@@ -95,6 +95,18 @@ pub fn python(e: &Expr) -> String {
             format!("lax.dynamic_update_slice({}, {}, {starts:?})", python(x), python(u))
         }
         Expr::Matmul(a, b) => format!("jnp.matmul({}, {})", python(a), python(b)),
+        Expr::DynSliceAt { scale, sizes, x, at } => {
+            // `at` is printed once: a lambda binds it.
+            let starts: Vec<String> =
+                scale.iter().map(|k| format!("jnp.floor(at * {}).astype(jnp.int64)", f64_lit(*k))).collect();
+            format!(
+                "(lambda at: lax.dynamic_slice({}, [{}], {}))({})",
+                python(x),
+                starts.join(", "),
+                tuple(sizes),
+                python(at)
+            )
+        }
         Expr::Where { a, b, x, y } => {
             format!("jnp.where({} > {}, {}, {})", python(a), python(b), python(x), python(y))
         }
