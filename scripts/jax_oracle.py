@@ -6,7 +6,7 @@ writes one JSON answer per line on stdout, so JAX is imported once for the
 whole run.
 
 Request:  {"id": N, "src": "<python source defining run(xs)>",
-           "inputs": [{"shape": [...], "data": [...]}, ...]}
+           "inputs": [{"shape": [...], "data": [...]}, ...], "eager": bool}
 Answer:   {"id": N, "outputs": [{"shape": [...], "data": [...]}, ...]}
       or  {"id": N, "error": "<exception text>"}
 
@@ -34,7 +34,10 @@ from jax import lax  # noqa: E402
 
 # One XLA compilation per case (jit) is much faster than op-by-op dispatch,
 # which compiles every primitive at every new shape; XFORM_JAX_ORACLE_JIT=0
-# runs eagerly instead.
+# runs eagerly instead, and so does a request with "eager": true (the Rust
+# side asks for that when the jit answer differs: XLA's simplifier has been
+# seen to fold take(dynamic_slice(x, s), i) into one gather that wraps a
+# negative start but drops the clamp, so eager JAX is the reference).
 JIT = os.environ.get("XFORM_JAX_ORACLE_JIT", "1") != "0"
 
 
@@ -64,7 +67,8 @@ def main():
                 jnp.asarray(np.array(i["data"], dtype=np.float64).reshape(i["shape"]))
                 for i in req["inputs"]
             ]
-            run = jax.jit(scope["run"]) if JIT else scope["run"]
+            jit = JIT and not req.get("eager", False)
+            run = jax.jit(scope["run"]) if jit else scope["run"]
             outs = run(xs)
             answer({"id": rid, "outputs": [to_json(o) for o in outs]})
         except Exception:  # report every failure to the Rust side

@@ -47,9 +47,9 @@ impl Oracle {
         Ok(line)
     }
 
-    /// Runs `src` (defining `run(xs)`) on `inputs`; `Err` carries the
-    /// Python traceback or a protocol failure.
-    pub fn run(&mut self, src: &str, inputs: &[Leaf]) -> Result<Vec<Leaf>, String> {
+    /// Runs `src` (defining `run(xs)`) on `inputs`, under `jax.jit` unless
+    /// `eager`; `Err` carries the Python traceback or a protocol failure.
+    pub fn run(&mut self, src: &str, inputs: &[Leaf], eager: bool) -> Result<Vec<Leaf>, String> {
         self.next_id += 1;
         let id = self.next_id;
         let ins: Vec<String> = inputs
@@ -59,7 +59,11 @@ impl Oracle {
                 format!("{{\"shape\": {s:?}, \"data\": [{}]}}", d.join(", "))
             })
             .collect();
-        let req = format!("{{\"id\": {id}, \"src\": {}, \"inputs\": [{}]}}\n", string(src), ins.join(", "));
+        let req = format!(
+            "{{\"id\": {id}, \"src\": {}, \"inputs\": [{}], \"eager\": {eager}}}\n",
+            string(src),
+            ins.join(", ")
+        );
         self.stdin
             .write_all(req.as_bytes())
             .and_then(|_| self.stdin.flush())
