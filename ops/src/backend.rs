@@ -544,14 +544,7 @@ mod imp {
 
     pub fn cuda_dynamic_update_slice(ins: &[&Array]) -> Result<Array> {
         let (x, u) = (ins[0], ins[1]);
-        let start: Vec<usize> = ins[2..]
-            .iter()
-            .enumerate()
-            .map(|(d, s)| {
-                let hi = (x.shape()[d] - u.shape()[d]) as i64;
-                Ok(crate::prims::indexing::scalar_i64(s)?.clamp(0, hi) as usize)
-            })
-            .collect::<Result<_>>()?;
+        let start = crate::prims::indexing::resolved_starts(x.shape(), u.shape(), &ins[2..])?;
         let buf = with_bufs("dynamic_update_slice", &[x, u], |b| {
             exec::dynamic_update_slice(b[0].0, b[0].1, b[1].0, b[1].1, &start)
         })?;

@@ -220,14 +220,17 @@ pub fn copy(x: &Tensor) -> Result<Tensor> {
     bind1(&Prim::Copy, std::slice::from_ref(x))
 }
 
-/// Slice of `sizes` at runtime `starts` (one scalar integer per axis).
+/// Slice of `sizes` at runtime `starts` (one scalar integer per axis; a
+/// negative start is wrapped by the axis length, then every start is
+/// clamped so the block fits, as in JAX).
 pub fn dynamic_slice(x: &Tensor, starts: &[Tensor], sizes: &[usize]) -> Result<Tensor> {
     let mut ins: SmallVec<[Tensor; 4]> = smallvec![x.clone()];
     ins.extend(starts.iter().cloned());
     bind1(&Prim::DynamicSlice { sizes: sizes.into() }, &ins)
 }
 
-/// `x` with the block at runtime `starts` replaced by `update`.
+/// `x` with the block at runtime `starts` replaced by `update` (starts
+/// resolved as in [`dynamic_slice`]).
 pub fn dynamic_update_slice(x: &Tensor, update: &Tensor, starts: &[Tensor]) -> Result<Tensor> {
     let mut ins: SmallVec<[Tensor; 4]> = smallvec![x.clone(), update.clone()];
     ins.extend(starts.iter().cloned());

@@ -7,6 +7,7 @@ mod registry;
 
 mod compositions;
 mod cuda;
+mod dynamic_slice;
 mod edges;
 mod errors;
 mod limits;

@@ -257,6 +257,14 @@ fn compare(op: CompareOp, a: f64, b: f64) -> f64 {
     r as i32 as f64
 }
 
+/// A dynamic-slice start as JAX 0.10 resolves it, written independently of
+/// the library: `jnp`'s wrap `s + n` for a negative start, then XLA's clamp
+/// to `0..=n - block`.
+fn jax_start(s: f64, n: usize, block: usize) -> usize {
+    let s = if s < 0.0 { s + n as f64 } else { s };
+    s.max(0.0).min((n - block) as f64) as usize
+}
+
 fn zip(a: &Nd, b: &Nd, f: impl Fn(f64, f64) -> f64) -> Nd {
     Nd { shape: a.shape.clone(), data: a.data.iter().zip(&b.data).map(|(x, y)| f(*x, *y)).collect() }
 }
@@ -451,9 +459,8 @@ pub fn apply(prim: &Prim, ins: &[Nd], dtypes: &[DType]) -> Vec<Nd> {
         Prim::Copy | Prim::StopGradient => one(ins[0].clone()),
         Prim::DynamicSlice { sizes } => {
             let x = &ins[0];
-            let starts: Vec<usize> = (0..sizes.len())
-                .map(|d| ins[1 + d].data[0].clamp(0.0, (x.shape[d] - sizes[d]) as f64) as usize)
-                .collect();
+            let starts: Vec<usize> =
+                (0..sizes.len()).map(|d| jax_start(ins[1 + d].data[0], x.shape[d], sizes[d])).collect();
             let mut out = Nd::filled(sizes.to_vec(), 0.0);
             for idx in indices(sizes) {
                 let src: Vec<usize> = idx.iter().zip(&starts).map(|(i, s)| i + s).collect();
@@ -463,9 +470,8 @@ pub fn apply(prim: &Prim, ins: &[Nd], dtypes: &[DType]) -> Vec<Nd> {
         }
         Prim::DynamicUpdateSlice => {
             let (x, u) = (&ins[0], &ins[1]);
-            let starts: Vec<usize> = (0..x.shape.len())
-                .map(|d| ins[2 + d].data[0].clamp(0.0, (x.shape[d] - u.shape[d]) as f64) as usize)
-                .collect();
+            let starts: Vec<usize> =
+                (0..x.shape.len()).map(|d| jax_start(ins[2 + d].data[0], x.shape[d], u.shape[d])).collect();
             let mut out = x.clone();
             for idx in indices(&u.shape) {
                 let dst: Vec<usize> = idx.iter().zip(&starts).map(|(i, s)| i + s).collect();

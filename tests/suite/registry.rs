@@ -74,7 +74,8 @@ pub enum Dom {
     Bits,
     /// Indices into an axis of size n: `[-n, n)`.
     Index(usize),
-    /// Start indices: `[-2, n + 2]` (exercising the clamp).
+    /// Start indices: `[-n - 2, n + 2]` (exercising the wrap of negative
+    /// starts and the clamp on both sides).
     Start(usize),
 }
 
@@ -113,7 +114,7 @@ pub fn values(seed: u64, shape: &[usize], dtype: DType, dom: Dom) -> Tensor {
             }
             Dom::Bits => g.u64() as u32 as f64,
             Dom::Index(m) => g.int(0, 2 * m - 1) as f64 - m as f64,
-            Dom::Start(m) => g.int(0, m + 4) as f64 - 2.0,
+            Dom::Start(m) => g.int(0, 2 * m + 4) as f64 - m as f64 - 2.0,
         })
         .collect();
     Tensor::from_vec(v, shape.to_vec()).cast(dtype)

@@ -247,13 +247,18 @@ impl Tensor {
     }
 
     /// A block of `sizes` starting at runtime indices `starts` (scalar
-    /// integer tensors, one per axis; clamped so the block fits, as in JAX).
+    /// integer tensors, one per axis), resolved as in JAX: a negative start
+    /// counts from the end of its axis (it is wrapped once by the axis
+    /// length), then the start is clamped so the block fits. On
+    /// `x = [0, 1, 2, 3]`, starts `[-1]` and sizes `[2]` give `[2, 3]`.
     #[track_caller]
     pub fn dynamic_slice(&self, starts: &[Tensor], sizes: &[usize]) -> Tensor {
         lax::dynamic_slice(self, starts, sizes).or_raise()
     }
 
-    /// A copy of `self` with the block at runtime `starts` replaced by `update`.
+    /// A copy of `self` with the block at runtime `starts` replaced by
+    /// `update`; the starts are resolved as in [`Tensor::dynamic_slice`]
+    /// (wrapped if negative, then clamped so the update fits).
     #[track_caller]
     pub fn dynamic_update_slice(&self, update: &Tensor, starts: &[Tensor]) -> Tensor {
         let u = lax::convert(update, self.dtype()).or_raise();

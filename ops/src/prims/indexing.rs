@@ -1,5 +1,6 @@
 //! Indexing primitives: dynamic_slice and dynamic_update_slice (runtime
-//! start indices, clamped so the block fits, as in XLA), gather and
+//! start indices resolved as in JAX: a negative start is wrapped once by the
+//! axis length, then clamped so the block fits), gather and
 //! scatter_add (`tf.gather` semantics with matched batch axes; indices out
 //! of range are an error, not a clamp).
 
@@ -9,7 +10,7 @@ use crate::array::{Array, Device};
 use crate::error::{Error, ErrorKind, Result};
 use crate::interp::{bind1, Outs};
 use crate::lax;
-use crate::prim::{Avals, Axes, BDims, Cotangents, LinearArg, Prim, Tangents};
+use crate::prim::{Avals, Axes, BDims, CompareOp, Cotangents, LinearArg, Prim, Tangents};
 use crate::tensor::{Aval, AvalRef, Tensor};
 use smallvec::{smallvec, SmallVec};
 use xform_kernels::cpu::indexing::{self as k, GatherExtents};
@@ -110,14 +111,26 @@ pub(crate) fn scalar_i64(a: &Array) -> Result<i64> {
     host.with_cpu("index", |b, l| match_buffer!(b, v => v[l.offset].to_i64()))
 }
 
-/// Start indices clamped so that a block of `sizes` fits in `shape`.
-fn clamped_starts(shape: &Shape, sizes: &[usize], starts: &[&Array]) -> Result<Vec<usize>> {
-    starts.iter().enumerate().map(|(d, s)| Ok(scalar_i64(s)?.clamp(0, (shape[d] - sizes[d]) as i64) as usize)).collect()
+/// A start index as JAX 0.10 resolves it on an axis of length `n` for a
+/// block of length `block`: a negative start counts from the end (it is
+/// wrapped once, `s + n`), then the start is clamped to `0..=n - block` so
+/// the block fits. On `n = 4, block = 2`: -1 -> 3 -> 2, -5 -> -1 -> 0.
+pub(crate) fn resolve_start(s: i64, n: usize, block: usize) -> usize {
+    let n = i64::try_from(n).unwrap_or(i64::MAX);
+    let block = i64::try_from(block).unwrap_or(i64::MAX);
+    let s = if s < 0 { s.saturating_add(n) } else { s };
+    s.clamp(0, n - block) as usize
+}
+
+/// Start indices resolved (wrapped, then clamped) so that a block of
+/// `sizes` fits in `shape`.
+pub(crate) fn resolved_starts(shape: &Shape, sizes: &[usize], starts: &[&Array]) -> Result<Vec<usize>> {
+    starts.iter().enumerate().map(|(d, s)| Ok(resolve_start(scalar_i64(s)?, shape[d], sizes[d]))).collect()
 }
 
 pub(crate) fn lower_dynamic_slice(sizes: &[usize], ins: &[&Array]) -> Result<Array> {
     let x = ins[0];
-    let start = clamped_starts(x.shape(), sizes, &ins[1..])?;
+    let start = resolved_starts(x.shape(), sizes, &ins[1..])?;
     let limit: Vec<usize> = start.iter().zip(sizes).map(|(s, n)| s + n).collect();
     let view = x.with_layout(x.layout.slice(&start, &limit, &vec![1; sizes.len()]));
     view.contiguous_copy()
@@ -128,7 +141,7 @@ pub(crate) fn lower_dynamic_update_slice(ins: &[&Array]) -> Result<Array> {
     if let Device::Cuda(_) = x.device() {
         return crate::backend::cuda_dynamic_update_slice(ins);
     }
-    let start = clamped_starts(x.shape(), u.shape(), &ins[2..])?;
+    let start = resolved_starts(x.shape(), u.shape(), &ins[2..])?;
     let gu = u.read();
     let bu = gu.cpu("dynamic_update_slice")?;
     let out = x.with_cpu("dynamic_update_slice", |b, l| {
@@ -336,20 +349,25 @@ fn zero_index(starts: &[Tensor], device: crate::Device) -> Result<Tensor> {
     lax::scalar(0.0, starts.first().map_or(DType::I32, |s| s.dtype()), device)
 }
 
-/// Per-example start `[B]` (as i32), clamped to `0..=n - size`.
-fn clamped_batched_start(s: &Tensor, bdim: Option<usize>, size: usize, n: usize, block: usize) -> Result<Tensor> {
-    let s = lax::convert(s, DType::I32)?;
+/// Per-example start `[B]` (as i64) resolved as `resolve_start` does: in
+/// i64 (exact for every index dtype), first clamped to `-n..=n` so the wrap
+/// `s + n` cannot overflow, then wrapped, then clamped to `0..=n - block`.
+fn resolved_batched_start(s: &Tensor, bdim: Option<usize>, size: usize, n: usize, block: usize) -> Result<Tensor> {
+    let s = lax::convert(s, DType::I64)?;
     let s = to_front(&s, bdim, size)?;
-    let lo = lax::zeros_like(&s)?;
-    let hi = lax::full_like(&s, (n - block) as f64)?;
-    lax::min(&lax::max(&s, &lo)?, &hi)
+    let clamp =
+        |s: &Tensor, lo: f64, hi: f64| lax::min(&lax::max(s, &lax::full_like(s, lo)?)?, &lax::full_like(s, hi)?);
+    let s = clamp(&s, -(n as f64), n as f64)?;
+    let negative = lax::compare(CompareOp::Lt, &s, &lax::zeros_like(&s)?)?;
+    let s = lax::select(&negative, &lax::add_scalar(&s, n as f64)?, &s)?;
+    clamp(&s, 0.0, (n - block) as f64)
 }
 
-/// `[B, block]` indices `start[b] + i`.
+/// `[B, block]` indices `start[b] + i` (i64, like the starts).
 fn block_indices(start: &Tensor, block: usize) -> Result<Tensor> {
     let b = start.shape()[0];
     let shape = Shape::from([b, block]);
-    let iota = lax::iota(DType::I32, &Shape::from([block]), 0, start.device())?;
+    let iota = lax::iota(DType::I64, &Shape::from([block]), 0, start.device())?;
     lax::add(&lax::broadcast_in_dim(start, &shape, &[0])?, &lax::broadcast_in_dim(&iota, &shape, &[1])?)
 }
 
@@ -368,9 +386,9 @@ pub(crate) fn batch_dynamic_slice(sizes: &[usize], ins: &[Tensor], bdims: &[Opti
     let logical = x.shape().without_axis(0);
     for d in 0..sizes.len() {
         if sizes[d] == logical[d] {
-            continue; // the start clamps to 0: the whole axis
+            continue; // the start resolves to 0: the whole axis
         }
-        let start = clamped_batched_start(&ins[1 + d], bdims[1 + d], size, logical[d], sizes[d])?;
+        let start = resolved_batched_start(&ins[1 + d], bdims[1 + d], size, logical[d], sizes[d])?;
         x = lax::gather(&x, &block_indices(&start, sizes[d])?, d + 1, 1)?;
     }
     Ok((smallvec![x], smallvec![Some(0)]))
@@ -393,7 +411,7 @@ pub(crate) fn batch_dynamic_update_slice(ins: &[Tensor], bdims: &[Option<usize>]
     let mut e = if is_bool { lax::convert(&u, DType::I32)? } else { u.clone() };
     let mut m = lax::ones_like(&lax::convert(&u, DType::I32)?)?;
     for d in (0..logical.len()).rev() {
-        let start = clamped_batched_start(&ins[2 + d], bdims[2 + d], size, logical[d], block[d])?;
+        let start = resolved_batched_start(&ins[2 + d], bdims[2 + d], size, logical[d], block[d])?;
         let idx = block_indices(&start, block[d])?;
         let mut shape = e.shape();
         shape[d + 1] = logical[d];

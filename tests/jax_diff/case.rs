@@ -1,0 +1,170 @@
+//! A case: a program, a stack of transforms around it, and input values.
+//!
+//! Every level of the stack is a function from a list of tensors (the
+//! inputs, as one pytree) to a list of tensors:
+//! - `Grad`: the gradient of `scalarize(f(xs))` with respect to every input,
+//!   where `scalarize(ys) = sum_i sum(sin(y_i))`;
+//! - `Vmap`: `f` mapped over a batch axis of size `size`, at `in_axes[i]`
+//!   of input i (`None`: not batched), with the batch axis of every output
+//!   at `out_axis` (negative counts from the end), in xform now and then
+//!   in chunks of `chunk` examples;
+//! - `Jvp`: `f`'s outputs followed by their tangents along `cos(3 x_i)`;
+//! - `Jacfwd` / `Jacrev`: every block d out_j / d in_i (output-major);
+//! - `Hessian`: every block of the Hessian of `scalarize(f(xs))`;
+//! - `Functionalize`: `f` with its in-place ops functionalized (JAX: `f`).
+//!
+//! The stack is drawn as raw choices and resolved against the shapes the
+//! inner levels see (axes within the ranks, one input at least batched), so
+//! any drawn stack is valid; shapes are tracked through every level to
+//! keep the outputs small.
+
+use crate::program::{self, Mix, Program};
+use proptest::prelude::*;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Tf {
+    Grad,
+    /// `chunk`: xform's `chunk_size` (JAX's vmap has none; results must not change).
+    Vmap {
+        in_axes: Vec<Option<isize>>,
+        out_axis: isize,
+        size: usize,
+        chunk: Option<usize>,
+    },
+    Jvp,
+    Jacfwd,
+    Jacrev,
+    Hessian,
+    Functionalize,
+}
+
+/// A case of the differential test. `stack[0]` is applied first (innermost).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Case {
+    pub program: Program,
+    pub stack: Vec<Tf>,
+    /// The outermost function's input shapes (the program's with the batch
+    /// axes of every vmap inserted) and values.
+    pub shapes: Vec<Vec<usize>>,
+    pub data: Vec<Vec<f64>>,
+}
+
+/// Elements allowed in the outputs of one level (bounds the cost of a case).
+const MAX_OUT: usize = 1500;
+
+fn numel(s: &[usize]) -> usize {
+    s.iter().product()
+}
+
+/// Applies one transform to the (input shapes, output shapes) of a level.
+/// Returns `None` where the case would be too large.
+fn apply(tf: &Tf, ins: &[Vec<usize>], outs: &[Vec<usize>]) -> Option<(Vec<Vec<usize>>, Vec<Vec<usize>>)> {
+    let (ins2, outs2): (Vec<Vec<usize>>, Vec<Vec<usize>>) = match tf {
+        Tf::Grad => (ins.to_vec(), ins.to_vec()),
+        Tf::Functionalize => (ins.to_vec(), outs.to_vec()),
+        Tf::Jvp => (ins.to_vec(), outs.iter().chain(outs).cloned().collect()),
+        Tf::Jacfwd | Tf::Jacrev => (
+            ins.to_vec(),
+            outs.iter().flat_map(|o| ins.iter().map(move |i| o.iter().chain(i).copied().collect())).collect(),
+        ),
+        Tf::Hessian => (
+            ins.to_vec(),
+            ins.iter().flat_map(|a| ins.iter().map(move |c| a.iter().chain(c).copied().collect())).collect(),
+        ),
+        Tf::Vmap { in_axes, out_axis, size, .. } => {
+            let ins2 = ins
+                .iter()
+                .zip(in_axes)
+                .map(|(s, a)| {
+                    let mut s = s.clone();
+                    if let Some(a) = a {
+                        let a = if *a < 0 { (*a + s.len() as isize + 1) as usize } else { *a as usize };
+                        s.insert(a, *size);
+                    }
+                    s
+                })
+                .collect();
+            let outs2 = outs
+                .iter()
+                .map(|s| {
+                    let mut s = s.clone();
+                    let a =
+                        if *out_axis < 0 { (*out_axis + s.len() as isize + 1) as usize } else { *out_axis as usize };
+                    s.insert(a, *size);
+                    s
+                })
+                .collect();
+            (ins2, outs2)
+        }
+    };
+    let total: usize = outs2.iter().map(|s| numel(s)).sum();
+    let rank_ok = ins2.iter().chain(&outs2).all(|s| s.len() <= 8);
+    (total <= MAX_OUT && rank_ok).then_some((ins2, outs2))
+}
+
+/// Resolves raw choices `(kind, seed)` into a stack, outermost last.
+/// Levels that would make the case too large are dropped.
+fn resolve(program: &Program, core_outs: &[Vec<usize>], raw: &[(u8, u64)]) -> (Vec<Tf>, Vec<Vec<usize>>) {
+    let mut ins = program.inputs.clone();
+    let mut outs = core_outs.to_vec();
+    let mut stack = Vec::new();
+    for &(kind, seed) in raw {
+        let mut m = Mix::new(seed);
+        let tf = match kind % 7 {
+            0 => Tf::Grad,
+            1 => {
+                let size = m.int(1, 3);
+                let mut in_axes: Vec<Option<isize>> = ins
+                    .iter()
+                    .map(|s| {
+                        let r = s.len();
+                        match m.int(0, r + 1) {
+                            k if k == r + 1 => None,
+                            k if m.coin() => Some(k as isize - r as isize - 1),
+                            k => Some(k as isize),
+                        }
+                    })
+                    .collect();
+                if in_axes.iter().all(Option::is_none) {
+                    in_axes[0] = Some(0);
+                }
+                let min_rank = outs.iter().map(Vec::len).min().unwrap_or(0);
+                let k = m.int(0, min_rank);
+                let out_axis = if m.coin() { k as isize - min_rank as isize - 1 } else { k as isize };
+                let chunk = if m.int(0, 3) == 0 { Some(m.int(1, 2)) } else { None };
+                Tf::Vmap { in_axes, out_axis, size, chunk }
+            }
+            2 => Tf::Jvp,
+            3 => Tf::Jacfwd,
+            4 => Tf::Jacrev,
+            5 => Tf::Hessian,
+            _ => Tf::Functionalize,
+        };
+        if let Some((i2, o2)) = apply(&tf, &ins, &outs) {
+            ins = i2;
+            outs = o2;
+            stack.push(tf);
+        }
+    }
+    (stack, ins)
+}
+
+/// Input values: uniform in [-2, 2), drawn from `seed`.
+fn values(shapes: &[Vec<usize>], seed: u64) -> Vec<Vec<f64>> {
+    let mut m = Mix::new(seed);
+    shapes.iter().map(|s| (0..numel(s)).map(|_| m.f64(-2.0, 2.0)).collect()).collect()
+}
+
+/// Cases with programs up to `depth` deep under up to `max_stack` transforms.
+pub fn case(depth: u32, max_stack: usize) -> impl Strategy<Value = Case> {
+    program::program(depth)
+        .prop_flat_map(move |p| {
+            (Just(p), prop::collection::vec((any::<u8>(), any::<u64>()), 0..=max_stack), any::<u64>())
+        })
+        .prop_map(|(program, raw, seed)| {
+            let core = crate::eval::core_shapes(&program);
+            let (stack, shapes) = resolve(&program, &core, &raw);
+            let data = values(&shapes, seed);
+            Case { program, stack, shapes, data }
+        })
+}

@@ -1,0 +1,431 @@
+//! Running a case in xform, and printing it as Rust. The two are written
+//! side by side, construct by construct, so the printed reproducer runs the
+//! same calls as the test.
+
+use crate::case::{Case, Tf};
+use crate::program::{Bin, Expr, MutOp, Program, Red, Un, View};
+use std::rc::Rc;
+use xform::prelude::*;
+use xform::{functionalize, jacfwd, jacrev};
+
+// ---- shapes --------------------------------------------------------------------
+
+/// The shape of an expression's value.
+pub fn shape(e: &Expr, inputs: &[Vec<usize>]) -> Vec<usize> {
+    match e {
+        Expr::Input(i) => inputs[*i].clone(),
+        Expr::Leaf { shape, .. } => shape.clone(),
+        Expr::Unary(_, x)
+        | Expr::Softmax { x, .. }
+        | Expr::Cumsum { x, .. }
+        | Expr::Flip { x, .. }
+        | Expr::DynUpdate { x, .. } => shape(x, inputs),
+        Expr::Mutate { target, .. } => shape(target, inputs),
+        Expr::Where { x, .. } | Expr::IndexAdd { x, .. } => shape(x, inputs),
+        Expr::Pad { widths, x, .. } => {
+            shape(x, inputs).iter().zip(widths).map(|(&n, (l, h))| (n as i64 + l + h) as usize).collect()
+        }
+        Expr::Var { axes, x, .. } => {
+            let s = shape(x, inputs);
+            (0..s.len()).filter(|a| !axes.contains(a)).map(|a| s[a]).collect()
+        }
+        Expr::Binary(_, x, y) => broadcast(&shape(x, inputs), &shape(y, inputs)),
+        Expr::Reduce { axes, keepdims, x, .. } => {
+            let s = shape(x, inputs);
+            (0..s.len()).filter_map(|a| if axes.contains(&a) { keepdims.then_some(1) } else { Some(s[a]) }).collect()
+        }
+        Expr::Reshape { shape, .. } | Expr::Broadcast { shape, .. } => shape.clone(),
+        Expr::Permute { perm, x } => {
+            let s = shape(x, inputs);
+            perm.iter().map(|&p| s[p]).collect()
+        }
+        Expr::Slice { axis, start, stop, step, x } => {
+            let mut s = shape(x, inputs);
+            s[*axis] = (stop - start).div_ceil(*step);
+            s
+        }
+        Expr::Concat { axis, xs } => {
+            let mut s = shape(&xs[0], inputs);
+            s[*axis] = xs.iter().map(|x| shape(x, inputs)[*axis]).sum();
+            s
+        }
+        Expr::Take { axis, idx, x } => {
+            let mut s = shape(x, inputs);
+            s[*axis] = idx.len();
+            s
+        }
+        Expr::DynSlice { sizes, .. } | Expr::DynSliceAt { sizes, .. } => sizes.clone(),
+        Expr::Matmul(a, b) => {
+            let (sa, sb) = (shape(a, inputs), shape(b, inputs));
+            match (sa.len(), sb.len()) {
+                (1, 1) => vec![],
+                (1, _) => {
+                    let mut s = sb.clone();
+                    s.remove(s.len() - 2);
+                    s
+                }
+                (_, 1) => sa[..sa.len() - 1].to_vec(),
+                (ra, rb) => {
+                    let mut s = broadcast(&sa[..ra - 2], &sb[..rb - 2]);
+                    s.extend([sa[ra - 2], sb[rb - 1]]);
+                    s
+                }
+            }
+        }
+    }
+}
+
+fn broadcast(a: &[usize], b: &[usize]) -> Vec<usize> {
+    let r = a.len().max(b.len());
+    (0..r)
+        .map(|i| {
+            let x = if i + a.len() >= r { a[i + a.len() - r] } else { 1 };
+            let y = if i + b.len() >= r { b[i + b.len() - r] } else { 1 };
+            x.max(y)
+        })
+        .collect()
+}
+
+/// The shapes of a program's outputs.
+pub fn core_shapes(p: &Program) -> Vec<Vec<usize>> {
+    p.outputs.iter().map(|e| shape(e, &p.inputs)).collect()
+}
+
+// ---- evaluation in xform ---------------------------------------------------------
+
+fn isz(v: &[usize]) -> Vec<isize> {
+    v.iter().map(|&a| a as isize).collect()
+}
+
+fn starts(s: &[i64]) -> Vec<Tensor> {
+    s.iter().map(|&v| Tensor::scalar(v)).collect()
+}
+
+fn view(t: &Tensor, v: &View) -> Tensor {
+    match v {
+        View::Whole => t.clone(),
+        View::Slice { axis, start, stop, step } => t.slice_axis(*axis as isize, *start as isize, *stop as isize, *step),
+        View::Select { axis, index } => t.select(*axis as isize, *index),
+        View::Permute(p) => t.permute(p),
+    }
+}
+
+/// Evaluates an expression on the inputs `xs`.
+pub fn eval(e: &Expr, xs: &[Tensor]) -> Tensor {
+    let ev = |x: &Expr| eval(x, xs);
+    match e {
+        Expr::Input(i) => xs[*i].clone(),
+        Expr::Leaf { .. } => unreachable!("leaves are numbered by Program::new"),
+        Expr::Unary(op, x) => {
+            let x = ev(x);
+            match op {
+                Un::Sin => x.sin(),
+                Un::Cos => x.cos(),
+                Un::Tanh => x.tanh(),
+                Un::ExpTanh => x.tanh().exp(),
+                Un::LogSq => (&x * &x + 1.0).log(),
+                Un::SqrtSq => (&x * &x + 1.0).sqrt(),
+                Un::Sigmoid => x.sigmoid(),
+                Un::Square => &x * &x,
+                Un::Neg => -&x,
+                Un::RecipSq => 1.0 / (&x * &x + 1.0),
+            }
+        }
+        Expr::Binary(op, a, b) => {
+            let (a, b) = (ev(a), ev(b));
+            match op {
+                Bin::Add => &a + &b,
+                Bin::Sub => &a - &b,
+                Bin::Mul => &a * &b,
+                Bin::Div => &a / (&b * &b + 1.0),
+                Bin::Max => a.maximum(&b),
+                Bin::Min => a.minimum(&b),
+                Bin::Pow => (&a * &a + 1.0).pow(&b.tanh()),
+            }
+        }
+        Expr::Reduce { op, axes, keepdims, x } => {
+            let x = ev(x);
+            match op {
+                Red::Sum => x.sum_axes(&isz(axes), *keepdims),
+                Red::Mean => x.mean_axes(&isz(axes), *keepdims),
+                Red::Max => x.max_axes(&isz(axes), *keepdims),
+                Red::LogSumExp => x.logsumexp(axes[0] as isize, *keepdims),
+            }
+        }
+        Expr::Softmax { axis, x } => ev(x).softmax(*axis as isize),
+        Expr::Cumsum { axis, x } => ev(x).cumsum(*axis as isize),
+        Expr::Reshape { shape, x } => ev(x).reshape_to(shape.clone()),
+        Expr::Permute { perm, x } => ev(x).permute(perm),
+        Expr::Broadcast { shape, x } => ev(x).broadcast_to(shape.clone()),
+        Expr::Slice { axis, start, stop, step, x } => {
+            ev(x).slice_axis(*axis as isize, *start as isize, *stop as isize, *step)
+        }
+        Expr::Flip { axes, x } => ev(x).flip(&isz(axes)),
+        Expr::Concat { axis, xs: parts } => Tensor::concat(&parts.iter().map(ev).collect::<Vec<_>>(), *axis as isize),
+        Expr::Take { axis, idx, x } => ev(x).take(&Tensor::from_vec(idx.clone(), [idx.len()]), *axis as isize),
+        Expr::DynSlice { starts: s, sizes, x } => ev(x).dynamic_slice(&starts(s), sizes),
+        Expr::DynUpdate { starts: s, x, u } => ev(x).dynamic_update_slice(&ev(u), &starts(s)),
+        Expr::Matmul(a, b) => ev(a).matmul(&ev(b)),
+        Expr::DynSliceAt { scale, sizes, x, at } => {
+            let at = ev(at);
+            let starts: Vec<Tensor> = scale.iter().map(|k| (&at * *k).floor().cast(DType::I64)).collect();
+            ev(x).dynamic_slice(&starts, sizes)
+        }
+        Expr::Where { a, b, x, y } => Tensor::where_(&ev(a).gt(&ev(b)), &ev(x), &ev(y)),
+        Expr::Pad { widths, value, x } => ev(x).pad(widths, *value),
+        Expr::IndexAdd { axis, idx, x, src } => {
+            ev(x).index_add(*axis as isize, &Tensor::from_vec(idx.clone(), [idx.len()]), &ev(src))
+        }
+        Expr::Var { axes, ddof, keepdims, x } => ev(x).var_axes(&isz(axes), *ddof, *keepdims),
+        Expr::Mutate { op, view: v, target, value } => {
+            let t = ev(target).copy();
+            let value = ev(value);
+            let w = view(&t, v);
+            match op {
+                MutOp::Add => w.add_(&value),
+                MutOp::Sub => w.sub_(&value),
+                MutOp::Mul => w.mul_(&value),
+                MutOp::Copy => w.copy_(&value),
+            };
+            t
+        }
+    }
+}
+
+/// `sum_i sum(sin(y_i))`: the scalar that grad and hessian differentiate.
+pub fn scalarize(ys: &[Tensor]) -> Tensor {
+    ys.iter().map(|y| y.sin().sum()).reduce(|a, b| a + b).expect("at least one output")
+}
+
+type Fun = Rc<dyn Fn(&Vec<Tensor>) -> Vec<Tensor>>;
+
+/// One level of the stack around `f`.
+fn wrap(tf: &Tf, f: Fun) -> Fun {
+    match tf.clone() {
+        Tf::Grad => Rc::new(move |xs| grad(|xs: &Vec<Tensor>| scalarize(&f(xs)))(xs)),
+        Tf::Vmap { in_axes, out_axis, chunk, .. } => Rc::new(move |xs| {
+            let opts = VmapOptions {
+                in_axes: Axes::Leaves(in_axes.clone()),
+                out_axes: Axes::All(Some(out_axis)),
+                chunk_size: chunk,
+                ..Default::default()
+            };
+            vmap_with(|xs: &Vec<Tensor>| f(xs), opts)(xs)
+        }),
+        Tf::Jvp => Rc::new(move |xs| {
+            let ts: Vec<Tensor> = xs.iter().map(|x| (x * 3.0).cos()).collect();
+            let (y, t) = jvp(|xs: &Vec<Tensor>| f(xs), xs, &ts);
+            y.into_iter().chain(t).collect()
+        }),
+        Tf::Jacfwd => Rc::new(move |xs| jacfwd(|xs: &Vec<Tensor>| f(xs))(xs).into_iter().flatten().collect()),
+        Tf::Jacrev => Rc::new(move |xs| jacrev(|xs: &Vec<Tensor>| f(xs))(xs).into_iter().flatten().collect()),
+        Tf::Hessian => {
+            Rc::new(move |xs| hessian(|xs: &Vec<Tensor>| scalarize(&f(xs)))(xs).into_iter().flatten().collect())
+        }
+        Tf::Functionalize => Rc::new(move |xs| functionalize(|xs: &Vec<Tensor>| f(xs))(xs)),
+    }
+}
+
+/// Runs a case in xform: every output leaf's shape and values, or the
+/// error (a raised xform error or any other panic) as text.
+pub fn run(case: &Case) -> Result<Vec<(Vec<usize>, Vec<f64>)>, String> {
+    let program = case.program.clone();
+    let mut f: Fun = Rc::new(move |xs| program.outputs.iter().map(|e| eval(e, xs)).collect());
+    for tf in &case.stack {
+        f = wrap(tf, f);
+    }
+    let xs: Vec<Tensor> =
+        case.shapes.iter().zip(&case.data).map(|(s, d)| Tensor::from_vec(d.clone(), s.clone())).collect();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        xform::catch(|| f(&xs).iter().map(|y| (y.shape().dims().to_vec(), y.to_vec_f64())).collect::<Vec<_>>())
+    }));
+    let depth = xform::core::interp::stack_depth();
+    match r {
+        Ok(Ok(v)) if depth == 0 => Ok(v),
+        Ok(Ok(_)) => Err(format!("xform left {depth} interpreters on the stack")),
+        Ok(Err(e)) => Err(format!("xform error: {e}")),
+        Err(p) => Err(format!(
+            "xform panicked: {}",
+            p.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default()
+        )),
+    }
+}
+
+// ---- Rust text -------------------------------------------------------------------
+
+fn list<T: std::fmt::Debug>(v: &[T]) -> String {
+    format!("{v:?}")
+}
+
+fn f64_lit(v: f64) -> String {
+    format!("{v:?}")
+}
+
+fn rust_shape(s: &[usize]) -> String {
+    if s.is_empty() {
+        "Vec::<usize>::new()".into()
+    } else {
+        format!("vec!{}", list(s).replacen(',', "usize,", 1).replacen("]", "usize]", if s.len() == 1 { 1 } else { 0 }))
+    }
+}
+
+fn rust_view(v: &View) -> String {
+    match v {
+        View::Whole => String::new(),
+        View::Slice { axis, start, stop, step } => format!(".slice_axis({axis}, {start}, {stop}, {step})"),
+        View::Select { axis, index } => format!(".select({axis}, {index})"),
+        View::Permute(p) => format!(".permute(&{})", list(p)),
+    }
+}
+
+fn rust_starts(s: &[i64]) -> String {
+    let v: Vec<String> = s.iter().map(|v| format!("Tensor::scalar({v}i64)")).collect();
+    format!("&[{}]", v.join(", "))
+}
+
+/// The expression as Rust source over `xs: &Vec<Tensor>`.
+pub fn rust(e: &Expr) -> String {
+    match e {
+        Expr::Input(i) => format!("xs[{i}].clone()"),
+        Expr::Leaf { .. } => unreachable!("leaves are numbered by Program::new"),
+        Expr::Unary(op, x) => {
+            let x = rust(x);
+            match op {
+                Un::Sin => format!("({x}).sin()"),
+                Un::Cos => format!("({x}).cos()"),
+                Un::Tanh => format!("({x}).tanh()"),
+                Un::ExpTanh => format!("({x}).tanh().exp()"),
+                Un::LogSq => format!("{{ let x = {x}; (&x * &x + 1.0).log() }}"),
+                Un::SqrtSq => format!("{{ let x = {x}; (&x * &x + 1.0).sqrt() }}"),
+                Un::Sigmoid => format!("({x}).sigmoid()"),
+                Un::Square => format!("{{ let x = {x}; &x * &x }}"),
+                Un::Neg => format!("-({x})"),
+                Un::RecipSq => format!("{{ let x = {x}; 1.0 / (&x * &x + 1.0) }}"),
+            }
+        }
+        Expr::Binary(op, a, b) => {
+            let (a, b) = (rust(a), rust(b));
+            let body = match op {
+                Bin::Add => "&a + &b",
+                Bin::Sub => "&a - &b",
+                Bin::Mul => "&a * &b",
+                Bin::Div => "&a / (&b * &b + 1.0)",
+                Bin::Max => "a.maximum(&b)",
+                Bin::Min => "a.minimum(&b)",
+                Bin::Pow => "(&a * &a + 1.0).pow(&b.tanh())",
+            };
+            format!("{{ let (a, b) = ({a}, {b}); {body} }}")
+        }
+        Expr::Reduce { op, axes, keepdims, x } => {
+            let x = rust(x);
+            match op {
+                Red::Sum => format!("({x}).sum_axes(&{}, {keepdims})", list(axes)),
+                Red::Mean => format!("({x}).mean_axes(&{}, {keepdims})", list(axes)),
+                Red::Max => format!("({x}).max_axes(&{}, {keepdims})", list(axes)),
+                Red::LogSumExp => format!("({x}).logsumexp({}, {keepdims})", axes[0]),
+            }
+        }
+        Expr::Softmax { axis, x } => format!("({}).softmax({axis})", rust(x)),
+        Expr::Cumsum { axis, x } => format!("({}).cumsum({axis})", rust(x)),
+        Expr::Reshape { shape, x } => format!("({}).reshape_to({})", rust(x), rust_shape(shape)),
+        Expr::Permute { perm, x } => format!("({}).permute(&{})", rust(x), list(perm)),
+        Expr::Broadcast { shape, x } => format!("({}).broadcast_to({})", rust(x), rust_shape(shape)),
+        Expr::Slice { axis, start, stop, step, x } => {
+            format!("({}).slice_axis({axis}, {start}, {stop}, {step})", rust(x))
+        }
+        Expr::Flip { axes, x } => format!("({}).flip(&{})", rust(x), list(axes)),
+        Expr::Concat { axis, xs } => {
+            let parts: Vec<String> = xs.iter().map(rust).collect();
+            format!("Tensor::concat(&[{}], {axis})", parts.join(", "))
+        }
+        Expr::Take { axis, idx, x } => {
+            format!(
+                "({}).take(&Tensor::from_vec(vec!{}, [{}]), {axis})",
+                rust(x),
+                list(idx).replace(']', "i64]"),
+                idx.len()
+            )
+        }
+        Expr::DynSlice { starts, sizes, x } => {
+            format!("({}).dynamic_slice({}, &{})", rust(x), rust_starts(starts), list(sizes))
+        }
+        Expr::DynUpdate { starts, x, u } => {
+            format!("({}).dynamic_update_slice(&{}, {})", rust(x), rust(u), rust_starts(starts))
+        }
+        Expr::Matmul(a, b) => format!("({}).matmul(&{})", rust(a), rust(b)),
+        Expr::DynSliceAt { scale, sizes, x, at } => {
+            let starts: Vec<String> =
+                scale.iter().map(|k| format!("(&at * {}).floor().cast(DType::I64)", f64_lit(*k))).collect();
+            format!(
+                "{{ let at = {}; ({}).dynamic_slice(&[{}], &{}) }}",
+                rust(at),
+                rust(x),
+                starts.join(", "),
+                list(sizes)
+            )
+        }
+        Expr::Where { a, b, x, y } => {
+            format!("Tensor::where_(&({}).gt(&{}), &{}, &{})", rust(a), rust(b), rust(x), rust(y))
+        }
+        Expr::Pad { widths, value, x } => format!("({}).pad(&{widths:?}, {})", rust(x), f64_lit(*value)),
+        Expr::IndexAdd { axis, idx, x, src } => format!(
+            "({}).index_add({axis}, &Tensor::from_vec(vec!{}, [{}]), &{})",
+            rust(x),
+            list(idx).replace(']', "i64]"),
+            idx.len(),
+            rust(src)
+        ),
+        Expr::Var { axes, ddof, keepdims, x } => format!("({}).var_axes(&{}, {ddof}, {keepdims})", rust(x), list(axes)),
+        Expr::Mutate { op, view, target, value } => {
+            let m = match op {
+                MutOp::Add => "add_",
+                MutOp::Sub => "sub_",
+                MutOp::Mul => "mul_",
+                MutOp::Copy => "copy_",
+            };
+            format!("{{ let t = ({}).copy(); let v = {}; t{}.{m}(&v); t }}", rust(target), rust(value), rust_view(view))
+        }
+    }
+}
+
+/// A complete Rust program that runs the case and prints every output.
+pub fn rust_reproducer(case: &Case) -> String {
+    let mut s = String::new();
+    s += "#![allow(unused_imports)]\nuse xform::prelude::*;\nuse xform::{functionalize, jacfwd, jacrev};\n\n";
+    s += "fn scalarize(ys: &[Tensor]) -> Tensor {\n    ys.iter().map(|y| y.sin().sum()).reduce(|a, b| a + b).unwrap()\n}\n\n";
+    s += "fn main() {\n    let xs: Vec<Tensor> = vec![\n";
+    for (sh, d) in case.shapes.iter().zip(&case.data) {
+        let d: Vec<String> = d.iter().map(|v| f64_lit(*v)).collect();
+        s += &format!("        Tensor::from_vec::<f64>(vec![{}], {}),\n", d.join(", "), rust_shape(sh));
+    }
+    s += "    ];\n";
+    let outs: Vec<String> = case.program.outputs.iter().map(rust).collect();
+    s += &format!("    let f0 = |xs: &Vec<Tensor>| -> Vec<Tensor> {{ vec![{}] }};\n", outs.join(", "));
+    for (k, tf) in case.stack.iter().enumerate() {
+        let (p, n) = (k, k + 1);
+        let body = match tf {
+            Tf::Grad => format!("grad(|xs: &Vec<Tensor>| scalarize(&f{p}(xs)))(xs)"),
+            Tf::Vmap { in_axes, out_axis, chunk, .. } => format!(
+                "vmap_with(&f{p}, VmapOptions {{ in_axes: Axes::Leaves(vec!{in_axes:?}), out_axes: Axes::All(Some({out_axis})), chunk_size: {chunk:?}, ..Default::default() }})(xs)"
+            ),
+            Tf::Jvp => format!(
+                "let ts: Vec<Tensor> = xs.iter().map(|x| (x * 3.0).cos()).collect(); let (y, t) = jvp(&f{p}, xs, &ts); y.into_iter().chain(t).collect()"
+            ),
+            Tf::Jacfwd => format!("jacfwd(&f{p})(xs).into_iter().flatten().collect()"),
+            Tf::Jacrev => format!("jacrev(&f{p})(xs).into_iter().flatten().collect()"),
+            Tf::Hessian => {
+                format!("hessian(|xs: &Vec<Tensor>| scalarize(&f{p}(xs)))(xs).into_iter().flatten().collect()")
+            }
+            Tf::Functionalize => format!("functionalize(&f{p})(xs)"),
+        };
+        s += &format!("    let f{n} = |xs: &Vec<Tensor>| -> Vec<Tensor> {{ {body} }};\n");
+    }
+    s += &format!(
+        "    for y in f{}(&xs) {{\n        println!(\"{{:?}} {{:?}}\", y.shape().dims(), y.to_vec_f64());\n    }}\n}}\n",
+        case.stack.len()
+    );
+    s
+}

@@ -1,0 +1,646 @@
+//! The programs: a small expression tree over a few f64 inputs, and the
+//! proptest strategies that generate it.
+//!
+//! Generation is shape-directed: `expr(shape, depth)` builds an expression
+//! whose result has exactly `shape`, choosing its children's shapes to fit
+//! (the other operand of a broadcasting op, the operand of a reduction with
+//! the reduced axes put back, a reshape's source with the same element
+//! count, ...), so every generated program is valid in both xform and JAX.
+//! Every constructor is chosen lazily (`prop_flat_map` on the choice), so
+//! only the chosen branch's children are built; the leaf is choice 0, so
+//! shrinking moves towards smaller programs.
+//!
+//! Values stay away from points where a derivative is not defined or where
+//! the two libraries may legitimately differ: logarithms, square roots,
+//! divisions and powers are of `1 + x²`, exponentials of `tanh x`, and
+//! element values are continuous random numbers (no exact ties, except
+//! where one input is broadcast against itself; see `Bin::Max`).
+
+use proptest::prelude::*;
+use proptest::sample::select;
+
+/// Sizes of the generated arrays: every axis has 1..=MAX_DIM elements.
+pub const MAX_DIM: usize = 3;
+/// Largest rank of an intermediate value.
+pub const MAX_RANK: usize = 4;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Un {
+    Sin,
+    Cos,
+    Tanh,
+    /// `exp(tanh x)`.
+    ExpTanh,
+    /// `log(1 + x²)`.
+    LogSq,
+    /// `sqrt(1 + x²)`.
+    SqrtSq,
+    Sigmoid,
+    Square,
+    Neg,
+    /// `1 / (1 + x²)`.
+    RecipSq,
+}
+
+pub const UNARY: [Un; 10] =
+    [Un::Sin, Un::Cos, Un::Tanh, Un::ExpTanh, Un::LogSq, Un::SqrtSq, Un::Sigmoid, Un::Square, Un::Neg, Un::RecipSq];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bin {
+    Add,
+    Sub,
+    Mul,
+    /// `a / (1 + b²)`.
+    Div,
+    /// Elementwise maximum (both libraries split the derivative at a tie).
+    Max,
+    Min,
+    /// `(1 + a²) ** tanh(b)`.
+    Pow,
+}
+
+pub const BINARY: [Bin; 7] = [Bin::Add, Bin::Sub, Bin::Mul, Bin::Div, Bin::Max, Bin::Min, Bin::Pow];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Red {
+    Sum,
+    Mean,
+    Max,
+    /// logsumexp over one axis.
+    LogSumExp,
+}
+
+/// How an in-place op combines the view's old value with the new one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MutOp {
+    Add,
+    Sub,
+    Mul,
+    /// `copy_`: the view is overwritten.
+    Copy,
+}
+
+/// The view of a fresh copy that an in-place op writes through.
+#[derive(Clone, Debug, PartialEq)]
+pub enum View {
+    Whole,
+    /// `slice_axis(axis, start, stop, step)`.
+    Slice {
+        axis: usize,
+        start: usize,
+        stop: usize,
+        step: usize,
+    },
+    /// `select(axis, index)` (index may be negative).
+    Select {
+        axis: usize,
+        index: isize,
+    },
+    /// `permute(perm)`.
+    Permute(Vec<usize>),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Expr {
+    /// The i-th input.
+    Input(usize),
+    /// An input not yet numbered (only while generating).
+    Leaf {
+        shape: Vec<usize>,
+        slot: usize,
+    },
+    Unary(Un, Box<Expr>),
+    /// numpy broadcasting between the operands.
+    Binary(Bin, Box<Expr>, Box<Expr>),
+    Reduce {
+        op: Red,
+        axes: Vec<usize>,
+        keepdims: bool,
+        x: Box<Expr>,
+    },
+    Softmax {
+        axis: usize,
+        x: Box<Expr>,
+    },
+    Cumsum {
+        axis: usize,
+        x: Box<Expr>,
+    },
+    Reshape {
+        shape: Vec<usize>,
+        x: Box<Expr>,
+    },
+    Permute {
+        perm: Vec<usize>,
+        x: Box<Expr>,
+    },
+    Broadcast {
+        shape: Vec<usize>,
+        x: Box<Expr>,
+    },
+    /// Static strided slice along one axis.
+    Slice {
+        axis: usize,
+        start: usize,
+        stop: usize,
+        step: usize,
+        x: Box<Expr>,
+    },
+    Flip {
+        axes: Vec<usize>,
+        x: Box<Expr>,
+    },
+    Concat {
+        axis: usize,
+        xs: Vec<Expr>,
+    },
+    /// `take(indices, axis)` with constant indices in `[-n, n)`.
+    Take {
+        axis: usize,
+        idx: Vec<i64>,
+        x: Box<Expr>,
+    },
+    /// `dynamic_slice` with constant starts (negative and past the end
+    /// too: they wrap, then clamp).
+    DynSlice {
+        starts: Vec<i64>,
+        sizes: Vec<usize>,
+        x: Box<Expr>,
+    },
+    DynUpdate {
+        starts: Vec<i64>,
+        x: Box<Expr>,
+        u: Box<Expr>,
+    },
+    /// `dynamic_slice` at starts computed from data: `floor(at * k_d)` as
+    /// i64 for a scalar expression `at` (per-example starts under vmap).
+    DynSliceAt {
+        scale: Vec<f64>,
+        sizes: Vec<usize>,
+        x: Box<Expr>,
+        at: Box<Expr>,
+    },
+    /// numpy `matmul` (vectors promoted, batch axes broadcast).
+    Matmul(Box<Expr>, Box<Expr>),
+    /// `where(a > b, x, y)` (all four of the result's shape).
+    Where {
+        a: Box<Expr>,
+        b: Box<Expr>,
+        x: Box<Expr>,
+        y: Box<Expr>,
+    },
+    /// Constant padding by `(before, after)` per axis.
+    Pad {
+        widths: Vec<(i64, i64)>,
+        value: f64,
+        x: Box<Expr>,
+    },
+    /// `index_add(axis, idx, src)`: rows of `src` added at `idx` (duplicates
+    /// accumulate).
+    IndexAdd {
+        axis: usize,
+        idx: Vec<i64>,
+        x: Box<Expr>,
+        src: Box<Expr>,
+    },
+    /// Variance over `axes` with `ddof` (every reduced axis has >= 2 elements).
+    Var {
+        axes: Vec<usize>,
+        ddof: usize,
+        keepdims: bool,
+        x: Box<Expr>,
+    },
+    /// `{ let t = target.copy(); t.<view>.<op>_(value); t }`; in JAX the pure
+    /// `t.at[view].<op>(value)`.
+    Mutate {
+        op: MutOp,
+        view: View,
+        target: Box<Expr>,
+        value: Box<Expr>,
+    },
+}
+
+/// A program: inputs of the given shapes, and one or two outputs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Program {
+    pub inputs: Vec<Vec<usize>>,
+    pub outputs: Vec<Expr>,
+}
+
+fn b(e: Expr) -> Box<Expr> {
+    Box::new(e)
+}
+
+fn numel(s: &[usize]) -> usize {
+    s.iter().product()
+}
+
+/// A deterministic generator for choices that need no shrinking of their
+/// own (which dims of a shape become 1, a reshape's source, ...).
+pub struct Mix(u64);
+
+impl Mix {
+    pub fn new(seed: u64) -> Mix {
+        Mix(seed ^ 0x2545_F491_4F6C_DD1D)
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `lo..=hi`.
+    pub fn int(&mut self, lo: usize, hi: usize) -> usize {
+        lo + (self.next() % (hi - lo + 1) as u64) as usize
+    }
+    pub fn coin(&mut self) -> bool {
+        self.next() & 1 == 1
+    }
+    /// Uniform in `[lo, hi)`.
+    pub fn f64(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * ((self.next() >> 11) as f64 / (1u64 << 53) as f64)
+    }
+}
+
+/// A shape that broadcasts to `s`: some axes set to 1, some leading axes dropped.
+fn broadcast_source(s: &[usize], m: &mut Mix) -> Vec<usize> {
+    let drop = if s.is_empty() { 0 } else { m.int(0, s.len()) };
+    s[drop..].iter().map(|&d| if m.int(0, 2) == 0 { 1 } else { d }).collect()
+}
+
+/// A shape with the same element count as `s` (its prime factors regrouped
+/// into 1..=3 axes, with a unit axis now and then).
+fn reshape_source(s: &[usize], m: &mut Mix) -> Vec<usize> {
+    let mut f: Vec<usize> = Vec::new();
+    for &d in s {
+        let mut d = d;
+        for p in [2, 3, 5, 7] {
+            while d % p == 0 {
+                f.push(p);
+                d /= p;
+            }
+        }
+        if d > 1 {
+            f.push(d);
+        }
+    }
+    for i in (1..f.len()).rev() {
+        let j = m.int(0, i);
+        f.swap(i, j);
+    }
+    let rank = m.int(if f.is_empty() { 0 } else { 1 }, 3);
+    let mut out = vec![1usize; rank];
+    for (k, p) in f.into_iter().enumerate() {
+        let r = if rank == 0 { 0 } else { (k + m.int(0, rank - 1)) % rank };
+        if rank > 0 {
+            out[r] *= p;
+        }
+    }
+    if out.iter().any(|&d| d > 9) {
+        return vec![numel(s)];
+    }
+    out
+}
+
+fn perm(n: usize, m: &mut Mix) -> Vec<usize> {
+    let mut p: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        let j = m.int(0, i);
+        p.swap(i, j);
+    }
+    p
+}
+
+/// A leaf of `shape`: an input of exactly that shape. Leaves of one shape
+/// and one of two slots share an input, so programs reuse values (and
+/// inputs meet themselves, broadcast or not) as real ones do; the inputs
+/// are numbered once the program is built (`Program::new`).
+fn leaf(shape: &[usize]) -> BoxedStrategy<Expr> {
+    let shape = shape.to_vec();
+    (0usize..2).prop_map(move |slot| Expr::Leaf { shape: shape.clone(), slot }).boxed()
+}
+
+/// Number of constructors `build` knows (0 is the leaf).
+const CHOICES: usize = 23;
+
+/// An expression whose value has exactly `shape`, at most `depth` deep.
+pub fn expr(shape: Vec<usize>, depth: u32) -> BoxedStrategy<Expr> {
+    if depth == 0 {
+        return leaf(&shape);
+    }
+    // Choice 0 (the leaf) a seventh of the time; the rest uniformly.
+    let choice = prop_oneof![1 => Just(0usize), 6 => 1..CHOICES];
+    (choice, any::<u64>()).prop_flat_map(move |(c, seed)| build(shape.clone(), depth, c, seed)).boxed()
+}
+
+fn build(s: Vec<usize>, depth: u32, choice: usize, seed: u64) -> BoxedStrategy<Expr> {
+    let mut m = Mix::new(seed);
+    let d = depth - 1;
+    let r = s.len();
+    let sub = |shape: Vec<usize>| expr(shape, d);
+    match choice {
+        1 | 2 => (select(UNARY.to_vec()), sub(s.clone())).prop_map(|(op, x)| Expr::Unary(op, b(x))).boxed(),
+        3 | 4 => {
+            let other = broadcast_source(&s, &mut m);
+            let swap = m.coin();
+            (select(BINARY.to_vec()), sub(s.clone()), sub(other))
+                .prop_map(
+                    move |(op, x, y)| if swap { Expr::Binary(op, b(y), b(x)) } else { Expr::Binary(op, b(x), b(y)) },
+                )
+                .boxed()
+        }
+        5 if r < MAX_RANK => {
+            // Put back 1 or 2 reduced axes (or, with keepdims, widen unit axes).
+            let op = [Red::Sum, Red::Mean, Red::Max, Red::LogSumExp][m.int(0, 3)];
+            let units: Vec<usize> = (0..r).filter(|&a| s[a] == 1).collect();
+            let keepdims = !units.is_empty() && m.coin();
+            let (src, axes) = if keepdims {
+                let a = units[m.int(0, units.len() - 1)];
+                let mut src = s.clone();
+                src[a] = m.int(2, MAX_DIM);
+                (src, vec![a])
+            } else {
+                let k = if op == Red::LogSumExp || r + 2 > MAX_RANK { 1 } else { m.int(1, 2) };
+                let mut src = s.clone();
+                let mut axes = Vec::new();
+                for _ in 0..k {
+                    let a = m.int(0, src.len());
+                    src.insert(a, m.int(1, MAX_DIM));
+                    axes.iter_mut().for_each(|x: &mut usize| {
+                        if *x >= a {
+                            *x += 1
+                        }
+                    });
+                    axes.push(a);
+                }
+                axes.sort();
+                (src, axes)
+            };
+            sub(src).prop_map(move |x| Expr::Reduce { op, axes: axes.clone(), keepdims, x: b(x) }).boxed()
+        }
+        6 if r >= 1 => {
+            let axis = m.int(0, r - 1);
+            if m.coin() {
+                sub(s.clone()).prop_map(move |x| Expr::Softmax { axis, x: b(x) }).boxed()
+            } else {
+                sub(s.clone()).prop_map(move |x| Expr::Cumsum { axis, x: b(x) }).boxed()
+            }
+        }
+        7 => {
+            let src = reshape_source(&s, &mut m);
+            let shape = s.clone();
+            sub(src).prop_map(move |x| Expr::Reshape { shape: shape.clone(), x: b(x) }).boxed()
+        }
+        8 if r >= 2 => {
+            // x has shape src with s[i] = src[perm[i]].
+            let p = perm(r, &mut m);
+            let mut src = vec![0; r];
+            for i in 0..r {
+                src[p[i]] = s[i];
+            }
+            sub(src).prop_map(move |x| Expr::Permute { perm: p.clone(), x: b(x) }).boxed()
+        }
+        9 => {
+            let src = broadcast_source(&s, &mut m);
+            let shape = s.clone();
+            sub(src).prop_map(move |x| Expr::Broadcast { shape: shape.clone(), x: b(x) }).boxed()
+        }
+        10 if r >= 1 => {
+            let axis = m.int(0, r - 1);
+            let (start, step) = (m.int(0, 2), m.int(1, 2));
+            let stop = start + step * (s[axis] - 1) + 1;
+            let mut src = s.clone();
+            src[axis] = stop + m.int(0, 1);
+            sub(src).prop_map(move |x| Expr::Slice { axis, start, stop, step, x: b(x) }).boxed()
+        }
+        11 if r >= 1 => {
+            let axes: Vec<usize> = (0..r).filter(|_| m.coin()).collect();
+            sub(s.clone()).prop_map(move |x| Expr::Flip { axes: axes.clone(), x: b(x) }).boxed()
+        }
+        12 if r >= 1 && s.iter().any(|&n| n >= 2) => {
+            let cands: Vec<usize> = (0..r).filter(|&a| s[a] >= 2).collect();
+            let axis = cands[m.int(0, cands.len() - 1)];
+            let cut = m.int(1, s[axis] - 1);
+            let (mut s1, mut s2) = (s.clone(), s.clone());
+            s1[axis] = cut;
+            s2[axis] = s[axis] - cut;
+            (sub(s1), sub(s2)).prop_map(move |(x, y)| Expr::Concat { axis, xs: vec![x, y] }).boxed()
+        }
+        13 if r >= 1 => {
+            let axis = m.int(0, r - 1);
+            let n = m.int(1, MAX_DIM + 1);
+            let idx: Vec<i64> = (0..s[axis]).map(|_| m.int(0, 2 * n - 1) as i64 - n as i64).collect();
+            let mut src = s.clone();
+            src[axis] = n;
+            sub(src).prop_map(move |x| Expr::Take { axis, idx: idx.clone(), x: b(x) }).boxed()
+        }
+        14 if r >= 1 => {
+            let src: Vec<usize> = s.iter().map(|&n| n + m.int(0, 2)).collect();
+            let starts: Vec<i64> = src.iter().map(|&n| m.int(0, 2 * n + 4) as i64 - n as i64 - 2).collect();
+            let sizes = s.clone();
+            sub(src).prop_map(move |x| Expr::DynSlice { starts: starts.clone(), sizes: sizes.clone(), x: b(x) }).boxed()
+        }
+        15 if r >= 1 => {
+            let us: Vec<usize> = s.iter().map(|&n| m.int(1, n)).collect();
+            let starts: Vec<i64> = s.iter().map(|&n| m.int(0, 2 * n + 4) as i64 - n as i64 - 2).collect();
+            (sub(s.clone()), sub(us))
+                .prop_map(move |(x, u)| Expr::DynUpdate { starts: starts.clone(), x: b(x), u: b(u) })
+                .boxed()
+        }
+        16 => {
+            let (sa, sb) = matmul_sources(&s, &mut m);
+            (sub(sa), sub(sb)).prop_map(|(x, y)| Expr::Matmul(b(x), b(y))).boxed()
+        }
+        17 => {
+            let (view, vshape) = view_of(&s, &mut m);
+            let value_shape = broadcast_source(&vshape, &mut m);
+            let op = [MutOp::Add, MutOp::Sub, MutOp::Mul, MutOp::Copy][m.int(0, 3)];
+            (sub(s.clone()), sub(value_shape))
+                .prop_map(move |(t, v)| Expr::Mutate { op, view: view.clone(), target: b(t), value: b(v) })
+                .boxed()
+        }
+        18 => {
+            let (x, y) = (sub(s.clone()), sub(s.clone()));
+            (sub(s.clone()), sub(s.clone()), x, y)
+                .prop_map(|(a, c, x, y)| Expr::Where { a: b(a), b: b(c), x: b(x), y: b(y) })
+                .boxed()
+        }
+        19 if r >= 1 && s.iter().any(|&n| n >= 2) => {
+            let widths: Vec<(i64, i64)> = s
+                .iter()
+                .map(|&n| {
+                    let lo = m.int(0, (n - 1).min(2));
+                    let hi = m.int(0, (n - 1 - lo).min(2));
+                    (lo as i64, hi as i64)
+                })
+                .collect();
+            let src: Vec<usize> = s.iter().zip(&widths).map(|(&n, (l, h))| n - (l + h) as usize).collect();
+            let value = [0.0, 1.5, -0.25][m.int(0, 2)];
+            sub(src).prop_map(move |x| Expr::Pad { widths: widths.clone(), value, x: b(x) }).boxed()
+        }
+        20 if r >= 1 => {
+            let axis = m.int(0, r - 1);
+            let k = m.int(1, MAX_DIM);
+            let idx: Vec<i64> = (0..k).map(|_| m.int(0, s[axis] - 1) as i64).collect();
+            let mut src = s.clone();
+            src[axis] = k;
+            (sub(s.clone()), sub(src))
+                .prop_map(move |(x, u)| Expr::IndexAdd { axis, idx: idx.clone(), x: b(x), src: b(u) })
+                .boxed()
+        }
+        21 if r < MAX_RANK => {
+            let a = m.int(0, r);
+            let mut src = s.clone();
+            src.insert(a, m.int(2, MAX_DIM));
+            let ddof = m.int(0, 1);
+            sub(src).prop_map(move |x| Expr::Var { axes: vec![a], ddof, keepdims: false, x: b(x) }).boxed()
+        }
+        22 if r >= 1 => {
+            let src: Vec<usize> = s.iter().map(|&n| n + m.int(0, 2)).collect();
+            let scale: Vec<f64> = s.iter().map(|_| [1.0, -1.5, 2.5][m.int(0, 2)]).collect();
+            let sizes = s.clone();
+            (sub(src), sub(vec![]))
+                .prop_map(move |(x, at)| Expr::DynSliceAt {
+                    scale: scale.clone(),
+                    sizes: sizes.clone(),
+                    x: b(x),
+                    at: b(at),
+                })
+                .boxed()
+        }
+        // A constructor that does not apply to this shape: a unary op.
+        _ if choice != 0 => (select(UNARY.to_vec()), sub(s.clone())).prop_map(|(op, x)| Expr::Unary(op, b(x))).boxed(),
+        _ => leaf(&s),
+    }
+}
+
+/// Operand shapes of a numpy matmul whose result has shape `s`.
+fn matmul_sources(s: &[usize], m: &mut Mix) -> (Vec<usize>, Vec<usize>) {
+    let k = m.int(1, MAX_DIM);
+    match s.len() {
+        0 => (vec![k], vec![k]),
+        1 => {
+            if m.coin() {
+                (vec![k], vec![k, s[0]])
+            } else {
+                (vec![s[0], k], vec![k])
+            }
+        }
+        r => {
+            let batch = &s[..r - 2];
+            let (mr, n) = (s[r - 2], s[r - 1]);
+            let mut full = batch.to_vec();
+            let mut other = broadcast_source(batch, m);
+            if m.coin() {
+                std::mem::swap(&mut full, &mut other);
+            }
+            full.extend([mr, k]);
+            other.extend([k, n]);
+            (full, other)
+        }
+    }
+}
+
+/// A view of a tensor of shape `s` and the view's shape.
+fn view_of(s: &[usize], m: &mut Mix) -> (View, Vec<usize>) {
+    let r = s.len();
+    match if r == 0 { 0 } else { m.int(0, 3) } {
+        1 => {
+            let axis = m.int(0, r - 1);
+            let n = s[axis];
+            let start = m.int(0, n - 1);
+            let step = m.int(1, 2);
+            let stop = m.int(start + 1, n);
+            let len = (stop - start).div_ceil(step);
+            let mut v = s.to_vec();
+            v[axis] = len;
+            (View::Slice { axis, start, stop, step }, v)
+        }
+        2 => {
+            let axis = m.int(0, r - 1);
+            let n = s[axis] as isize;
+            let index = m.int(0, 2 * n as usize - 1) as isize - n;
+            let mut v = s.to_vec();
+            v.remove(axis);
+            (View::Select { axis, index }, v)
+        }
+        3 if r >= 2 => {
+            let p = perm(r, m);
+            let v = p.iter().map(|&i| s[i]).collect();
+            (View::Permute(p), v)
+        }
+        _ => (View::Whole, s.to_vec()),
+    }
+}
+
+impl Program {
+    /// Numbers the leaves of `outputs`: one input per distinct (shape, slot),
+    /// in order of first appearance.
+    pub fn new(mut outputs: Vec<Expr>) -> Program {
+        let mut keys: Vec<(Vec<usize>, usize)> = Vec::new();
+        for e in &mut outputs {
+            number(e, &mut keys);
+        }
+        Program { inputs: keys.into_iter().map(|(s, _)| s).collect(), outputs }
+    }
+}
+
+fn number(e: &mut Expr, keys: &mut Vec<(Vec<usize>, usize)>) {
+    if let Expr::Leaf { shape, slot } = e {
+        let key = (shape.clone(), *slot);
+        let i = keys.iter().position(|k| *k == key).unwrap_or_else(|| {
+            keys.push(key);
+            keys.len() - 1
+        });
+        *e = Expr::Input(i);
+        return;
+    }
+    match e {
+        Expr::Input(_) | Expr::Leaf { .. } => {}
+        Expr::Unary(_, x)
+        | Expr::Reduce { x, .. }
+        | Expr::Softmax { x, .. }
+        | Expr::Cumsum { x, .. }
+        | Expr::Reshape { x, .. }
+        | Expr::Permute { x, .. }
+        | Expr::Broadcast { x, .. }
+        | Expr::Slice { x, .. }
+        | Expr::Flip { x, .. }
+        | Expr::Take { x, .. }
+        | Expr::DynSlice { x, .. } => number(x, keys),
+        Expr::Pad { x, .. } | Expr::Var { x, .. } => number(x, keys),
+        Expr::Where { a, b, x, y } => {
+            for e in [a, b, x, y] {
+                number(e, keys);
+            }
+        }
+        Expr::Binary(_, x, y)
+        | Expr::DynUpdate { x, u: y, .. }
+        | Expr::Matmul(x, y)
+        | Expr::IndexAdd { x, src: y, .. }
+        | Expr::DynSliceAt { x, at: y, .. } => {
+            number(x, keys);
+            number(y, keys);
+        }
+        Expr::Mutate { target, value, .. } => {
+            number(target, keys);
+            number(value, keys);
+        }
+        Expr::Concat { xs, .. } => xs.iter_mut().for_each(|x| number(x, keys)),
+    }
+}
+
+/// A shape of rank 0..=3 with sizes 1..=MAX_DIM.
+fn random_shape(m: &mut Mix) -> Vec<usize> {
+    (0..m.int(0, 3)).map(|_| m.int(1, MAX_DIM)).collect()
+}
+
+/// A program of one or two outputs of random shapes, up to `depth` deep.
+pub fn program(depth: u32) -> impl Strategy<Value = Program> {
+    (1usize..=2, any::<u64>()).prop_flat_map(move |(n, seed)| {
+        let mut m = Mix::new(seed);
+        let outs: Vec<BoxedStrategy<Expr>> = (0..n).map(|_| expr(random_shape(&mut m), depth)).collect();
+        outs.prop_map(Program::new)
+    })
+}

@@ -1,0 +1,204 @@
+//! Printing a case as Python over JAX: the source the oracle runs (a
+//! `run(xs)` function), and a standalone reproducer.
+
+use crate::case::{Case, Tf};
+use crate::program::{Bin, Expr, MutOp, Red, Un, View};
+
+fn tuple(v: &[usize]) -> String {
+    match v.len() {
+        1 => format!("({},)", v[0]),
+        _ => format!("({})", v.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ")),
+    }
+}
+
+fn f64_lit(v: f64) -> String {
+    if v.is_nan() {
+        "float('nan')".into()
+    } else if v.is_infinite() {
+        if v > 0.0 {
+            "float('inf')".into()
+        } else {
+            "float('-inf')".into()
+        }
+    } else {
+        format!("{v:?}")
+    }
+}
+
+/// `(slice(None), ..., last)` selecting `last` on `axis`.
+fn index(axis: usize, last: String) -> String {
+    let mut parts = vec!["slice(None)".to_string(); axis];
+    parts.push(last);
+    format!("({},)", parts.join(", "))
+}
+
+/// The expression as Python over `xs` (a list of float64 arrays).
+pub fn python(e: &Expr) -> String {
+    match e {
+        Expr::Input(i) => format!("xs[{i}]"),
+        Expr::Leaf { .. } => unreachable!("leaves are numbered by Program::new"),
+        Expr::Unary(op, x) => {
+            let x = python(x);
+            match op {
+                Un::Sin => format!("jnp.sin({x})"),
+                Un::Cos => format!("jnp.cos({x})"),
+                Un::Tanh => format!("jnp.tanh({x})"),
+                Un::ExpTanh => format!("jnp.exp(jnp.tanh({x}))"),
+                Un::LogSq => format!("jnp.log(jnp.square({x}) + 1.0)"),
+                Un::SqrtSq => format!("jnp.sqrt(jnp.square({x}) + 1.0)"),
+                Un::Sigmoid => format!("jax.nn.sigmoid({x})"),
+                Un::Square => format!("jnp.square({x})"),
+                Un::Neg => format!("(-{x})"),
+                Un::RecipSq => format!("(1.0 / (jnp.square({x}) + 1.0))"),
+            }
+        }
+        Expr::Binary(op, a, b) => {
+            let (a, b) = (python(a), python(b));
+            match op {
+                Bin::Add => format!("({a} + {b})"),
+                Bin::Sub => format!("({a} - {b})"),
+                Bin::Mul => format!("({a} * {b})"),
+                Bin::Div => format!("({a} / (jnp.square({b}) + 1.0))"),
+                Bin::Max => format!("jnp.maximum({a}, {b})"),
+                Bin::Min => format!("jnp.minimum({a}, {b})"),
+                Bin::Pow => format!("jnp.power(jnp.square({a}) + 1.0, jnp.tanh({b}))"),
+            }
+        }
+        Expr::Reduce { op, axes, keepdims, x } => {
+            let x = python(x);
+            let k = if *keepdims { "True" } else { "False" };
+            match op {
+                Red::Sum => format!("jnp.sum({x}, axis={}, keepdims={k})", tuple(axes)),
+                Red::Mean => format!("jnp.mean({x}, axis={}, keepdims={k})", tuple(axes)),
+                Red::Max => format!("jnp.max({x}, axis={}, keepdims={k})", tuple(axes)),
+                Red::LogSumExp => format!("jax.nn.logsumexp({x}, axis={}, keepdims={k})", axes[0]),
+            }
+        }
+        Expr::Softmax { axis, x } => format!("jax.nn.softmax({}, axis={axis})", python(x)),
+        Expr::Cumsum { axis, x } => format!("jnp.cumsum({}, axis={axis})", python(x)),
+        Expr::Reshape { shape, x } => format!("jnp.reshape({}, {})", python(x), tuple(shape)),
+        Expr::Permute { perm, x } => format!("jnp.transpose({}, {})", python(x), tuple(perm)),
+        Expr::Broadcast { shape, x } => format!("jnp.broadcast_to({}, {})", python(x), tuple(shape)),
+        Expr::Slice { axis, start, stop, step, x } => {
+            format!("lax.slice_in_dim({}, {start}, {stop}, {step}, axis={axis})", python(x))
+        }
+        Expr::Flip { axes, x } => format!("jnp.flip({}, axis={})", python(x), tuple(axes)),
+        Expr::Concat { axis, xs } => {
+            let parts: Vec<String> = xs.iter().map(python).collect();
+            format!("jnp.concatenate([{}], axis={axis})", parts.join(", "))
+        }
+        Expr::Take { axis, idx, x } => format!("jnp.take({}, jnp.array({idx:?}), axis={axis})", python(x)),
+        Expr::DynSlice { starts, sizes, x } => {
+            format!("lax.dynamic_slice({}, {starts:?}, {})", python(x), tuple(sizes))
+        }
+        Expr::DynUpdate { starts, x, u } => {
+            format!("lax.dynamic_update_slice({}, {}, {starts:?})", python(x), python(u))
+        }
+        Expr::Matmul(a, b) => format!("jnp.matmul({}, {})", python(a), python(b)),
+        Expr::DynSliceAt { scale, sizes, x, at } => {
+            // `at` is printed once: a lambda binds it.
+            let starts: Vec<String> =
+                scale.iter().map(|k| format!("jnp.floor(at * {}).astype(jnp.int64)", f64_lit(*k))).collect();
+            format!(
+                "(lambda at: lax.dynamic_slice({}, [{}], {}))({})",
+                python(x),
+                starts.join(", "),
+                tuple(sizes),
+                python(at)
+            )
+        }
+        Expr::Where { a, b, x, y } => {
+            format!("jnp.where({} > {}, {}, {})", python(a), python(b), python(x), python(y))
+        }
+        Expr::Pad { widths, value, x } => {
+            let w: Vec<String> = widths.iter().map(|(l, h)| format!("({l}, {h})")).collect();
+            format!("jnp.pad({}, ({},), constant_values={})", python(x), w.join(", "), f64_lit(*value))
+        }
+        Expr::IndexAdd { axis, idx, x, src } => {
+            format!("{}.at[{}].add({})", python(x), index(*axis, format!("jnp.array({idx:?})")), python(src))
+        }
+        Expr::Var { axes, ddof, keepdims, x } => format!(
+            "jnp.var({}, axis={}, ddof={ddof}, keepdims={})",
+            python(x),
+            tuple(axes),
+            if *keepdims { "True" } else { "False" }
+        ),
+        Expr::Mutate { op, view, target, value } => {
+            let (t, v) = (python(target), python(value));
+            // The pure form: `t.at[index].<op>(v)`, or for a transposed view,
+            // the op on the transposed value, transposed back.
+            let at = |idx: String| match op {
+                MutOp::Add => format!("{t}.at[{idx}].add({v})"),
+                MutOp::Sub => format!("{t}.at[{idx}].add(-({v}))"),
+                MutOp::Mul => format!("{t}.at[{idx}].multiply({v})"),
+                MutOp::Copy => format!("{t}.at[{idx}].set({v})"),
+            };
+            match view {
+                View::Whole => at("...".into()),
+                View::Slice { axis, start, stop, step } => at(index(*axis, format!("slice({start}, {stop}, {step})"))),
+                View::Select { axis, index: i } => at(index(*axis, i.to_string())),
+                View::Permute(p) => {
+                    let mut inv = vec![0; p.len()];
+                    for (i, &a) in p.iter().enumerate() {
+                        inv[a] = i;
+                    }
+                    format!(
+                        "jnp.transpose(jnp.transpose({t}, {}).at[...].{}, {})",
+                        tuple(p),
+                        match op {
+                            MutOp::Add => format!("add({v})"),
+                            MutOp::Sub => format!("add(-({v}))"),
+                            MutOp::Mul => format!("multiply({v})"),
+                            MutOp::Copy => format!("set({v})"),
+                        },
+                        tuple(&inv)
+                    )
+                }
+            }
+        }
+    }
+}
+
+/// The source the oracle runs: helpers, one function per level, `run`.
+pub fn source(case: &Case) -> String {
+    let mut s = String::new();
+    s += "def scalarize(ys):\n    return sum(jnp.sum(jnp.sin(y)) for y in ys)\n\n";
+    s += "def tangent(x):\n    return jnp.cos(x * 3.0)\n\n";
+    let outs: Vec<String> = case.program.outputs.iter().map(python).collect();
+    s += &format!("def f0(xs):\n    return [{}]\n\n", outs.join(", "));
+    for (k, tf) in case.stack.iter().enumerate() {
+        let (p, n) = (k, k + 1);
+        let body = match tf {
+            Tf::Grad => format!("return jax.grad(lambda xs: scalarize(f{p}(xs)))(xs)"),
+            Tf::Vmap { in_axes, out_axis, .. } => {
+                let ax: Vec<String> = in_axes.iter().map(|a| a.map_or("None".into(), |a| a.to_string())).collect();
+                format!("return jax.vmap(f{p}, in_axes=([{}],), out_axes={out_axis})(xs)", ax.join(", "))
+            }
+            Tf::Jvp => {
+                format!("y, t = jax.jvp(f{p}, (xs,), ([tangent(x) for x in xs],))\n    return list(y) + list(t)")
+            }
+            Tf::Jacfwd => format!("return jax.tree_util.tree_leaves(jax.jacfwd(f{p})(xs))"),
+            Tf::Jacrev => format!("return jax.tree_util.tree_leaves(jax.jacrev(f{p})(xs))"),
+            Tf::Hessian => format!("return jax.tree_util.tree_leaves(jax.hessian(lambda xs: scalarize(f{p}(xs)))(xs))"),
+            Tf::Functionalize => format!("return f{p}(xs)  # functionalize: JAX is already pure"),
+        };
+        s += &format!("def f{n}(xs):\n    {body}\n\n");
+    }
+    s += &format!("run = f{}\n", case.stack.len());
+    s
+}
+
+/// A standalone Python script that runs the case in JAX and prints every output.
+pub fn reproducer(case: &Case) -> String {
+    let mut s = String::new();
+    s += "import jax\nimport jax.numpy as jnp\nimport numpy as np\nfrom jax import lax\n";
+    s += "jax.config.update(\"jax_enable_x64\", True)\n\n";
+    s += &source(case);
+    s += "\nxs = [\n";
+    for (sh, d) in case.shapes.iter().zip(&case.data) {
+        let d: Vec<String> = d.iter().map(|v| f64_lit(*v)).collect();
+        s += &format!("    jnp.array(np.array([{}], dtype=np.float64).reshape({})),\n", d.join(", "), tuple(sh));
+    }
+    s += "]\nfor y in run(xs):\n    print(y.shape, np.asarray(y).reshape(-1).tolist())\n";
+    s
+}
