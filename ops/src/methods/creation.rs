@@ -57,8 +57,8 @@ impl Tensor {
         Tensor::try_full(shape, value, dtype).or_raise()
     }
 
-    /// [`Tensor::full`] returning an error: an [`ErrorKind::Overflow`]
-    /// (crate::ErrorKind) if the shape's element count or bytes pass
+    /// [`Tensor::full`] returning an error: an
+    /// [`ErrorKind::Overflow`](crate::ErrorKind::Overflow) if the shape's element count or bytes pass
     /// `isize::MAX`, or if an integer `dtype` cannot hold `value` (NaN,
     /// infinite or out of its range; numpy 2 refuses these too); an
     /// out-of-memory error if the buffer cannot be allocated.
