@@ -93,7 +93,15 @@ pub fn python(e: &Expr) -> String {
                 python(x)
             )
         }
-        Expr::Pow { base, exp } => format!("jnp.power({}, jnp.maximum({}, 0.0))", python(base), python(exp)),
+        // At 0^0 xform's pow has every derivative 0 (torch's; JAX gives NaN
+        // there and keeps a TODO that it should be 0: a documented
+        // difference, see registry::edge_points): the double `where` gives
+        // JAX that convention at exactly 0^0 and leaves it unchanged elsewhere.
+        Expr::Pow { base, exp } => format!(
+            "(lambda b, e: (lambda m: jnp.where(m, 1.0, jnp.power(jnp.where(m, 1.0, b), jnp.where(m, 1.0, e))))((b == 0) & (e == 0)))({}, jnp.maximum({}, 0.0))",
+            python(base),
+            python(exp)
+        ),
         Expr::Cumsum { axis, x } => format!("jnp.cumsum({}, axis={axis})", python(x)),
         Expr::Reshape { shape, x } => format!("jnp.reshape({}, {})", python(x), tuple(shape)),
         Expr::Permute { perm, x } => format!("jnp.transpose({}, {})", python(x), tuple(perm)),
