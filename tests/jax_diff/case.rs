@@ -113,7 +113,8 @@ fn resolve(program: &Program, core_outs: &[Vec<usize>], raw: &[(u8, u64)]) -> (V
         let tf = match kind % 7 {
             0 => Tf::Grad,
             1 => {
-                let size = m.int(1, 3);
+                // An empty batch now and then.
+                let size = if m.int(0, 9) == 0 { 0 } else { m.int(1, 3) };
                 let mut in_axes: Vec<Option<isize>> = ins
                     .iter()
                     .map(|s| {
@@ -149,10 +150,26 @@ fn resolve(program: &Program, core_outs: &[Vec<usize>], raw: &[(u8, u64)]) -> (V
     (stack, ins)
 }
 
-/// Input values: uniform in [-2, 2), drawn from `seed`.
+/// Input values: uniform in [-2, 2), drawn from `seed`; a third of the
+/// inputs take exact values half of the time (0, ±1, ±2, 0.5, 3: kinks of
+/// relu and abs, ties, pow's exponent 0 or an integer at base 0).
 fn values(shapes: &[Vec<usize>], seed: u64) -> Vec<Vec<f64>> {
     let mut m = Mix::new(seed);
-    shapes.iter().map(|s| (0..numel(s)).map(|_| m.f64(-2.0, 2.0)).collect()).collect()
+    shapes
+        .iter()
+        .map(|s| {
+            let edgy = m.int(0, 2) == 0;
+            (0..numel(s))
+                .map(|_| {
+                    if edgy && m.coin() {
+                        program::EDGE_VALUES[m.int(0, program::EDGE_VALUES.len() - 1)]
+                    } else {
+                        m.f64(-2.0, 2.0)
+                    }
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// Cases with programs up to `depth` deep under up to `max_stack` transforms.

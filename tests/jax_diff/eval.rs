@@ -17,6 +17,7 @@ pub fn shape(e: &Expr, inputs: &[Vec<usize>]) -> Vec<usize> {
         Expr::Leaf { shape, .. } => shape.clone(),
         Expr::Unary(_, x)
         | Expr::Softmax { x, .. }
+        | Expr::Inf { x, .. }
         | Expr::Cumsum { x, .. }
         | Expr::Flip { x, .. }
         | Expr::DynUpdate { x, .. } => shape(x, inputs),
@@ -29,7 +30,7 @@ pub fn shape(e: &Expr, inputs: &[Vec<usize>]) -> Vec<usize> {
             let s = shape(x, inputs);
             (0..s.len()).filter(|a| !axes.contains(a)).map(|a| s[a]).collect()
         }
-        Expr::Binary(_, x, y) => broadcast(&shape(x, inputs), &shape(y, inputs)),
+        Expr::Binary(_, x, y) | Expr::Pow { base: x, exp: y } => broadcast(&shape(x, inputs), &shape(y, inputs)),
         Expr::Reduce { axes, keepdims, x, .. } => {
             let s = shape(x, inputs);
             (0..s.len()).filter_map(|a| if axes.contains(&a) { keepdims.then_some(1) } else { Some(s[a]) }).collect()
@@ -110,6 +111,27 @@ fn view(t: &Tensor, v: &View) -> Tensor {
     }
 }
 
+/// `Expr::Inf`'s constants: the mask (1 where an infinity goes) and the values.
+pub fn inf_consts(inf: &[i8]) -> (Vec<f64>, Vec<f64>) {
+    let mask = inf.iter().map(|&k| f64::from(k != 0)).collect();
+    let vals = inf.iter().map(|&k| if k == 0 { 0.0 } else { f64::from(k) * f64::INFINITY }).collect();
+    (mask, vals)
+}
+
+/// Runs a program's writes to its arguments `xs`, in order.
+pub fn write_args(p: &Program, xs: &[Tensor]) {
+    for w in &p.writes {
+        let value = eval(&w.value, xs);
+        let t = view(&xs[w.input()], &w.view);
+        match w.op {
+            MutOp::Add => t.add_(&value),
+            MutOp::Sub => t.sub_(&value),
+            MutOp::Mul => t.mul_(&value),
+            MutOp::Copy => t.copy_(&value),
+        };
+    }
+}
+
 /// Evaluates an expression on the inputs `xs`.
 pub fn eval(e: &Expr, xs: &[Tensor]) -> Tensor {
     let ev = |x: &Expr| eval(x, xs);
@@ -129,6 +151,9 @@ pub fn eval(e: &Expr, xs: &[Tensor]) -> Tensor {
                 Un::Square => &x * &x,
                 Un::Neg => -&x,
                 Un::RecipSq => 1.0 / (&x * &x + 1.0),
+                Un::Relu => x.relu(),
+                Un::Softplus => x.softplus(),
+                Un::Abs => x.abs(),
             }
         }
         Expr::Binary(op, a, b) => {
@@ -152,7 +177,22 @@ pub fn eval(e: &Expr, xs: &[Tensor]) -> Tensor {
                 Red::LogSumExp => x.logsumexp(axes[0] as isize, *keepdims),
             }
         }
-        Expr::Softmax { axis, x } => ev(x).softmax(*axis as isize),
+        Expr::Softmax { axis, log: false, x } => ev(x).softmax(*axis as isize),
+        Expr::Softmax { axis, log: true, x } => ev(x).log_softmax(*axis as isize),
+        Expr::Inf { inf, x } => {
+            let x = ev(x);
+            let (mask, vals) = inf_consts(inf);
+            let s = x.shape().dims().to_vec();
+            Tensor::where_(
+                &Tensor::from_vec(mask, s.clone()).gt(&Tensor::scalar(0.5f64)),
+                &Tensor::from_vec(vals, s),
+                &x,
+            )
+        }
+        Expr::Pow { base, exp } => {
+            let e = ev(exp);
+            ev(base).pow(&e.maximum(&e.zeros_like()))
+        }
         Expr::Cumsum { axis, x } => ev(x).cumsum(*axis as isize),
         Expr::Reshape { shape, x } => ev(x).reshape_to(shape.clone()),
         Expr::Permute { perm, x } => ev(x).permute(perm),
@@ -230,19 +270,33 @@ fn wrap(tf: &Tf, f: Fun) -> Fun {
 /// error (a raised xform error or any other panic) as text.
 pub fn run(case: &Case) -> Result<Vec<(Vec<usize>, Vec<f64>)>, String> {
     let program = case.program.clone();
-    let mut f: Fun = Rc::new(move |xs| program.outputs.iter().map(|e| eval(e, xs)).collect());
+    let mut f: Fun = Rc::new(move |xs| {
+        write_args(&program, xs);
+        program.outputs.iter().map(|e| eval(e, xs)).collect()
+    });
     for tf in &case.stack {
         f = wrap(tf, f);
     }
     let xs: Vec<Tensor> =
         case.shapes.iter().zip(&case.data).map(|(s, d)| Tensor::from_vec(d.clone(), s.clone())).collect();
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        xform::catch(|| f(&xs).iter().map(|y| (y.shape().dims().to_vec(), y.to_vec_f64())).collect::<Vec<_>>())
+        xform::catch(|| {
+            let mut out: Vec<_> = f(&xs).iter().map(|y| (y.shape().dims().to_vec(), y.to_vec_f64())).collect();
+            // A program that writes to its arguments: their values after the call too.
+            if !case.program.writes.is_empty() {
+                out.extend(xs.iter().map(|x| (x.shape().dims().to_vec(), x.to_vec_f64())));
+            }
+            out
+        })
     }));
     let depth = xform::core::interp::stack_depth();
     match r {
         Ok(Ok(v)) if depth == 0 => Ok(v),
         Ok(Ok(_)) => Err(format!("xform left {depth} interpreters on the stack")),
+        // An error leaves every argument as it was (nothing half-written).
+        Ok(Err(e)) if xs.iter().zip(&case.data).any(|(x, d)| !same_values(&x.to_vec_f64(), d)) => {
+            Err(format!("xform error left an argument written: {e}"))
+        }
         Ok(Err(e)) => Err(format!("xform error: {e}")),
         Err(p) => Err(format!(
             "xform panicked: {}",
@@ -254,6 +308,10 @@ pub fn run(case: &Case) -> Result<Vec<(Vec<usize>, Vec<f64>)>, String> {
     }
 }
 
+fn same_values(a: &[f64], b: &[f64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y || (x.is_nan() && y.is_nan()))
+}
+
 // ---- Rust text -------------------------------------------------------------------
 
 fn list<T: std::fmt::Debug>(v: &[T]) -> String {
@@ -261,7 +319,11 @@ fn list<T: std::fmt::Debug>(v: &[T]) -> String {
 }
 
 fn f64_lit(v: f64) -> String {
-    format!("{v:?}")
+    match v {
+        v if v == f64::INFINITY => "f64::INFINITY".into(),
+        v if v == f64::NEG_INFINITY => "f64::NEG_INFINITY".into(),
+        v => format!("{v:?}f64"),
+    }
 }
 
 fn rust_shape(s: &[usize]) -> String {
@@ -304,6 +366,9 @@ pub fn rust(e: &Expr) -> String {
                 Un::Square => format!("{{ let x = {x}; &x * &x }}"),
                 Un::Neg => format!("-({x})"),
                 Un::RecipSq => format!("{{ let x = {x}; 1.0 / (&x * &x + 1.0) }}"),
+                Un::Relu => format!("({x}).relu()"),
+                Un::Softplus => format!("({x}).softplus()"),
+                Un::Abs => format!("({x}).abs()"),
             }
         }
         Expr::Binary(op, a, b) => {
@@ -328,7 +393,20 @@ pub fn rust(e: &Expr) -> String {
                 Red::LogSumExp => format!("({x}).logsumexp({}, {keepdims})", axes[0]),
             }
         }
-        Expr::Softmax { axis, x } => format!("({}).softmax({axis})", rust(x)),
+        Expr::Softmax { axis, log: false, x } => format!("({}).softmax({axis})", rust(x)),
+        Expr::Softmax { axis, log: true, x } => format!("({}).log_softmax({axis})", rust(x)),
+        Expr::Inf { inf, x } => {
+            let (mask, vals) = inf_consts(inf);
+            let vals: Vec<String> = vals.iter().map(|v| f64_lit(*v)).collect();
+            format!(
+                "{{ let x = {}; let s = x.shape().dims().to_vec(); Tensor::where_(&Tensor::from_vec(vec!{mask:?}, s.clone()).gt(&Tensor::scalar(0.5f64)), &Tensor::from_vec(vec![{}], s), &x) }}",
+                rust(x),
+                vals.join(", ")
+            )
+        }
+        Expr::Pow { base, exp } => {
+            format!("{{ let e = {}; ({}).pow(&e.maximum(&e.zeros_like())) }}", rust(exp), rust(base))
+        }
         Expr::Cumsum { axis, x } => format!("({}).cumsum({axis})", rust(x)),
         Expr::Reshape { shape, x } => format!("({}).reshape_to({})", rust(x), rust_shape(shape)),
         Expr::Permute { perm, x } => format!("({}).permute(&{})", rust(x), list(perm)),
@@ -403,7 +481,17 @@ pub fn rust_reproducer(case: &Case) -> String {
     }
     s += "    ];\n";
     let outs: Vec<String> = case.program.outputs.iter().map(rust).collect();
-    s += &format!("    let f0 = |xs: &Vec<Tensor>| -> Vec<Tensor> {{ vec![{}] }};\n", outs.join(", "));
+    let mut writes = String::new();
+    for w in &case.program.writes {
+        let m = match w.op {
+            MutOp::Add => "add_",
+            MutOp::Sub => "sub_",
+            MutOp::Mul => "mul_",
+            MutOp::Copy => "copy_",
+        };
+        writes += &format!("let v = {}; xs[{}]{}.{m}(&v); ", rust(&w.value), w.input(), rust_view(&w.view));
+    }
+    s += &format!("    let f0 = |xs: &Vec<Tensor>| -> Vec<Tensor> {{ {writes}vec![{}] }};\n", outs.join(", "));
     for (k, tf) in case.stack.iter().enumerate() {
         let (p, n) = (k, k + 1);
         let body = match tf {
@@ -427,5 +515,10 @@ pub fn rust_reproducer(case: &Case) -> String {
         "    for y in f{}(&xs) {{\n        println!(\"{{:?}} {{:?}}\", y.shape().dims(), y.to_vec_f64());\n    }}\n}}\n",
         case.stack.len()
     );
+    if !case.program.writes.is_empty() {
+        s = s.trim_end().trim_end_matches('}').to_string();
+        s += "    // the arguments after the call (written back)\n";
+        s += "    for x in &xs {\n        println!(\"{:?} {:?}\", x.shape().dims(), x.to_vec_f64());\n    }\n}\n";
+    }
     s
 }

@@ -40,10 +40,28 @@ pub enum Un {
     Neg,
     /// `1 / (1 + x²)`.
     RecipSq,
+    /// `relu` (derivative 0 at 0, as `jax.nn.relu`).
+    Relu,
+    Softplus,
+    /// `abs` (derivative 0 at 0, as JAX's `sign`).
+    Abs,
 }
 
-pub const UNARY: [Un; 10] =
-    [Un::Sin, Un::Cos, Un::Tanh, Un::ExpTanh, Un::LogSq, Un::SqrtSq, Un::Sigmoid, Un::Square, Un::Neg, Un::RecipSq];
+pub const UNARY: [Un; 13] = [
+    Un::Sin,
+    Un::Cos,
+    Un::Tanh,
+    Un::ExpTanh,
+    Un::LogSq,
+    Un::SqrtSq,
+    Un::Sigmoid,
+    Un::Square,
+    Un::Neg,
+    Un::RecipSq,
+    Un::Relu,
+    Un::Softplus,
+    Un::Abs,
+];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Bin {
@@ -118,9 +136,28 @@ pub enum Expr {
         keepdims: bool,
         x: Box<Expr>,
     },
+    /// softmax, or with `log`, log_softmax.
     Softmax {
         axis: usize,
+        log: bool,
         x: Box<Expr>,
+    },
+    /// `where(mask, ±inf, x)` with a constant pattern (`inf[i]`: 0 keeps
+    /// x's element, 1 is +inf, -1 is -inf): infinities fed to logsumexp,
+    /// softmax and log_softmax, with derivative 0 where they are.
+    Inf {
+        inf: Vec<i8>,
+        x: Box<Expr>,
+    },
+    /// `base ** max(exp, 0)`: bases that may be 0 or negative, exponents
+    /// that may be exactly 0 or an integer (inputs take such values now and
+    /// then). The exponent is kept >= 0 (at a tie, max passes half the
+    /// derivative, so the mixed partial at exponent 0 is still tested): at
+    /// base 0 a negative exponent makes inf, whose derivative JAX gives as
+    /// NaN (0 * inf) and xform as 0, a singular point where neither is right.
+    Pow {
+        base: Box<Expr>,
+        exp: Box<Expr>,
     },
     Cumsum {
         axis: usize,
@@ -220,11 +257,36 @@ pub enum Expr {
     },
 }
 
-/// A program: inputs of the given shapes, and one or two outputs.
+/// An in-place write to one of the function's own arguments, made before
+/// the outputs are computed: `xs[target].<view>.<op>_(value)`. In JAX the
+/// function is pure and returns the updated arguments after its outputs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ArgWrite {
+    /// `Expr::Input` (a leaf while generating).
+    pub target: Expr,
+    pub view: View,
+    pub op: MutOp,
+    /// Always a unary op at the top, so the value never aliases an
+    /// argument (an eager in-place op refuses overlapping operands).
+    pub value: Expr,
+}
+
+/// A program: inputs of the given shapes, writes to them in order, and one
+/// or two outputs (computed after the writes).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Program {
     pub inputs: Vec<Vec<usize>>,
+    pub writes: Vec<ArgWrite>,
     pub outputs: Vec<Expr>,
+}
+
+impl ArgWrite {
+    pub fn input(&self) -> usize {
+        match self.target {
+            Expr::Input(i) => i,
+            _ => unreachable!("targets are numbered by Program::new"),
+        }
+    }
 }
 
 fn b(e: Expr) -> Box<Expr> {
@@ -262,6 +324,10 @@ impl Mix {
         lo + (hi - lo) * ((self.next() >> 11) as f64 / (1u64 << 53) as f64)
     }
 }
+
+/// Exact values where derivatives have kinks or special cases (relu and
+/// abs at 0, pow with exponent 0 or an integer at base 0, ties).
+pub const EDGE_VALUES: [f64; 8] = [0.0, 0.0, 1.0, -1.0, 2.0, -2.0, 0.5, 3.0];
 
 /// A shape that broadcasts to `s`: some axes set to 1, some leading axes dropped.
 fn broadcast_source(s: &[usize], m: &mut Mix) -> Vec<usize> {
@@ -322,7 +388,7 @@ fn leaf(shape: &[usize]) -> BoxedStrategy<Expr> {
 }
 
 /// Number of constructors `build` knows (0 is the leaf).
-const CHOICES: usize = 23;
+const CHOICES: usize = 24;
 
 /// An expression whose value has exactly `shape`, at most `depth` deep.
 pub fn expr(shape: Vec<usize>, depth: u32) -> BoxedStrategy<Expr> {
@@ -377,18 +443,48 @@ fn build(s: Vec<usize>, depth: u32, choice: usize, seed: u64) -> BoxedStrategy<E
                 axes.sort();
                 (src, axes)
             };
-            sub(src).prop_map(move |x| Expr::Reduce { op, axes: axes.clone(), keepdims, x: b(x) }).boxed()
+            // An empty reduced axis now and then (sums only: the others
+            // have no identity, or make -inf everywhere downstream).
+            let (src, op) = if op == Red::Sum && !keepdims && m.int(0, 5) == 0 {
+                let mut src = src;
+                src[axes[0]] = 0;
+                (src, op)
+            } else {
+                (src, op)
+            };
+            let inject = op == Red::LogSumExp && m.coin();
+            let inf = inf_pattern(numel(&src), &mut m);
+            sub(src)
+                .prop_map(move |x| {
+                    let x = if inject { Expr::Inf { inf: inf.clone(), x: b(x) } } else { x };
+                    Expr::Reduce { op, axes: axes.clone(), keepdims, x: b(x) }
+                })
+                .boxed()
         }
         6 if r >= 1 => {
             let axis = m.int(0, r - 1);
             if m.coin() {
-                sub(s.clone()).prop_map(move |x| Expr::Softmax { axis, x: b(x) }).boxed()
+                let log = m.coin();
+                // -inf only: with a +inf in a row, JAX's softmax and
+                // log_softmax give NaN for the whole row (x - max is NaN at
+                // the inf), xform's finite ones where the limit is (softmax
+                // 0, log_softmax -inf); reported, not yet decided.
+                let inf = m.coin().then(|| neg_inf(inf_pattern(numel(&s), &mut m)));
+                sub(s.clone())
+                    .prop_map(move |x| {
+                        let x = match &inf {
+                            Some(inf) => Expr::Inf { inf: inf.clone(), x: b(x) },
+                            None => x,
+                        };
+                        Expr::Softmax { axis, log, x: b(x) }
+                    })
+                    .boxed()
             } else {
                 sub(s.clone()).prop_map(move |x| Expr::Cumsum { axis, x: b(x) }).boxed()
             }
         }
         7 => {
-            let src = reshape_source(&s, &mut m);
+            let src = if numel(&s) == 0 { vec![0] } else { reshape_source(&s, &mut m) };
             let shape = s.clone();
             sub(src).prop_map(move |x| Expr::Reshape { shape: shape.clone(), x: b(x) }).boxed()
         }
@@ -409,7 +505,7 @@ fn build(s: Vec<usize>, depth: u32, choice: usize, seed: u64) -> BoxedStrategy<E
         10 if r >= 1 => {
             let axis = m.int(0, r - 1);
             let (start, step) = (m.int(0, 2), m.int(1, 2));
-            let stop = start + step * (s[axis] - 1) + 1;
+            let stop = if s[axis] == 0 { start } else { start + step * (s[axis] - 1) + 1 };
             let mut src = s.clone();
             src[axis] = stop + m.int(0, 1);
             sub(src).prop_map(move |x| Expr::Slice { axis, start, stop, step, x: b(x) }).boxed()
@@ -442,7 +538,7 @@ fn build(s: Vec<usize>, depth: u32, choice: usize, seed: u64) -> BoxedStrategy<E
             sub(src).prop_map(move |x| Expr::DynSlice { starts: starts.clone(), sizes: sizes.clone(), x: b(x) }).boxed()
         }
         15 if r >= 1 => {
-            let us: Vec<usize> = s.iter().map(|&n| m.int(1, n)).collect();
+            let us: Vec<usize> = s.iter().map(|&n| m.int(n.min(1), n)).collect();
             let starts: Vec<i64> = s.iter().map(|&n| m.int(0, 2 * n + 4) as i64 - n as i64 - 2).collect();
             (sub(s.clone()), sub(us))
                 .prop_map(move |(x, u)| Expr::DynUpdate { starts: starts.clone(), x: b(x), u: b(u) })
@@ -452,7 +548,7 @@ fn build(s: Vec<usize>, depth: u32, choice: usize, seed: u64) -> BoxedStrategy<E
             let (sa, sb) = matmul_sources(&s, &mut m);
             (sub(sa), sub(sb)).prop_map(|(x, y)| Expr::Matmul(b(x), b(y))).boxed()
         }
-        17 => {
+        17 if numel(&s) > 0 => {
             let (view, vshape) = view_of(&s, &mut m);
             let value_shape = broadcast_source(&vshape, &mut m);
             let op = [MutOp::Add, MutOp::Sub, MutOp::Mul, MutOp::Copy][m.int(0, 3)];
@@ -466,7 +562,7 @@ fn build(s: Vec<usize>, depth: u32, choice: usize, seed: u64) -> BoxedStrategy<E
                 .prop_map(|(a, c, x, y)| Expr::Where { a: b(a), b: b(c), x: b(x), y: b(y) })
                 .boxed()
         }
-        19 if r >= 1 && s.iter().any(|&n| n >= 2) => {
+        19 if r >= 1 && s.iter().any(|&n| n >= 2) && numel(&s) > 0 => {
             let widths: Vec<(i64, i64)> = s
                 .iter()
                 .map(|&n| {
@@ -479,7 +575,7 @@ fn build(s: Vec<usize>, depth: u32, choice: usize, seed: u64) -> BoxedStrategy<E
             let value = [0.0, 1.5, -0.25][m.int(0, 2)];
             sub(src).prop_map(move |x| Expr::Pad { widths: widths.clone(), value, x: b(x) }).boxed()
         }
-        20 if r >= 1 => {
+        20 if r >= 1 && numel(&s) > 0 => {
             let axis = m.int(0, r - 1);
             let k = m.int(1, MAX_DIM);
             let idx: Vec<i64> = (0..k).map(|_| m.int(0, s[axis] - 1) as i64).collect();
@@ -509,15 +605,42 @@ fn build(s: Vec<usize>, depth: u32, choice: usize, seed: u64) -> BoxedStrategy<E
                 })
                 .boxed()
         }
+        23 => {
+            // Bases that are exactly 0 (relu), negative or anything;
+            // exponents from inputs, which are 0 or an integer now and then.
+            let relu = m.coin();
+            (sub(s.clone()), sub(broadcast_source(&s, &mut m)))
+                .prop_map(move |(x, e)| {
+                    let base = if relu { Expr::Unary(Un::Relu, b(x)) } else { x };
+                    Expr::Pow { base: b(base), exp: b(e) }
+                })
+                .boxed()
+        }
         // A constructor that does not apply to this shape: a unary op.
         _ if choice != 0 => (select(UNARY.to_vec()), sub(s.clone())).prop_map(|(op, x)| Expr::Unary(op, b(x))).boxed(),
         _ => leaf(&s),
     }
 }
 
+/// Where `Expr::Inf` puts infinities: each element kept, +inf or -inf
+/// (a whole row of -inf now and then).
+fn inf_pattern(n: usize, m: &mut Mix) -> Vec<i8> {
+    let all = m.int(0, 3);
+    (0..n)
+        .map(|_| match all {
+            0 => -1,
+            _ => [0, 0, 1, -1][m.int(0, 3)],
+        })
+        .collect()
+}
+
+fn neg_inf(p: Vec<i8>) -> Vec<i8> {
+    p.into_iter().map(|k| -k.abs()).collect()
+}
+
 /// Operand shapes of a numpy matmul whose result has shape `s`.
 fn matmul_sources(s: &[usize], m: &mut Mix) -> (Vec<usize>, Vec<usize>) {
-    let k = m.int(1, MAX_DIM);
+    let k = if m.int(0, 7) == 0 { 0 } else { m.int(1, MAX_DIM) };
     match s.len() {
         0 => (vec![k], vec![k]),
         1 => {
@@ -545,7 +668,7 @@ fn matmul_sources(s: &[usize], m: &mut Mix) -> (Vec<usize>, Vec<usize>) {
 /// A view of a tensor of shape `s` and the view's shape.
 fn view_of(s: &[usize], m: &mut Mix) -> (View, Vec<usize>) {
     let r = s.len();
-    match if r == 0 { 0 } else { m.int(0, 3) } {
+    match if r == 0 || s.contains(&0) { 0 } else { m.int(0, 3) } {
         1 => {
             let axis = m.int(0, r - 1);
             let n = s[axis];
@@ -577,12 +700,16 @@ fn view_of(s: &[usize], m: &mut Mix) -> (View, Vec<usize>) {
 impl Program {
     /// Numbers the leaves of `outputs`: one input per distinct (shape, slot),
     /// in order of first appearance.
-    pub fn new(mut outputs: Vec<Expr>) -> Program {
+    pub fn new(mut writes: Vec<ArgWrite>, mut outputs: Vec<Expr>) -> Program {
         let mut keys: Vec<(Vec<usize>, usize)> = Vec::new();
+        for w in &mut writes {
+            number(&mut w.target, &mut keys);
+            number(&mut w.value, &mut keys);
+        }
         for e in &mut outputs {
             number(e, &mut keys);
         }
-        Program { inputs: keys.into_iter().map(|(s, _)| s).collect(), outputs }
+        Program { inputs: keys.into_iter().map(|(s, _)| s).collect(), writes, outputs }
     }
 }
 
@@ -601,6 +728,7 @@ fn number(e: &mut Expr, keys: &mut Vec<(Vec<usize>, usize)>) {
         Expr::Unary(_, x)
         | Expr::Reduce { x, .. }
         | Expr::Softmax { x, .. }
+        | Expr::Inf { x, .. }
         | Expr::Cumsum { x, .. }
         | Expr::Reshape { x, .. }
         | Expr::Permute { x, .. }
@@ -618,6 +746,7 @@ fn number(e: &mut Expr, keys: &mut Vec<(Vec<usize>, usize)>) {
         Expr::Binary(_, x, y)
         | Expr::DynUpdate { x, u: y, .. }
         | Expr::Matmul(x, y)
+        | Expr::Pow { base: x, exp: y }
         | Expr::IndexAdd { x, src: y, .. }
         | Expr::DynSliceAt { x, at: y, .. } => {
             number(x, keys);
@@ -631,16 +760,39 @@ fn number(e: &mut Expr, keys: &mut Vec<(Vec<usize>, usize)>) {
     }
 }
 
-/// A shape of rank 0..=3 with sizes 1..=MAX_DIM.
+/// A shape of rank 0..=3 with sizes 1..=MAX_DIM, or now and then an
+/// empty axis (size 0).
 fn random_shape(m: &mut Mix) -> Vec<usize> {
-    (0..m.int(0, 3)).map(|_| m.int(1, MAX_DIM)).collect()
+    let empty = m.int(0, 9) == 0;
+    let mut s: Vec<usize> = (0..m.int(usize::from(empty), 3)).map(|_| m.int(1, MAX_DIM)).collect();
+    if empty {
+        let a = m.int(0, s.len() - 1);
+        s[a] = 0;
+    }
+    s
 }
 
-/// A program of one or two outputs of random shapes, up to `depth` deep.
+/// A write to an argument of a random shape (a leaf, so an input), through
+/// a view, of a value at most `depth` deep.
+fn arg_write(depth: u32, seed: u64) -> BoxedStrategy<ArgWrite> {
+    let mut m = Mix::new(seed);
+    let shape = random_shape(&mut m);
+    let (view, vshape) = view_of(&shape, &mut m);
+    let value_shape = broadcast_source(&vshape, &mut m);
+    let op = [MutOp::Add, MutOp::Sub, MutOp::Mul, MutOp::Copy][m.int(0, 3)];
+    (leaf(&shape), select(UNARY.to_vec()), expr(value_shape, depth))
+        .prop_map(move |(target, un, v)| ArgWrite { target, view: view.clone(), op, value: Expr::Unary(un, b(v)) })
+        .boxed()
+}
+
+/// A program of one or two outputs of random shapes, up to `depth` deep,
+/// which writes to its own arguments first a third of the time.
 pub fn program(depth: u32) -> impl Strategy<Value = Program> {
-    (1usize..=2, any::<u64>()).prop_flat_map(move |(n, seed)| {
+    (1usize..=2, any::<u64>(), prop_oneof![2 => Just(0usize), 1 => 1usize..=2]).prop_flat_map(move |(n, seed, nw)| {
         let mut m = Mix::new(seed);
         let outs: Vec<BoxedStrategy<Expr>> = (0..n).map(|_| expr(random_shape(&mut m), depth)).collect();
-        outs.prop_map(Program::new)
+        let writes: Vec<BoxedStrategy<ArgWrite>> =
+            (0..nw).map(|_| arg_write(depth.saturating_sub(2), m.next())).collect();
+        (writes, outs).prop_map(|(w, o)| Program::new(w, o))
     })
 }

@@ -50,6 +50,12 @@ pub fn python(e: &Expr) -> String {
                 Un::Square => format!("jnp.square({x})"),
                 Un::Neg => format!("(-{x})"),
                 Un::RecipSq => format!("(1.0 / (jnp.square({x}) + 1.0))"),
+                Un::Relu => format!("jax.nn.relu({x})"),
+                Un::Softplus => format!("jax.nn.softplus({x})"),
+                // xform's abs has derivative sign(0) = 0 at 0 (torch's; JAX's
+                // abs gives 1 there: a documented difference, see
+                // registry::edge_points), which `x * sign(x)` has in JAX.
+                Un::Abs => format!("(lambda x: x * jnp.sign(x))({x})"),
             }
         }
         Expr::Binary(op, a, b) => {
@@ -74,7 +80,28 @@ pub fn python(e: &Expr) -> String {
                 Red::LogSumExp => format!("jax.nn.logsumexp({x}, axis={}, keepdims={k})", axes[0]),
             }
         }
-        Expr::Softmax { axis, x } => format!("jax.nn.softmax({}, axis={axis})", python(x)),
+        Expr::Softmax { axis, log: false, x } => format!("jax.nn.softmax({}, axis={axis})", python(x)),
+        Expr::Softmax { axis, log: true, x } => format!("jax.nn.log_softmax({}, axis={axis})", python(x)),
+        Expr::Inf { inf, x } => {
+            let (mask, vals) = crate::eval::inf_consts(inf);
+            let mask: Vec<&str> = mask.iter().map(|&m| if m > 0.5 { "True" } else { "False" }).collect();
+            let vals: Vec<String> = vals.iter().map(|v| f64_lit(*v)).collect();
+            format!(
+                "(lambda x: jnp.where(jnp.array([{}], dtype=bool).reshape(x.shape), jnp.array([{}], dtype=jnp.float64).reshape(x.shape), x))({})",
+                mask.join(", "),
+                vals.join(", "),
+                python(x)
+            )
+        }
+        // At 0^0 xform's pow has every derivative 0 (torch's; JAX gives NaN
+        // there and keeps a TODO that it should be 0: a documented
+        // difference, see registry::edge_points): the double `where` gives
+        // JAX that convention at exactly 0^0 and leaves it unchanged elsewhere.
+        Expr::Pow { base, exp } => format!(
+            "(lambda b, e: (lambda m: jnp.where(m, 1.0, jnp.power(jnp.where(m, 1.0, b), jnp.where(m, 1.0, e))))((b == 0) & (e == 0)))({}, jnp.maximum({}, 0.0))",
+            python(base),
+            python(exp)
+        ),
         Expr::Cumsum { axis, x } => format!("jnp.cumsum({}, axis={axis})", python(x)),
         Expr::Reshape { shape, x } => format!("jnp.reshape({}, {})", python(x), tuple(shape)),
         Expr::Permute { perm, x } => format!("jnp.transpose({}, {})", python(x), tuple(perm)),
@@ -87,7 +114,9 @@ pub fn python(e: &Expr) -> String {
             let parts: Vec<String> = xs.iter().map(python).collect();
             format!("jnp.concatenate([{}], axis={axis})", parts.join(", "))
         }
-        Expr::Take { axis, idx, x } => format!("jnp.take({}, jnp.array({idx:?}), axis={axis})", python(x)),
+        Expr::Take { axis, idx, x } => {
+            format!("jnp.take({}, jnp.array({idx:?}, dtype=jnp.int64), axis={axis})", python(x))
+        }
         Expr::DynSlice { starts, sizes, x } => {
             format!("lax.dynamic_slice({}, {starts:?}, {})", python(x), tuple(sizes))
         }
@@ -123,68 +152,87 @@ pub fn python(e: &Expr) -> String {
             tuple(axes),
             if *keepdims { "True" } else { "False" }
         ),
-        Expr::Mutate { op, view, target, value } => {
-            let (t, v) = (python(target), python(value));
-            // The pure form: `t.at[index].<op>(v)`, or for a transposed view,
-            // the op on the transposed value, transposed back.
-            let at = |idx: String| match op {
-                MutOp::Add => format!("{t}.at[{idx}].add({v})"),
-                MutOp::Sub => format!("{t}.at[{idx}].add(-({v}))"),
-                MutOp::Mul => format!("{t}.at[{idx}].multiply({v})"),
-                MutOp::Copy => format!("{t}.at[{idx}].set({v})"),
-            };
-            match view {
-                View::Whole => at("...".into()),
-                View::Slice { axis, start, stop, step } => at(index(*axis, format!("slice({start}, {stop}, {step})"))),
-                View::Select { axis, index: i } => at(index(*axis, i.to_string())),
-                View::Permute(p) => {
-                    let mut inv = vec![0; p.len()];
-                    for (i, &a) in p.iter().enumerate() {
-                        inv[a] = i;
-                    }
-                    format!(
-                        "jnp.transpose(jnp.transpose({t}, {}).at[...].{}, {})",
-                        tuple(p),
-                        match op {
-                            MutOp::Add => format!("add({v})"),
-                            MutOp::Sub => format!("add(-({v}))"),
-                            MutOp::Mul => format!("multiply({v})"),
-                            MutOp::Copy => format!("set({v})"),
-                        },
-                        tuple(&inv)
-                    )
-                }
+        Expr::Mutate { op, view, target, value } => update(*op, view, &python(target), &python(value)),
+    }
+}
+
+/// The pure form of `t.<view>.<op>_(v)`: `t.at[index].<op>(v)`, or for a
+/// transposed view, the op on the transposed value, transposed back.
+fn update(op: MutOp, view: &View, t: &str, v: &str) -> String {
+    let at = |idx: String| match op {
+        MutOp::Add => format!("{t}.at[{idx}].add({v})"),
+        MutOp::Sub => format!("{t}.at[{idx}].add(-({v}))"),
+        MutOp::Mul => format!("{t}.at[{idx}].multiply({v})"),
+        MutOp::Copy => format!("{t}.at[{idx}].set({v})"),
+    };
+    match view {
+        View::Whole => at("...".into()),
+        View::Slice { axis, start, stop, step } => at(index(*axis, format!("slice({start}, {stop}, {step})"))),
+        View::Select { axis, index: i } => at(index(*axis, i.to_string())),
+        View::Permute(p) => {
+            let mut inv = vec![0; p.len()];
+            for (i, &a) in p.iter().enumerate() {
+                inv[a] = i;
             }
+            format!(
+                "jnp.transpose(jnp.transpose({t}, {}).at[...].{}, {})",
+                tuple(p),
+                match op {
+                    MutOp::Add => format!("add({v})"),
+                    MutOp::Sub => format!("add(-({v}))"),
+                    MutOp::Mul => format!("multiply({v})"),
+                    MutOp::Copy => format!("set({v})"),
+                },
+                tuple(&inv)
+            )
         }
     }
 }
 
 /// The source the oracle runs: helpers, one function per level, `run`.
+/// Every level returns `(outputs, arguments)`: the program writes to its
+/// arguments functionally and returns their new values, and each transform
+/// carries them as auxiliary data (vmap maps them back to their in_axes);
+/// `run` returns the outputs, then (when the program writes) the arguments.
 pub fn source(case: &Case) -> String {
     let mut s = String::new();
     s += "def scalarize(ys):\n    return sum(jnp.sum(jnp.sin(y)) for y in ys)\n\n";
     s += "def tangent(x):\n    return jnp.cos(x * 3.0)\n\n";
+    s += "def scalar_aux(f):\n    return lambda xs: (lambda r: (scalarize(r[0]), r[1]))(f(xs))\n\n";
     let outs: Vec<String> = case.program.outputs.iter().map(python).collect();
-    s += &format!("def f0(xs):\n    return [{}]\n\n", outs.join(", "));
+    s += "def f0(xs):\n    xs = list(xs)\n";
+    for w in &case.program.writes {
+        let i = w.input();
+        s += &format!("    xs[{i}] = {}\n", update(w.op, &w.view, &format!("xs[{i}]"), &python(&w.value)));
+    }
+    s += &format!("    return [{}], xs\n\n", outs.join(", "));
     for (k, tf) in case.stack.iter().enumerate() {
         let (p, n) = (k, k + 1);
         let body = match tf {
-            Tf::Grad => format!("return jax.grad(lambda xs: scalarize(f{p}(xs)))(xs)"),
+            Tf::Grad => format!("return jax.grad(scalar_aux(f{p}), has_aux=True)(xs)"),
             Tf::Vmap { in_axes, out_axis, .. } => {
                 let ax: Vec<String> = in_axes.iter().map(|a| a.map_or("None".into(), |a| a.to_string())).collect();
-                format!("return jax.vmap(f{p}, in_axes=([{}],), out_axes={out_axis})(xs)", ax.join(", "))
+                let ax = ax.join(", ");
+                format!("return jax.vmap(f{p}, in_axes=([{ax}],), out_axes=({out_axis}, [{ax}]))(xs)")
             }
-            Tf::Jvp => {
-                format!("y, t = jax.jvp(f{p}, (xs,), ([tangent(x) for x in xs],))\n    return list(y) + list(t)")
+            Tf::Jvp => format!(
+                "y, t, a = jax.jvp(f{p}, (xs,), ([tangent(x) for x in xs],), has_aux=True)\n    return list(y) + list(t), a"
+            ),
+            Tf::Jacfwd => {
+                format!("j, a = jax.jacfwd(f{p}, has_aux=True)(xs)\n    return jax.tree_util.tree_leaves(j), a")
             }
-            Tf::Jacfwd => format!("return jax.tree_util.tree_leaves(jax.jacfwd(f{p})(xs))"),
-            Tf::Jacrev => format!("return jax.tree_util.tree_leaves(jax.jacrev(f{p})(xs))"),
-            Tf::Hessian => format!("return jax.tree_util.tree_leaves(jax.hessian(lambda xs: scalarize(f{p}(xs)))(xs))"),
+            Tf::Jacrev => {
+                format!("j, a = jax.jacrev(f{p}, has_aux=True)(xs)\n    return jax.tree_util.tree_leaves(j), a")
+            }
+            Tf::Hessian => format!(
+                "h, a = jax.hessian(scalar_aux(f{p}), has_aux=True)(xs)\n    return jax.tree_util.tree_leaves(h), a"
+            ),
             Tf::Functionalize => format!("return f{p}(xs)  # functionalize: JAX is already pure"),
         };
         s += &format!("def f{n}(xs):\n    {body}\n\n");
     }
-    s += &format!("run = f{}\n", case.stack.len());
+    let args = if case.program.writes.is_empty() { "" } else { " + list(r[1])" };
+    s += &format!("def run(xs):\n    r = f{}(xs)\n    return list(r[0]){args}\n", case.stack.len());
     s
 }
 
