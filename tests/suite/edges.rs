@@ -45,3 +45,32 @@ fn derivatives_at_edge_points_match_jax() {
         check(&e, "jacfwd(jacfwd)", &jacfwd(jacfwd(&f))(&x).to_vec::<f64>(), &want);
     }
 }
+
+/// The JVP of a max reduction takes the extreme element's tangent only: a
+/// NaN tangent elsewhere (pow's exponent tangent at a negative base, where
+/// log is NaN) does not reach the result. JAX 0.10.2:
+/// `jax.jvp(lambda x: jnp.max(x ** jnp.maximum(x, 0.)), (x,), (t,))` with
+/// x = [-0.4, 1.01, 0.93], t = [1, 2, 3] gives (1.0101005..., 2.04030268...);
+/// its grad is [nan, 1.0201513375449436, 0] (the cotangent 0 meets the NaN
+/// partial: reverse mode multiplies, as JAX's does). JAX's jacfwd of it is
+/// all NaN (there the fold into a select does not happen); xform's jacfwd
+/// agrees with its jvp, and with PyTorch, which routes the tangent to the
+/// chosen element only.
+#[test]
+fn max_reduction_jvp_ignores_tangents_of_other_elements() {
+    use xform::prelude::*;
+    let f = |x: &Tensor| x.pow(&x.maximum(&x.zeros_like())).max();
+    let x = Tensor::from_vec(vec![-0.4f64, 1.01, 0.93], [3]);
+    let t = Tensor::from_vec(vec![1.0f64, 2.0, 3.0], [3]);
+    let (y, ty) = jvp(f, &x, &t);
+    assert!((y.to_vec::<f64>()[0] - 1.0101005).abs() < 1e-7, "{y}");
+    let want = 2.0 * 1.0201513375449436;
+    let got = ty.to_vec::<f64>()[0];
+    assert!((got - want).abs() < 1e-12 * want, "jvp {got} != {want}");
+    // the same through jacfwd, whose tangents are a batched basis
+    let j = jacfwd(f)(&x).to_vec::<f64>();
+    assert!(j[0] == 0.0 && (j[1] - 1.0201513375449436).abs() < 1e-12 && j[2] == 0.0, "{j:?}");
+    // reverse mode multiplies the zero cotangent into the NaN partial, as JAX
+    let g = grad(f)(&x).to_vec::<f64>();
+    assert!(g[0].is_nan() && (g[1] - 1.0201513375449436).abs() < 1e-12 && g[2] == 0.0, "{g:?}");
+}

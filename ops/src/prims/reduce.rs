@@ -251,10 +251,18 @@ pub(crate) fn jvp_reduce(
             ReduceOp::Sum => Some(lax::reduce_sum(t, axes)?),
             ReduceOp::Max | ReduceOp::Min => {
                 // The tangent of the extreme element, averaged over ties.
+                // The other elements' tangents are selected away, not
+                // multiplied by 0: a NaN or inf tangent where the extreme
+                // is not (pow's exponent tangent at a negative base, say)
+                // must not reach the result, as in JAX (XLA folds its
+                // multiply by the indicator into a select) and PyTorch
+                // (which scatters to the chosen element).
                 let xs = x.shape();
-                let hit = lax::convert(&lax::eq(x, &unreduce(&y, &xs, axes)?)?, x.dtype())?;
-                let count = lax::reduce_sum(&hit, axes)?;
-                Some(lax::div(&lax::reduce_sum(&lax::mul(t, &hit)?, axes)?, &count)?)
+                let at_extreme = lax::eq(x, &unreduce(&y, &xs, axes)?)?;
+                let count = lax::reduce_sum(&lax::convert(&at_extreme, x.dtype())?, axes)?;
+                let zeros = lax::full(&xs, 0.0, t.dtype(), t.device())?;
+                let chosen = lax::select(&at_extreme, t, &zeros)?;
+                Some(lax::div(&lax::reduce_sum(&chosen, axes)?, &count)?)
             }
         },
     };
