@@ -415,10 +415,15 @@ pub trait Real:
     fn tanh_v(self) -> Self;
     /// 1 / (1 + e^-x) as array kernels compute it.
     fn logistic_v(self) -> Self;
+    /// The f32 or the f64 version of a function, chosen by `Self`: how an
+    /// op table names math that has one implementation per precision
+    /// (`x.via(f32::sinh, f64::sinh)`, or `crate::special`'s pairs), so a
+    /// new op adds no method here.
+    fn via(self, f32: impl Fn(f32) -> f32, f64: impl Fn(f64) -> f64) -> Self;
 }
 
 macro_rules! real_impl {
-    ($t:ty, $erf:path, $exp_v:expr, $tanh_v:expr, $logistic_v:expr) => {
+    ($t:ty, $is_f32:literal, $erf:path, $exp_v:expr, $tanh_v:expr, $logistic_v:expr) => {
         impl Real for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -510,11 +515,21 @@ macro_rules! real_impl {
             fn logistic_v(self) -> Self {
                 ($logistic_v)(self)
             }
+            #[inline(always)]
+            #[allow(clippy::unnecessary_cast)]
+            fn via(self, f32: impl Fn(f32) -> f32, f64: impl Fn(f64) -> f64) -> Self {
+                // The untaken branch is dead code after monomorphization.
+                if $is_f32 {
+                    f32(self as f32) as $t
+                } else {
+                    f64(self as f64) as $t
+                }
+            }
         }
     };
 }
-real_impl!(f32, libm::erff, crate::fastmath::exp_f32, crate::fastmath::tanh_f32, crate::fastmath::logistic_f32);
-real_impl!(f64, libm::erf, f64::exp, f64::tanh, |x: f64| {
+real_impl!(f32, true, libm::erff, crate::fastmath::exp_f32, crate::fastmath::tanh_f32, crate::fastmath::logistic_f32);
+real_impl!(f64, false, libm::erf, f64::exp, f64::tanh, |x: f64| {
     if x >= 0.0 {
         1.0 / (1.0 + (-x).exp())
     } else {

@@ -12,6 +12,8 @@ pub mod buffer;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod cuda_source;
+pub mod special;
 pub mod dtype;
 pub mod fastmath;
 pub mod layout;

@@ -299,10 +299,10 @@ impl Array {
     }
 
     /// Every CUDA kernel the lowerings can launch (generated CUDA C, one
-    /// per op and dtype), for tests that compile them all with NVRTC.
-    #[cfg(feature = "cuda")]
-    pub fn cuda_kernel_catalog() -> Vec<xform_kernels::cuda::Kernel> {
-        crate::backend::kernel_catalog()
+    /// per op and dtype; see [`crate::Prim::cuda_catalog`]), for tests that
+    /// compile them all with NVRTC. Generating it needs no GPU or feature.
+    pub fn cuda_kernel_catalog() -> Vec<xform_kernels::cuda_source::Kernel> {
+        crate::prim::Prim::cuda_catalog()
     }
 
     /// A copy on `device` (this array itself if it is there already).

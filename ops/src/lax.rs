@@ -6,43 +6,23 @@
 use crate::array::{Array, Device};
 use crate::error::{Error, Result};
 use crate::interp::{bind, bind1};
-use crate::prim::{Amounts, ArgOp, Axes, BinaryOp, CompareOp, DotDims, Prim, ReduceOp, UnaryOp};
+use crate::prim::{
+    Amounts, ArgOp, Axes, BinaryOp, CompareOp, DotDims, ElementwiseOp, IndexOp, LinalgOp, Prim, RandomOp, ReduceOp,
+    Reduction, ShapeOp,
+};
 use crate::tensor::Tensor;
 use smallvec::{smallvec, SmallVec};
 use xform_kernels::{DType, Shape};
 
-/// Elementwise unary op.
-pub fn unary(op: UnaryOp, x: &Tensor) -> Result<Tensor> {
-    bind1(&Prim::Unary(op), std::slice::from_ref(x))
-}
-
-macro_rules! unary_fns {
-    ($($name:ident => $op:ident),* $(,)?) => {
-        $(
-            #[doc = concat!("Elementwise `", stringify!($name), "`.")]
-            pub fn $name(x: &Tensor) -> Result<Tensor> {
-                unary(UnaryOp::$op, x)
-            }
-        )*
-    };
-}
-unary_fns!(
-    neg => Neg, exp => Exp, log => Log, log1p => Log1p, expm1 => Expm1, sin => Sin, cos => Cos,
-    tan => Tan, tanh => Tanh, logistic => Logistic, sqrt => Sqrt, rsqrt => Rsqrt, abs => Abs,
-    sign => Sign, floor => Floor, ceil => Ceil, round => Round, erf => Erf, not => Not,
-);
-
-/// `x ** n` for a static integer `n`.
-pub fn integer_pow(x: &Tensor, n: i32) -> Result<Tensor> {
-    unary(UnaryOp::IntegerPow(n), x)
-}
+pub use crate::prims::unary::api::*;
+pub use crate::prims::unary::unary;
 
 /// Converts to `dtype` (no-op if already).
 pub fn convert(x: &Tensor, dtype: DType) -> Result<Tensor> {
     if x.dtype() == dtype {
         return Ok(x.clone());
     }
-    bind1(&Prim::Convert(dtype), std::slice::from_ref(x))
+    bind1(&ElementwiseOp::Convert(dtype).into(), std::slice::from_ref(x))
 }
 
 /// Elementwise binary op on equal shapes and dtypes.
@@ -84,7 +64,7 @@ compare_fns!(eq => Eq, ne => Ne, lt => Lt, le => Le, gt => Gt, ge => Ge);
 
 /// `pred ? on_true : on_false`, elementwise.
 pub fn select(pred: &Tensor, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
-    bind1(&Prim::Select, &[pred.clone(), on_true.clone(), on_false.clone()])
+    bind1(&ElementwiseOp::Select.into(), &[pred.clone(), on_true.clone(), on_false.clone()])
 }
 
 fn sorted_axes(axes: &[usize]) -> Axes {
@@ -99,7 +79,7 @@ pub fn reduce(op: ReduceOp, x: &Tensor, axes: &[usize]) -> Result<Tensor> {
     if axes.is_empty() {
         return Ok(x.clone());
     }
-    bind1(&Prim::Reduce { op, axes: sorted_axes(axes) }, std::slice::from_ref(x))
+    bind1(&Reduction::Reduce { op, axes: sorted_axes(axes) }.into(), std::slice::from_ref(x))
 }
 
 /// Sum over `axes`.
@@ -119,12 +99,12 @@ pub fn reduce_min(x: &Tensor, axes: &[usize]) -> Result<Tensor> {
 
 /// Index of the max or min along `axis`.
 pub fn arg_reduce(op: ArgOp, x: &Tensor, axis: usize, index_dtype: DType) -> Result<Tensor> {
-    bind1(&Prim::ArgReduce { op, axis, index_dtype }, std::slice::from_ref(x))
+    bind1(&Reduction::ArgReduce { op, axis, index_dtype }.into(), std::slice::from_ref(x))
 }
 
 /// Cumulative sum along `axis`.
 pub fn cumsum(x: &Tensor, axis: usize, reverse: bool) -> Result<Tensor> {
-    bind1(&Prim::Cumsum { axis, reverse }, std::slice::from_ref(x))
+    bind1(&Reduction::Cumsum { axis, reverse }.into(), std::slice::from_ref(x))
 }
 
 /// Broadcast: operand axis `i` becomes axis `dims[i]` of `shape`.
@@ -132,7 +112,7 @@ pub fn broadcast_in_dim(x: &Tensor, shape: &Shape, dims: &[usize]) -> Result<Ten
     if x.shape() == *shape {
         return Ok(x.clone());
     }
-    bind1(&Prim::BroadcastInDim { shape: shape.clone(), dims: dims.iter().copied().collect() }, std::slice::from_ref(x))
+    bind1(&ShapeOp::BroadcastInDim { shape: shape.clone(), dims: dims.iter().copied().collect() }.into(), std::slice::from_ref(x))
 }
 
 /// Numpy-style broadcast of `x` to `shape` (trailing axes aligned).
@@ -150,7 +130,7 @@ pub fn reshape(x: &Tensor, shape: &Shape) -> Result<Tensor> {
     if x.shape() == *shape {
         return Ok(x.clone());
     }
-    bind1(&Prim::Reshape { shape: shape.clone() }, std::slice::from_ref(x))
+    bind1(&ShapeOp::Reshape { shape: shape.clone() }.into(), std::slice::from_ref(x))
 }
 
 /// Axis permutation: output axis `i` is input axis `perm[i]`.
@@ -158,7 +138,7 @@ pub fn transpose(x: &Tensor, perm: &[usize]) -> Result<Tensor> {
     if perm.iter().enumerate().all(|(i, &p)| i == p) {
         return Ok(x.clone());
     }
-    bind1(&Prim::Transpose { perm: perm.iter().copied().collect() }, std::slice::from_ref(x))
+    bind1(&ShapeOp::Transpose { perm: perm.iter().copied().collect() }.into(), std::slice::from_ref(x))
 }
 
 /// Moves axis `from` to position `to`.
@@ -173,7 +153,7 @@ pub fn moveaxis(x: &Tensor, from: usize, to: usize) -> Result<Tensor> {
 
 /// Strided slice.
 pub fn slice(x: &Tensor, start: &[usize], limit: &[usize], strides: &[usize]) -> Result<Tensor> {
-    bind1(&Prim::Slice { start: start.into(), limit: limit.into(), strides: strides.into() }, std::slice::from_ref(x))
+    bind1(&ShapeOp::Slice { start: start.into(), limit: limit.into(), strides: strides.into() }.into(), std::slice::from_ref(x))
 }
 
 /// `start..limit` along one axis (step 1).
@@ -189,7 +169,7 @@ pub fn slice_axis(x: &Tensor, axis: usize, start: usize, limit: usize) -> Result
 /// Pad with the scalar `value`.
 pub fn pad(x: &Tensor, value: &Tensor, low: &[i64], high: &[i64], interior: &[usize]) -> Result<Tensor> {
     bind1(
-        &Prim::Pad { low: Amounts::from_slice(low), high: Amounts::from_slice(high), interior: interior.into() },
+        &ShapeOp::Pad { low: Amounts::from_slice(low), high: Amounts::from_slice(high), interior: interior.into() }.into(),
         &[x.clone(), value.clone()],
     )
 }
@@ -199,7 +179,7 @@ pub fn concatenate(xs: &[Tensor], axis: usize) -> Result<Tensor> {
     if xs.len() == 1 {
         return Ok(xs[0].clone());
     }
-    bind1(&Prim::Concatenate { axis }, xs)
+    bind1(&ShapeOp::Concatenate { axis }.into(), xs)
 }
 
 /// Reverse `axes`.
@@ -207,17 +187,17 @@ pub fn rev(x: &Tensor, axes: &[usize]) -> Result<Tensor> {
     if axes.is_empty() {
         return Ok(x.clone());
     }
-    bind1(&Prim::Rev { axes: sorted_axes(axes) }, std::slice::from_ref(x))
+    bind1(&ShapeOp::Rev { axes: sorted_axes(axes) }.into(), std::slice::from_ref(x))
 }
 
 /// `out[i] = i[dim]` over `shape`.
 pub fn iota(dtype: DType, shape: &Shape, dim: usize, device: Device) -> Result<Tensor> {
-    bind1(&Prim::Iota { shape: shape.clone(), dim, dtype, device }, &[])
+    bind1(&ShapeOp::Iota { shape: shape.clone(), dim, dtype, device }.into(), &[])
 }
 
 /// A copy in fresh storage.
 pub fn copy(x: &Tensor) -> Result<Tensor> {
-    bind1(&Prim::Copy, std::slice::from_ref(x))
+    bind1(&ElementwiseOp::Copy.into(), std::slice::from_ref(x))
 }
 
 /// Slice of `sizes` at runtime `starts` (one scalar integer per axis; a
@@ -226,7 +206,7 @@ pub fn copy(x: &Tensor) -> Result<Tensor> {
 pub fn dynamic_slice(x: &Tensor, starts: &[Tensor], sizes: &[usize]) -> Result<Tensor> {
     let mut ins: SmallVec<[Tensor; 4]> = smallvec![x.clone()];
     ins.extend(starts.iter().cloned());
-    bind1(&Prim::DynamicSlice { sizes: sizes.into() }, &ins)
+    bind1(&IndexOp::DynamicSlice { sizes: sizes.into() }.into(), &ins)
 }
 
 /// `x` with the block at runtime `starts` replaced by `update` (starts
@@ -234,27 +214,27 @@ pub fn dynamic_slice(x: &Tensor, starts: &[Tensor], sizes: &[usize]) -> Result<T
 pub fn dynamic_update_slice(x: &Tensor, update: &Tensor, starts: &[Tensor]) -> Result<Tensor> {
     let mut ins: SmallVec<[Tensor; 4]> = smallvec![x.clone(), update.clone()];
     ins.extend(starts.iter().cloned());
-    bind1(&Prim::DynamicUpdateSlice, &ins)
+    bind1(&IndexOp::DynamicUpdateSlice.into(), &ins)
 }
 
 /// `tf.gather(x, indices, axis, batch_dims)`.
 pub fn gather(x: &Tensor, indices: &Tensor, axis: usize, batch_dims: usize) -> Result<Tensor> {
-    bind1(&Prim::Gather { axis, batch_dims }, &[x.clone(), indices.clone()])
+    bind1(&IndexOp::Gather { axis, batch_dims }.into(), &[x.clone(), indices.clone()])
 }
 
 /// Adds `updates` into `x` at `indices` (the transpose of gather).
 pub fn scatter_add(x: &Tensor, indices: &Tensor, updates: &Tensor, axis: usize, batch_dims: usize) -> Result<Tensor> {
-    bind1(&Prim::ScatterAdd { axis, batch_dims }, &[x.clone(), indices.clone(), updates.clone()])
+    bind1(&IndexOp::ScatterAdd { axis, batch_dims }.into(), &[x.clone(), indices.clone(), updates.clone()])
 }
 
 /// Generalized matrix product.
 pub fn dot_general(a: &Tensor, b: &Tensor, dims: DotDims) -> Result<Tensor> {
-    bind1(&Prim::DotGeneral(dims), &[a.clone(), b.clone()])
+    bind1(&LinalgOp::DotGeneral(dims).into(), &[a.clone(), b.clone()])
 }
 
 /// Threefry-2x32 on u32 operands of one shape.
 pub fn threefry2x32(k0: &Tensor, k1: &Tensor, x0: &Tensor, x1: &Tensor) -> Result<(Tensor, Tensor)> {
-    let mut outs = bind(&Prim::Threefry2x32, &[k0.clone(), k1.clone(), x0.clone(), x1.clone()])?;
+    let mut outs = bind(&RandomOp::Threefry2x32.into(), &[k0.clone(), k1.clone(), x0.clone(), x1.clone()])?;
     let b = outs.pop().expect("two outputs");
     let a = outs.pop().expect("two outputs");
     Ok((a, b))

@@ -45,7 +45,6 @@ pub(crate) fn sync_view(view: &Tensor) {
 /// layout is a copy, eagerly and under transforms alike: its result is not
 /// linked.
 pub(crate) fn make_view(x: &Tensor, ops: &[crate::prim::Prim]) -> crate::Result<Tensor> {
-    use crate::prim::Prim;
     let mut v = x.clone();
     for op in ops {
         v = crate::interp::bind1(op, std::slice::from_ref(&v))?;
@@ -55,18 +54,11 @@ pub(crate) fn make_view(x: &Tensor, ops: &[crate::prim::Prim]) -> crate::Result<
         None => (x.clone(), Default::default(), x.eager_layout()),
     };
     for op in ops {
-        layout = match op {
-            Prim::Reshape { shape } => match layout.reshape(shape) {
-                Some(l) => l,
-                None => return Ok(Tensor::from_value(v.value_cloned())), // a copy, not a view
-            },
-            Prim::Transpose { perm } => layout.permute(perm),
-            Prim::Slice { start, limit, strides } => layout.slice(start, limit, strides),
-            Prim::Rev { axes } => layout.rev(axes),
-            Prim::BroadcastInDim { shape, dims } => layout.broadcast_in_dim(shape, dims),
-            // The same elements, without a derivative (`detach`).
-            Prim::StopGradient => layout,
-            other => unreachable!("{} is not a view op", other.name()),
+        debug_assert!(op.aliases_operand(), "{} is not a view op", op.name());
+        layout = match op.view_layout(&layout) {
+            Some(l) => l,
+            // a reshape the strides cannot express: a copy, not a view
+            None => return Ok(Tensor::from_value(v.value_cloned())),
         };
         chain = chain.push(op.clone());
     }
@@ -152,7 +144,7 @@ pub(crate) fn functionalized_write(op: &str, target: &Tensor, value: &Tensor) ->
 /// The base with the view (reached by `ops`) replaced by `value`.
 fn scatter_into_base(op: &str, base: &Tensor, ops: &[&crate::prim::Prim], value: &Tensor) -> crate::Result<Tensor> {
     use crate::lax;
-    use crate::prim::Prim;
+    use crate::prims::ViewKind;
     // The intermediate values of the view chain, base first.
     let mut chain = vec![base.clone()];
     for p in ops {
@@ -172,26 +164,27 @@ fn scatter_into_base(op: &str, base: &Tensor, ops: &[&crate::prim::Prim], value:
                 .flatten()
                 .ok_or_else(|| crate::Error::in_place(op, format!("{} has no transpose", p.name())))
         };
-        v =
-            match p {
-                Prim::Reshape { .. } | Prim::Transpose { .. } | Prim::Rev { .. } => place(&v)?,
-                Prim::Slice { .. } => {
-                    // the written elements from `v`, the others from the input
-                    let mask = place(&lax::full(&v.shape(), 1.0, xform_kernels::DType::Bool, v.device())?)?;
-                    lax::select(&mask, &place(&v)?, prev)?
-                }
-                Prim::StopGradient => replace_values(prev, &v)?,
-                Prim::BroadcastInDim { .. } => return Err(crate::Error::in_place(
+        v = match p.props().view {
+            Some(ViewKind::Reindex) => place(&v)?,
+            Some(ViewKind::Select) => {
+                // the written elements from `v`, the others from the input
+                let mask = place(&lax::full(&v.shape(), 1.0, xform_kernels::DType::Bool, v.device())?)?;
+                lax::select(&mask, &place(&v)?, prev)?
+            }
+            Some(ViewKind::Detach) => replace_values(prev, &v)?,
+            Some(ViewKind::Broadcast) => {
+                return Err(crate::Error::in_place(
                     op,
                     "the target is a broadcast view: several of its elements share one memory location; copy it first",
-                )),
-                other => {
-                    return Err(crate::Error::in_place(
-                        op,
-                        format!("{} is not a view op, so it cannot be written through", other.name()),
-                    ))
-                }
-            };
+                ))
+            }
+            None => {
+                return Err(crate::Error::in_place(
+                    op,
+                    format!("{} is not a view op, so it cannot be written through", p.name()),
+                ))
+            }
+        };
     }
     Ok(v)
 }
@@ -204,8 +197,8 @@ fn scatter_into_base(op: &str, base: &Tensor, ops: &[&crate::prim::Prim], value:
 /// tangent is `-tangent(prev)`; where `prev` is not finite, `sg(v)` itself.
 fn replace_values(prev: &Tensor, v: &Tensor) -> crate::Result<Tensor> {
     use crate::lax;
-    use crate::prim::{BinaryOp, CompareOp, Prim};
-    let sg = |t: &Tensor| crate::interp::bind1(&Prim::StopGradient, std::slice::from_ref(t));
+    use crate::prim::{BinaryOp, CompareOp, ElementwiseOp};
+    let sg = |t: &Tensor| crate::interp::bind1(&ElementwiseOp::StopGradient.into(), std::slice::from_ref(t));
     let vs = sg(v)?;
     if !prev.dtype().is_float() {
         return Ok(vs);

@@ -149,6 +149,7 @@ mod device {
     use crate::registry::{entries, G};
     use xform::core::interp::bind;
     use xform::core::kernels::cuda;
+    use xform::core::prim::ShapeOp;
     use xform::{grad, jacrev, vmap, DType, Device, Prim, Tensor};
 
     const DEV: Device = Device::Cuda(0);
@@ -198,8 +199,8 @@ mod device {
                     let dev_inputs: Vec<Tensor> = inputs.iter().map(|t| on_device(t, &mut g)).collect();
                     // A primitive without operands (iota) names its device.
                     let dev_prim = match &c.prim {
-                        Prim::Iota { shape, dim, dtype, .. } => {
-                            Prim::Iota { shape: shape.clone(), dim: *dim, dtype: *dtype, device: DEV }
+                        Prim::Shape(ShapeOp::Iota { shape, dim, dtype, .. }) => {
+                            Prim::Shape(ShapeOp::Iota { shape: shape.clone(), dim: *dim, dtype: *dtype, device: DEV })
                         }
                         p => p.clone(),
                     };

@@ -8,7 +8,7 @@ use crate::reference::{apply, Nd};
 use crate::registry::{entries, Case, G};
 use xform::core::interp::bind;
 use xform::core::prim::shape_rule;
-use xform::{Prim, Tensor};
+use xform::{DType, Prim, Tensor};
 
 /// The same values in a different layout: a transposed, sliced, reversed
 /// or broadcast view of some other storage.
@@ -116,70 +116,58 @@ fn every_primitive_matches_the_f64_reference() {
     }
 }
 
-/// Fails to compile when a primitive is added without a registry entry
-/// name here, and checks that each has one.
+/// Every kind of every family (`Prim::all_kinds`, derived from the
+/// families' enums, not listed here) is drawn by some registry entry, and
+/// each entry is named after what it draws.
 #[test]
 fn registry_covers_every_primitive() {
-    fn name_of(p: &Prim) -> &'static str {
-        match p {
-            Prim::Unary(op) => op.name(),
-            Prim::Convert(_) => "convert_element_type",
-            Prim::Binary(op) => op.name(),
-            Prim::Compare(op) => op.name(),
-            Prim::Select => "select",
-            Prim::Reduce { op, .. } => op.name(),
-            Prim::ArgReduce { op, .. } => op.name(),
-            Prim::Cumsum { .. } => "cumsum",
-            Prim::BroadcastInDim { .. } => "broadcast_in_dim",
-            Prim::Reshape { .. } => "reshape",
-            Prim::Transpose { .. } => "transpose",
-            Prim::Slice { .. } => "slice",
-            Prim::Pad { .. } => "pad",
-            Prim::Concatenate { .. } => "concatenate",
-            Prim::Rev { .. } => "rev",
-            Prim::Iota { .. } => "iota",
-            Prim::Copy => "copy",
-            Prim::StopGradient => "stop_gradient",
-            Prim::DynamicSlice { .. } => "dynamic_slice",
-            Prim::DynamicUpdateSlice => "dynamic_update_slice",
-            Prim::Gather { .. } => "gather",
-            Prim::ScatterAdd { .. } => "scatter_add",
-            Prim::DotGeneral(_) => "dot_general",
-            Prim::Threefry2x32 => "threefry2x32",
+    let mut drawn = Vec::new();
+    for e in entries() {
+        for &d in &e.dtypes {
+            for seed in 0..4 {
+                let c = (e.gen)(&mut G::new(seed), d);
+                let name = c.prim.name();
+                assert!(
+                    e.name == name || e.name.starts_with(&format!("{name}(")),
+                    "entry {} draws {}",
+                    e.name,
+                    c.prim
+                );
+                drawn.push(c.prim.kind());
+            }
         }
     }
-    use xform::core::prim::{ArgOp, BinaryOp, CompareOp, ReduceOp, UnaryOp};
-    let mut samples: Vec<Prim> = UnaryOp::ALL.iter().map(|&o| Prim::Unary(o)).collect();
-    samples.extend(BinaryOp::ALL.iter().map(|&o| Prim::Binary(o)));
-    samples.extend(CompareOp::ALL.iter().map(|&o| Prim::Compare(o)));
-    samples.extend([
-        Prim::Convert(xform::DType::F32),
-        Prim::Select,
-        Prim::Reduce { op: ReduceOp::Sum, axes: Default::default() },
-        Prim::Reduce { op: ReduceOp::Max, axes: Default::default() },
-        Prim::Reduce { op: ReduceOp::Min, axes: Default::default() },
-        Prim::ArgReduce { op: ArgOp::Max, axis: 0, index_dtype: xform::DType::I32 },
-        Prim::ArgReduce { op: ArgOp::Min, axis: 0, index_dtype: xform::DType::I32 },
-        Prim::Cumsum { axis: 0, reverse: false },
-        Prim::BroadcastInDim { shape: Default::default(), dims: Default::default() },
-        Prim::Reshape { shape: Default::default() },
-        Prim::Transpose { perm: Default::default() },
-        Prim::Slice { start: Default::default(), limit: Default::default(), strides: Default::default() },
-        Prim::Pad { low: Default::default(), high: Default::default(), interior: Default::default() },
-        Prim::Concatenate { axis: 0 },
-        Prim::Rev { axes: Default::default() },
-        Prim::Iota { shape: Default::default(), dim: 0, dtype: xform::DType::F32, device: xform::Device::Cpu },
-        Prim::Copy,
-        Prim::StopGradient,
-        Prim::DynamicSlice { sizes: Default::default() },
-        Prim::DynamicUpdateSlice,
-        Prim::Gather { axis: 0, batch_dims: 0 },
-        Prim::ScatterAdd { axis: 0, batch_dims: 0 },
-        Prim::DotGeneral(Default::default()),
-        Prim::Threefry2x32,
-    ]);
-    for p in &samples {
-        assert_eq!(name_of(p), p.name());
-        assert!(crate::registry::covers(p.name()), "no registry entry for {}", p.name());
+    let kinds = Prim::all_kinds();
+    assert!(kinds.len() >= 60, "only {} kinds", kinds.len());
+    for k in kinds {
+        assert!(drawn.contains(&k), "no registry entry draws {k:?}");
+    }
+}
+
+/// Every elementwise op has a CUDA form for each dtype it accepts on the
+/// CPU (checked in the default build: the CUDA C is generated without the
+/// `cuda` feature), and the catalog of generated kernels names each once.
+#[test]
+fn every_elementwise_op_has_its_cuda_source() {
+    use xform::core::prims::{binary, unary};
+    for op in xform::core::prim::UnaryOp::examples() {
+        for d in DType::ALL {
+            assert_eq!(op.accepts(d), unary::cuda_expr(op, d).is_some(), "{} on {d}", op.name());
+        }
+    }
+    for &op in xform::core::prim::BinaryOp::ALL {
+        for d in DType::ALL {
+            assert_eq!(op.accepts(d), binary::cuda_expr(op, d).is_some(), "{} on {d}", op.name());
+        }
+    }
+    let catalog = Prim::cuda_catalog();
+    let mut names: Vec<&str> = catalog.iter().map(|k| k.name.as_str()).collect();
+    let n = names.len();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), n, "two generated kernels share a name");
+    for op in xform::core::prim::UnaryOp::examples() {
+        let tag = op.name();
+        assert!(catalog.iter().any(|k| k.name.contains(tag) && k.source.contains("extern \"C\"")), "no kernel for {tag}");
     }
 }

@@ -2,7 +2,9 @@
 //! the definitions (index loops, no views, no kernels), to check the
 //! kernels against.
 
-use xform::core::prim::{ArgOp, BinaryOp, CompareOp, ReduceOp, UnaryOp};
+use xform::core::prim::{
+    ArgOp, BinaryOp, CompareOp, ElementwiseOp, IndexOp, LinalgOp, RandomOp, ReduceOp, Reduction, ShapeOp, UnaryOp,
+};
 use xform::{DType, Prim, Tensor};
 
 /// A dense row-major f64 array.
@@ -90,6 +92,74 @@ fn erf(x: f64) -> f64 {
     sum * 2.0 / std::f64::consts::PI.sqrt()
 }
 
+/// erfinv by Newton's method on the series `erf` above.
+fn erf_inv(x: f64) -> f64 {
+    if x.abs() >= 1.0 {
+        return if x.abs() == 1.0 { x * f64::INFINITY } else { f64::NAN };
+    }
+    let mut y = 0.0;
+    for _ in 0..100 {
+        let step = (erf(y) - x) / (2.0 / std::f64::consts::PI.sqrt() * (-y * y).exp());
+        y -= step;
+        if step.abs() < 1e-17 * y.abs().max(1e-300) {
+            break;
+        }
+    }
+    y
+}
+
+/// `ln Gamma(x)` for x > 0: the recurrence up to x >= 15, then Stirling's
+/// series through x^-9.
+fn lgamma(x: f64) -> f64 {
+    let (mut z, mut shift) = (x, 0.0);
+    while z < 15.0 {
+        shift += z.ln();
+        z += 1.0;
+    }
+    let (z2, ln2pi) = (z * z, (2.0 * std::f64::consts::PI).ln());
+    let series = 1.0 / (12.0 * z) - 1.0 / (360.0 * z * z2) + 1.0 / (1260.0 * z * z2 * z2)
+        - 1.0 / (1680.0 * z * z2 * z2 * z2)
+        + 1.0 / (1188.0 * z * z2 * z2 * z2 * z2);
+    (z - 0.5) * z.ln() - z + 0.5 * ln2pi + series - shift
+}
+
+/// digamma for x > 0: the recurrence up to x >= 15, then the asymptotic
+/// series through x^-10.
+fn digamma(x: f64) -> f64 {
+    let (mut z, mut shift) = (x, 0.0);
+    while z < 15.0 {
+        shift += 1.0 / z;
+        z += 1.0;
+    }
+    let w = 1.0 / (z * z);
+    let series = w * (1.0 / 12.0 - w * (1.0 / 120.0 - w * (1.0 / 252.0 - w * (1.0 / 240.0 - w / 132.0))));
+    z.ln() - 0.5 / z - series - shift
+}
+
+/// polygamma(n, x) for n >= 1, x > 0: (-1)^(n+1) n! sum_k (x + k)^-(n+1),
+/// the first 30 terms summed, the tail by Euler-Maclaurin.
+fn polygamma(n: u32, x: f64) -> f64 {
+    if n == 0 {
+        return digamma(x);
+    }
+    let s = (n + 1) as f64;
+    let mut sum: f64 = (0..30).map(|k| (x + k as f64).powf(-s)).sum();
+    let z = x + 30.0;
+    // tail: z^(1-s)/(s-1) + z^-s/2 + sum_j B_2j/(2j)! s(s+1)...(s+2j-2) z^(-s-2j+1)
+    sum += z.powf(1.0 - s) / (s - 1.0) + 0.5 * z.powf(-s);
+    let bern = [1.0 / 6.0, -1.0 / 30.0, 1.0 / 42.0, -1.0 / 30.0];
+    let (mut rising, mut fact) = (s, 2.0);
+    for (j, b) in bern.iter().enumerate() {
+        let j = j as f64 + 1.0;
+        sum += b / fact * rising * z.powf(-s - 2.0 * j + 1.0);
+        rising *= (s + 2.0 * j - 1.0) * (s + 2.0 * j);
+        fact *= (2.0 * j + 1.0) * (2.0 * j + 2.0);
+    }
+    let nfact: f64 = (1..=n).map(|k| k as f64).product();
+    let sign = if n % 2 == 1 { 1.0 } else { -1.0 };
+    sign * nfact * sum
+}
+
 fn int_wrap(v: f64, d: DType) -> f64 {
     match d {
         DType::I32 => (v as i64 as i32) as f64,
@@ -127,6 +197,21 @@ fn unary(op: UnaryOp, x: f64, d: DType) -> f64 {
         UnaryOp::Ceil => x.ceil(),
         UnaryOp::Round => round_half_even(x),
         UnaryOp::Erf => erf(x),
+        UnaryOp::Exp2 => x.exp2(),
+        UnaryOp::Log2 => x.log2(),
+        UnaryOp::Asin => x.asin(),
+        UnaryOp::Acos => x.acos(),
+        UnaryOp::Atan => x.atan(),
+        UnaryOp::Sinh => x.sinh(),
+        UnaryOp::Cosh => x.cosh(),
+        UnaryOp::Asinh => x.asinh(),
+        UnaryOp::Acosh => x.acosh(),
+        UnaryOp::Atanh => x.atanh(),
+        UnaryOp::Cbrt => x.cbrt(),
+        UnaryOp::ErfInv => erf_inv(x),
+        UnaryOp::Lgamma => lgamma(x),
+        UnaryOp::Digamma => digamma(x),
+        UnaryOp::Polygamma(n) => polygamma(n, x),
         UnaryOp::Not => match d {
             DType::Bool => 1.0 - x,
             DType::U32 => (u32::MAX as f64) - x,
@@ -275,16 +360,16 @@ pub fn apply(prim: &Prim, ins: &[Nd], dtypes: &[DType]) -> Vec<Nd> {
     let one = |n: Nd| vec![n];
     match prim {
         Prim::Unary(op) => one(ins[0].map(|x| unary(*op, x, d0))),
-        Prim::Convert(d) => one(ins[0].map(|x| cast(x, *d))),
+        Prim::Elementwise(ElementwiseOp::Convert(d)) => one(ins[0].map(|x| cast(x, *d))),
         Prim::Binary(op) => one(zip(&ins[0], &ins[1], |a, b| binary(*op, a, b, d0))),
         Prim::Compare(op) => one(zip(&ins[0], &ins[1], |a, b| compare(*op, a, b))),
-        Prim::Select => {
+        Prim::Elementwise(ElementwiseOp::Select) => {
             let (p, t, f) = (&ins[0], &ins[1], &ins[2]);
             let data =
                 p.data.iter().zip(&t.data).zip(&f.data).map(|((c, x), y)| if *c != 0.0 { *x } else { *y }).collect();
             one(Nd::new(t.shape.clone(), data))
         }
-        Prim::Reduce { op, axes } => {
+        Prim::Reduce(Reduction::Reduce { op, axes }) => {
             let x = &ins[0];
             let out_shape: Vec<usize> =
                 x.shape.iter().enumerate().filter(|(d, _)| !axes.contains(d)).map(|(_, &n)| n).collect();
@@ -316,7 +401,7 @@ pub fn apply(prim: &Prim, ins: &[Nd], dtypes: &[DType]) -> Vec<Nd> {
             }
             one(out)
         }
-        Prim::ArgReduce { op, axis, .. } => {
+        Prim::Reduce(Reduction::ArgReduce { op, axis, .. }) => {
             let x = &ins[0];
             let mut out_shape = x.shape.clone();
             out_shape.remove(*axis);
@@ -352,7 +437,7 @@ pub fn apply(prim: &Prim, ins: &[Nd], dtypes: &[DType]) -> Vec<Nd> {
             }
             one(out)
         }
-        Prim::Cumsum { axis, reverse } => {
+        Prim::Reduce(Reduction::Cumsum { axis, reverse }) => {
             let x = &ins[0];
             let mut out = x.clone();
             for idx in indices(&x.shape) {
@@ -368,7 +453,7 @@ pub fn apply(prim: &Prim, ins: &[Nd], dtypes: &[DType]) -> Vec<Nd> {
             }
             one(out)
         }
-        Prim::BroadcastInDim { shape, dims } => {
+        Prim::Shape(ShapeOp::BroadcastInDim { shape, dims }) => {
             let x = &ins[0];
             let mut out = Nd::filled(shape.to_vec(), 0.0);
             for idx in indices(shape) {
@@ -378,8 +463,8 @@ pub fn apply(prim: &Prim, ins: &[Nd], dtypes: &[DType]) -> Vec<Nd> {
             }
             one(out)
         }
-        Prim::Reshape { shape } => one(Nd::new(shape.to_vec(), ins[0].data.clone())),
-        Prim::Transpose { perm } => {
+        Prim::Shape(ShapeOp::Reshape { shape }) => one(Nd::new(shape.to_vec(), ins[0].data.clone())),
+        Prim::Shape(ShapeOp::Transpose { perm }) => {
             let x = &ins[0];
             let shape: Vec<usize> = perm.iter().map(|&p| x.shape[p]).collect();
             let mut out = Nd::filled(shape.clone(), 0.0);
@@ -392,7 +477,7 @@ pub fn apply(prim: &Prim, ins: &[Nd], dtypes: &[DType]) -> Vec<Nd> {
             }
             one(out)
         }
-        Prim::Slice { start, limit, strides } => {
+        Prim::Shape(ShapeOp::Slice { start, limit, strides }) => {
             let x = &ins[0];
             let shape: Vec<usize> = (0..x.shape.len()).map(|d| (limit[d] - start[d]).div_ceil(strides[d])).collect();
             let mut out = Nd::filled(shape.clone(), 0.0);
@@ -402,7 +487,7 @@ pub fn apply(prim: &Prim, ins: &[Nd], dtypes: &[DType]) -> Vec<Nd> {
             }
             one(out)
         }
-        Prim::Pad { low, high, interior } => {
+        Prim::Shape(ShapeOp::Pad { low, high, interior }) => {
             let (x, v) = (&ins[0], ins[1].data[0]);
             let shape: Vec<usize> = (0..x.shape.len())
                 .map(|d| {
@@ -421,7 +506,7 @@ pub fn apply(prim: &Prim, ins: &[Nd], dtypes: &[DType]) -> Vec<Nd> {
             }
             one(out)
         }
-        Prim::Concatenate { axis } => {
+        Prim::Shape(ShapeOp::Concatenate { axis }) => {
             let mut shape = ins[0].shape.clone();
             shape[*axis] = ins.iter().map(|x| x.shape[*axis]).sum();
             let mut out = Nd::filled(shape, 0.0);
@@ -436,7 +521,7 @@ pub fn apply(prim: &Prim, ins: &[Nd], dtypes: &[DType]) -> Vec<Nd> {
             }
             one(out)
         }
-        Prim::Rev { axes } => {
+        Prim::Shape(ShapeOp::Rev { axes }) => {
             let x = &ins[0];
             let mut out = x.clone();
             for idx in indices(&x.shape) {
@@ -449,15 +534,15 @@ pub fn apply(prim: &Prim, ins: &[Nd], dtypes: &[DType]) -> Vec<Nd> {
             }
             one(out)
         }
-        Prim::Iota { shape, dim, .. } => {
+        Prim::Shape(ShapeOp::Iota { shape, dim, .. }) => {
             let mut out = Nd::filled(shape.to_vec(), 0.0);
             for idx in indices(shape) {
                 out.set(&idx, idx[*dim] as f64);
             }
             one(out)
         }
-        Prim::Copy | Prim::StopGradient => one(ins[0].clone()),
-        Prim::DynamicSlice { sizes } => {
+        Prim::Elementwise(ElementwiseOp::Copy) | Prim::Elementwise(ElementwiseOp::StopGradient) => one(ins[0].clone()),
+        Prim::Index(IndexOp::DynamicSlice { sizes }) => {
             let x = &ins[0];
             let starts: Vec<usize> =
                 (0..sizes.len()).map(|d| jax_start(ins[1 + d].data[0], x.shape[d], sizes[d])).collect();
@@ -468,7 +553,7 @@ pub fn apply(prim: &Prim, ins: &[Nd], dtypes: &[DType]) -> Vec<Nd> {
             }
             one(out)
         }
-        Prim::DynamicUpdateSlice => {
+        Prim::Index(IndexOp::DynamicUpdateSlice) => {
             let (x, u) = (&ins[0], &ins[1]);
             let starts: Vec<usize> =
                 (0..x.shape.len()).map(|d| jax_start(ins[2 + d].data[0], x.shape[d], u.shape[d])).collect();
@@ -479,7 +564,7 @@ pub fn apply(prim: &Prim, ins: &[Nd], dtypes: &[DType]) -> Vec<Nd> {
             }
             one(out)
         }
-        Prim::Gather { axis, batch_dims } => {
+        Prim::Index(IndexOp::Gather { axis, batch_dims }) => {
             let (x, ix) = (&ins[0], &ins[1]);
             let mut shape: Vec<usize> = x.shape[..*axis].to_vec();
             shape.extend_from_slice(&ix.shape[*batch_dims..]);
@@ -503,7 +588,7 @@ pub fn apply(prim: &Prim, ins: &[Nd], dtypes: &[DType]) -> Vec<Nd> {
             }
             one(out)
         }
-        Prim::ScatterAdd { axis, batch_dims } => {
+        Prim::Index(IndexOp::ScatterAdd { axis, batch_dims }) => {
             let (x, ix, u) = (&ins[0], &ins[1], &ins[2]);
             let ni = ix.shape.len() - batch_dims;
             let mut out = x.clone();
@@ -525,7 +610,7 @@ pub fn apply(prim: &Prim, ins: &[Nd], dtypes: &[DType]) -> Vec<Nd> {
             }
             one(out)
         }
-        Prim::DotGeneral(dd) => {
+        Prim::Linalg(LinalgOp::DotGeneral(dd)) => {
             let (a, b) = (&ins[0], &ins[1]);
             let lf: Vec<usize> =
                 (0..a.shape.len()).filter(|x| !dd.lhs_contract.contains(x) && !dd.lhs_batch.contains(x)).collect();
@@ -562,7 +647,7 @@ pub fn apply(prim: &Prim, ins: &[Nd], dtypes: &[DType]) -> Vec<Nd> {
             }
             one(out)
         }
-        Prim::Threefry2x32 => {
+        Prim::Random(RandomOp::Threefry2x32) => {
             let n = ins[0].data.len();
             let (mut y0, mut y1) = (Vec::with_capacity(n), Vec::with_capacity(n));
             for i in 0..n {

@@ -64,9 +64,9 @@ impl Interpreter for FunctionalizeInterp {
     fn process(&self, level: Level, prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
         let ins: Vec<Tensor> = inputs.iter().map(|t| self.unwrap(t)).collect();
         let outs = bind_at(parent_of(level), prim, &ins)?;
-        // stop_gradient (and detach) returns its operand's storage eagerly:
-        // an alias too.
-        let copy = prim.is_view() || matches!(prim, Prim::StopGradient);
+        // Views, stop_gradient and detach return their operand's storage
+        // eagerly: aliases.
+        let copy = prim.aliases_operand();
         outs.into_iter()
             .map(|o| {
                 let o = if copy { xform_ops::interp::run_at_parent(level, || lax::copy(&o))? } else { o };

@@ -16,9 +16,8 @@ use crate::tree::{Leaves, Tree};
 use smallvec::SmallVec;
 use xform_ops::interp::with_interpreter;
 use xform_ops::prim::{transpose_rule, LinearArg};
-use xform_ops::prims::binary::BinaryOp;
-use xform_ops::prims::reduce::ReduceOp;
-use xform_ops::{lax, Atom, Aval, Eqn, Error, OrRaise, Prim, Program, Result, Tensor};
+use xform_ops::prims::OnesTranspose;
+use xform_ops::{lax, Atom, Aval, Eqn, Error, OrRaise, Program, Result, Tensor};
 
 /// A function linearized at a point.
 pub(crate) struct Linearized<Y> {
@@ -126,21 +125,15 @@ fn accumulate(slot: &mut Option<Ct>, ct: Ct, aval: &Aval) -> Result<()> {
 /// [`Ct::Ones`], where no kernel is needed; `None` otherwise.
 fn transpose_ones(eqn: &Eqn, args: &[LinearArg], out: &Aval) -> Option<SmallVec<[Option<Ct>; 4]>> {
     let linear_ones = || args.iter().map(|a| a.is_linear().then_some(Ct::Ones)).collect();
-    match &eqn.prim {
-        // Transposes that move or copy each element of the cotangent to
-        // one place (a sum's broadcasts it), so ones stay ones. Not a
-        // broadcast's: its transpose sums.
-        Prim::Binary(BinaryOp::Add)
-        | Prim::Reduce { op: ReduceOp::Sum, .. }
-        | Prim::Reshape { .. }
-        | Prim::Transpose { .. } => Some(linear_ones()),
+    match eqn.prim.ones_transpose() {
+        OnesTranspose::Ones => Some(linear_ones()),
         // `1 * c` is `c` when `c` is shaped and typed like the product.
-        Prim::Binary(BinaryOp::Mul) => {
+        OnesTranspose::Constant => {
             let c = args.iter().find_map(LinearArg::constant)?;
             let same = c.with_aval(|a| a.shape == &out.shape && a.dtype == out.dtype);
             same.then(|| args.iter().map(|a| a.is_linear().then(|| Ct::Val(c.clone(), true))).collect())
         }
-        _ => None,
+        OnesTranspose::Unknown => None,
     }
 }
 

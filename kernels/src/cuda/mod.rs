@@ -14,7 +14,8 @@ pub mod compile;
 mod device;
 mod error;
 pub mod exec;
-pub mod source;
+/// The kernel sources (compiled without the feature too; see [`crate::cuda_source`]).
+pub use crate::cuda_source as source;
 
 pub use buffer::{CudaBuffer, DeviceVec};
 pub use compile::{half_include_dir, nvrtc_available, nvrtc_version};

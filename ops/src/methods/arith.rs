@@ -4,7 +4,7 @@
 use super::{align, scalar_for, Scalar};
 use crate::error::{OrRaise, Result};
 use crate::lax;
-use crate::prim::{BinaryOp, CompareOp, UnaryOp};
+use crate::prim::{BinaryOp, CompareOp};
 use crate::tensor::Tensor;
 use std::ops;
 use xform_kernels::DType;
@@ -22,7 +22,7 @@ pub(crate) fn compare(op: CompareOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
 }
 
 /// A float version of `x` for float-only math (ints and bools become f32).
-fn as_float(x: &Tensor) -> Result<Tensor> {
+pub(crate) fn as_float(x: &Tensor) -> Result<Tensor> {
     if x.dtype().is_float() {
         Ok(x.clone())
     } else {
@@ -30,85 +30,10 @@ fn as_float(x: &Tensor) -> Result<Tensor> {
     }
 }
 
-macro_rules! float_unary_methods {
-    ($($(#[$doc:meta])* $name:ident => $op:ident),* $(,)?) => {
-        impl Tensor {$(
-            $(#[$doc])*
-            ///
-            /// Integer and bool inputs are converted to f32 first.
-            pub fn $name(&self) -> Tensor {
-                as_float(self).and_then(|x| lax::unary(UnaryOp::$op, &x)).or_raise()
-            }
-        )*}
-    };
-}
-
-float_unary_methods!(
-    /// `e^x`.
-    exp => Exp,
-    /// Natural logarithm.
-    log => Log,
-    /// `ln(1 + x)`, accurate near zero.
-    log1p => Log1p,
-    /// `e^x - 1`, accurate near zero.
-    expm1 => Expm1,
-    /// Sine.
-    sin => Sin,
-    /// Cosine.
-    cos => Cos,
-    /// Tangent.
-    tan => Tan,
-    /// Hyperbolic tangent.
-    tanh => Tanh,
-    /// The logistic sigmoid `1 / (1 + e^-x)`.
-    sigmoid => Logistic,
-    /// Square root.
-    sqrt => Sqrt,
-    /// `1 / sqrt(x)`.
-    rsqrt => Rsqrt,
-    /// The error function.
-    erf => Erf,
-);
+// The unary math methods (exp, sin, abs, floor, powi, ...) are generated
+// from the op table in `prims/unary.rs`.
 
 impl Tensor {
-    /// `|x|`.
-    pub fn abs(&self) -> Tensor {
-        lax::abs(self).or_raise()
-    }
-
-    /// -1, 0 or 1.
-    pub fn sign(&self) -> Tensor {
-        lax::sign(self).or_raise()
-    }
-
-    /// Round toward -inf (identity for integers).
-    pub fn floor(&self) -> Tensor {
-        self.round_like(UnaryOp::Floor)
-    }
-
-    /// Round toward +inf (identity for integers).
-    pub fn ceil(&self) -> Tensor {
-        self.round_like(UnaryOp::Ceil)
-    }
-
-    /// Round half to even (identity for integers).
-    pub fn round(&self) -> Tensor {
-        self.round_like(UnaryOp::Round)
-    }
-
-    fn round_like(&self, op: UnaryOp) -> Tensor {
-        if self.dtype().is_float() {
-            lax::unary(op, self).or_raise()
-        } else {
-            self.clone()
-        }
-    }
-
-    /// `x^n` for an integer `n` (exact repeated multiplication).
-    pub fn powi(&self, n: i32) -> Tensor {
-        lax::integer_pow(self, n).or_raise()
-    }
-
     /// `x^y` elementwise, broadcasting.
     #[track_caller]
     pub fn pow(&self, y: &Tensor) -> Tensor {

@@ -6,7 +6,7 @@ use super::norm_axis;
 use crate::error::{Error, ErrorKind, OrRaise, Result};
 use crate::lax;
 use crate::mutation::make_view;
-use crate::prim::{Axes, Prim};
+use crate::prim::{Axes, Prim, ShapeOp};
 use crate::tensor::Tensor;
 use xform_kernels::{DType, Shape};
 
@@ -153,11 +153,11 @@ impl Tensor {
         let mut ops = Vec::new();
         let sliced: Shape = Shape((0..r).map(|d| (limit[d] - start[d]).div_ceil(step[d])).collect());
         if sliced != shape {
-            ops.push(Prim::Slice { start, limit, strides: step });
+            ops.push(Prim::Shape(ShapeOp::Slice { start, limit, strides: step }));
         }
         let out = Shape::from(out);
         if out != sliced {
-            ops.push(Prim::Reshape { shape: out });
+            ops.push(Prim::Shape(ShapeOp::Reshape { shape: out }));
         }
         if ops.is_empty() {
             return Ok(self.clone());

@@ -70,7 +70,7 @@ pub fn check_write(op: &str, target: &Tensor, value: &Tensor) -> Result<()> {
             crate::mutation::check_scope(op, target, value)?;
             match target.view_link() {
                 Some(link) => {
-                    if link.ops.to_vec().iter().any(|p| matches!(p, crate::prim::Prim::BroadcastInDim { .. })) {
+                    if link.ops.to_vec().iter().any(|p| p.props().view == Some(crate::prims::ViewKind::Broadcast)) {
                         return Err(Error::in_place(
                             op,
                             "the target is a broadcast view: several of its elements share one memory location; \

@@ -9,6 +9,7 @@
 //! the `Result` path.
 
 mod arith;
+pub(crate) use arith::as_float;
 mod creation;
 mod indexing;
 mod inplace;

@@ -8,7 +8,7 @@ use super::{norm_axes, norm_axis};
 use crate::error::{Error, OrRaise, Result};
 use crate::lax;
 use crate::mutation::make_view;
-use crate::prim::{Amounts, Axes, Prim};
+use crate::prim::{Amounts, Axes, ElementwiseOp, Prim, ShapeOp};
 use crate::tensor::Tensor;
 use xform_kernels::Shape;
 
@@ -60,7 +60,7 @@ impl Tensor {
         if s == from {
             return Ok(self.clone());
         }
-        make_view(self, &[Prim::Reshape { shape: s }])
+        make_view(self, &[Prim::Shape(ShapeOp::Reshape { shape: s })])
     }
 
     /// Reshape to an exact shape.
@@ -92,7 +92,7 @@ impl Tensor {
         if perm.iter().enumerate().all(|(i, &p)| i == p) && perm.len() == self.rank() {
             return self.clone();
         }
-        make_view(self, &[Prim::Transpose { perm: perm.into() }]).or_raise()
+        make_view(self, &[Prim::Shape(ShapeOp::Transpose { perm: perm.into() })]).or_raise()
     }
 
     /// The last two axes swapped (a matrix transpose); a vector is returned
@@ -132,7 +132,7 @@ impl Tensor {
             return Err(Error::shape("broadcast_to", "cannot broadcast to this shape", &[&own, &shape]));
         }
         let dims: Axes = (shape.rank() - own.rank()..shape.rank()).collect();
-        make_view(self, &[Prim::BroadcastInDim { shape, dims }])
+        make_view(self, &[Prim::Shape(ShapeOp::BroadcastInDim { shape, dims })])
     }
 
     /// Removes axis `axis`, which must have size 1 (a view).
@@ -144,7 +144,7 @@ impl Tensor {
             Error::shape("squeeze", format!("axis {axis} has size {}, not 1", s[a]), &[&s]).raise();
         }
         s.0.remove(a);
-        make_view(self, &[Prim::Reshape { shape: s }]).or_raise()
+        make_view(self, &[Prim::Shape(ShapeOp::Reshape { shape: s })]).or_raise()
     }
 
     /// Inserts a unit axis at `axis` (which may be `rank`; negative counts
@@ -154,7 +154,7 @@ impl Tensor {
         let mut s = self.shape();
         let a = norm_axis("unsqueeze", axis, s.rank() + 1).or_raise();
         s.0.insert(a, 1);
-        make_view(self, &[Prim::Reshape { shape: s }]).or_raise()
+        make_view(self, &[Prim::Shape(ShapeOp::Reshape { shape: s })]).or_raise()
     }
 
     /// `start..end` with `step` along `axis` (negative bounds count from
@@ -180,7 +180,7 @@ impl Tensor {
         st[a] = s;
         lim[a] = e;
         stp[a] = step;
-        make_view(self, &[Prim::Slice { start: st, limit: lim, strides: stp }])
+        make_view(self, &[Prim::Shape(ShapeOp::Slice { start: st, limit: lim, strides: stp })])
     }
 
     /// `len` elements from `start` along `axis` (a view).
@@ -220,8 +220,8 @@ impl Tensor {
         make_view(
             self,
             &[
-                Prim::Slice { start: st, limit: lim, strides: smallvec::smallvec![1; shape.rank()] },
-                Prim::Reshape { shape: out },
+                Prim::Shape(ShapeOp::Slice { start: st, limit: lim, strides: smallvec::smallvec![1; shape.rank()] }),
+                Prim::Shape(ShapeOp::Reshape { shape: out }),
             ],
         )
     }
@@ -239,7 +239,7 @@ impl Tensor {
         if ax.is_empty() {
             return self.clone();
         }
-        make_view(self, &[Prim::Rev { axes: ax.into_iter().collect() }]).or_raise()
+        make_view(self, &[Prim::Shape(ShapeOp::Rev { axes: ax.into_iter().collect() })]).or_raise()
     }
 
     /// Joined along `axis` (which may be negative).
@@ -329,7 +329,7 @@ impl Tensor {
     /// differentiation (JAX's `stop_gradient`): a value, not linked to
     /// `self` for writes under transforms (see [`Tensor::detach`]).
     pub fn stop_gradient(&self) -> Tensor {
-        crate::interp::bind1(&Prim::StopGradient, std::slice::from_ref(self)).or_raise()
+        crate::interp::bind1(&Prim::Elementwise(ElementwiseOp::StopGradient), std::slice::from_ref(self)).or_raise()
     }
 
     /// [`Tensor::stop_gradient`] as PyTorch's `detach`: a view sharing
@@ -337,6 +337,6 @@ impl Tensor {
     /// values (under a transform too, as eagerly), but not `self`'s
     /// derivative.
     pub fn detach(&self) -> Tensor {
-        make_view(self, &[Prim::StopGradient]).or_raise()
+        make_view(self, &[Prim::Elementwise(ElementwiseOp::StopGradient)]).or_raise()
     }
 }

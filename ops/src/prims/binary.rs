@@ -1,130 +1,57 @@
-//! Elementwise binary primitives on equal shapes and dtypes (arithmetic,
-//! logic, comparisons) and `select`: shape rules, lowering, JVP, transpose
-//! and batching (shared elementwise combinator).
+//! Elementwise binary primitives on equal shapes and dtypes (arithmetic and
+//! logic): shape rule, the CPU kernels with the CUDA expression of each op
+//! beside them, JVP, transpose, batching (elementwise) and samples.
 
-use super::{check_arity, check_same_dtypes, check_same_shapes};
+use super::cuda_c::{kernel, upow_helper, CudaCx, CudaExpr};
+use super::sample::{numeric, Case, Dom, Sample, FLOATS};
+use super::{check_arity, check_same_dtypes, check_same_shapes, Family, OnesTranspose, Props};
 use crate::array::{Array, Device};
 use crate::error::{Error, Result};
 use crate::interp::{bind1, Outs};
 use crate::lax;
-use crate::prim::{Avals, Cotangents, LinearArg, Prim, Tangents};
+use crate::prim::{Avals, BDims, Cotangents, LinearArg, Prim, Tangents};
 use crate::tensor::{AvalRef, Tensor};
 use smallvec::smallvec;
-use xform_kernels::cpu::elementwise::{map2, map3};
+use xform_kernels::cpu::elementwise::map2;
 use xform_kernels::cpu::Par;
-use xform_kernels::{match_buffer, CpuBuffer, DType, Element, Float, Layout, Real};
+use xform_kernels::cuda_source::Kernel;
+use xform_kernels::{CpuBuffer, DType, Element, Float, Layout, Real};
 
-/// The elementwise binary primitives.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum BinaryOp {
-    /// `a + b`.
-    Add,
-    /// `a - b`.
-    Sub,
-    /// `a * b`.
-    Mul,
-    /// `a / b` (integers truncate toward zero; x / 0 is -1 as in XLA).
-    Div,
-    /// `a ^ b`.
-    Pow,
-    /// Elementwise maximum (NaN propagates).
-    Max,
-    /// Elementwise minimum (NaN propagates).
-    Min,
-    /// Remainder with the sign of `a` (C and Rust `%`; x % 0 is x as in XLA).
-    Rem,
-    /// `atan2(a, b)`.
-    Atan2,
-    /// Logical (bool) or bitwise (integer) and.
-    And,
-    /// Logical (bool) or bitwise (integer) or.
-    Or,
+crate::op_enum! {
+    /// The elementwise binary primitives.
+    pub enum BinaryOp {
+        /// `a + b`.
+        Add => "add",
+        /// `a - b`.
+        Sub => "sub",
+        /// `a * b`.
+        Mul => "mul",
+        /// `a / b` (integers truncate toward zero; x / 0 is -1 as in XLA).
+        Div => "div",
+        /// `a ^ b`.
+        Pow => "pow",
+        /// Elementwise maximum (NaN propagates).
+        Max => "max",
+        /// Elementwise minimum (NaN propagates).
+        Min => "min",
+        /// Remainder with the sign of `a` (C and Rust `%`; x % 0 is x as in XLA).
+        Rem => "rem",
+        /// `atan2(a, b)`.
+        Atan2 => "atan2",
+        /// Logical (bool) or bitwise (integer) and.
+        And => "and",
+        /// Logical (bool) or bitwise (integer) or.
+        Or => "or",
+    }
 }
 
 impl BinaryOp {
-    /// The name programs print.
-    pub fn name(self) -> &'static str {
-        match self {
-            BinaryOp::Add => "add",
-            BinaryOp::Sub => "sub",
-            BinaryOp::Mul => "mul",
-            BinaryOp::Div => "div",
-            BinaryOp::Pow => "pow",
-            BinaryOp::Max => "max",
-            BinaryOp::Min => "min",
-            BinaryOp::Rem => "rem",
-            BinaryOp::Atan2 => "atan2",
-            BinaryOp::And => "and",
-            BinaryOp::Or => "or",
-        }
-    }
-
-    /// Every op.
-    pub const ALL: [BinaryOp; 11] = [
-        BinaryOp::Add,
-        BinaryOp::Sub,
-        BinaryOp::Mul,
-        BinaryOp::Div,
-        BinaryOp::Pow,
-        BinaryOp::Max,
-        BinaryOp::Min,
-        BinaryOp::Rem,
-        BinaryOp::Atan2,
-        BinaryOp::And,
-        BinaryOp::Or,
-    ];
-
-    fn accepts(self, d: DType) -> bool {
+    /// Which dtypes the op accepts.
+    pub fn accepts(self, d: DType) -> bool {
         match self {
             BinaryOp::And | BinaryOp::Or => !d.is_float(),
             BinaryOp::Atan2 => d.is_float(),
             _ => d != DType::Bool,
-        }
-    }
-}
-
-/// The elementwise comparisons.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum CompareOp {
-    /// `a == b`.
-    Eq,
-    /// `a != b`.
-    Ne,
-    /// `a < b`.
-    Lt,
-    /// `a <= b`.
-    Le,
-    /// `a > b`.
-    Gt,
-    /// `a >= b`.
-    Ge,
-}
-
-impl CompareOp {
-    /// The name programs print.
-    pub fn name(self) -> &'static str {
-        match self {
-            CompareOp::Eq => "eq",
-            CompareOp::Ne => "ne",
-            CompareOp::Lt => "lt",
-            CompareOp::Le => "le",
-            CompareOp::Gt => "gt",
-            CompareOp::Ge => "ge",
-        }
-    }
-
-    /// Every comparison.
-    pub const ALL: [CompareOp; 6] =
-        [CompareOp::Eq, CompareOp::Ne, CompareOp::Lt, CompareOp::Le, CompareOp::Gt, CompareOp::Ge];
-
-    fn holds<T: PartialOrd>(self, a: T, b: T) -> bool {
-        match self {
-            CompareOp::Eq => a == b,
-            CompareOp::Ne => a != b,
-            CompareOp::Lt => a < b,
-            CompareOp::Le => a <= b,
-            CompareOp::Gt => a > b,
-            CompareOp::Ge => a >= b,
         }
     }
 }
@@ -134,7 +61,7 @@ impl CompareOp {
 /// Validates the operands of a binary op (the whole shape rule but the
 /// output, which is the first operand's aval).
 #[inline]
-pub(crate) fn check_binary(op: BinaryOp, ins: &[AvalRef<'_>]) -> Result<()> {
+fn check_binary(op: BinaryOp, ins: &[AvalRef<'_>]) -> Result<()> {
     check_arity(op.name(), ins, 2)?;
     check_same_shapes(op.name(), ins)?;
     check_same_dtypes(op.name(), ins)?;
@@ -149,40 +76,9 @@ pub(crate) fn check_binary(op: BinaryOp, ins: &[AvalRef<'_>]) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn shape_binary(op: BinaryOp, ins: &[AvalRef<'_>]) -> Result<Avals> {
+fn shape_binary(op: BinaryOp, ins: &[AvalRef<'_>]) -> Result<Avals> {
     check_binary(op, ins)?;
     Ok(smallvec![ins[0].to_owned()])
-}
-
-/// Validates the operands of a comparison.
-#[inline]
-pub(crate) fn check_compare(op: CompareOp, ins: &[AvalRef<'_>]) -> Result<()> {
-    check_arity(op.name(), ins, 2)?;
-    check_same_shapes(op.name(), ins)?;
-    check_same_dtypes(op.name(), ins)
-}
-
-pub(crate) fn shape_compare(op: CompareOp, ins: &[AvalRef<'_>]) -> Result<Avals> {
-    check_compare(op, ins)?;
-    let mut a = ins[0].to_owned();
-    a.dtype = DType::Bool;
-    Ok(smallvec![a])
-}
-
-/// Validates the operands of a select.
-#[inline]
-pub(crate) fn check_select(ins: &[AvalRef<'_>]) -> Result<()> {
-    check_arity("select", ins, 3)?;
-    check_same_shapes("select", ins)?;
-    if ins[0].dtype != DType::Bool {
-        return Err(Error::dtype("select", "the predicate must be bool", &[ins[0].dtype]));
-    }
-    check_same_dtypes("select", &ins[1..])
-}
-
-pub(crate) fn shape_select(ins: &[AvalRef<'_>]) -> Result<Avals> {
-    check_select(ins)?;
-    Ok(smallvec![ins[1].to_owned()])
 }
 
 // ---- lowering --------------------------------------------------------------
@@ -307,9 +203,63 @@ fn int_binary<T: IntBinary>(op: BinaryOp, a: &[T], la: &Layout, b: &[T], lb: &La
     map2(a, la, b, lb, par, f)
 }
 
-pub(crate) fn lower_binary(op: BinaryOp, a: &Array, b: &Array) -> Result<Array> {
+/// The CUDA form of `op` on dtype `d` (the semantics of the CPU kernels
+/// above, written beside them), or `None` where the shape rule refuses `d`.
+pub fn cuda_expr(op: BinaryOp, d: DType) -> Option<CudaExpr> {
+    let c = CudaCx::new(d);
+    if d == DType::Bool {
+        return match op {
+            BinaryOp::And => Some(c.expr("x && y")),
+            BinaryOp::Or => Some(c.expr("x || y")),
+            _ => None,
+        };
+    }
+    if d.is_int() {
+        let (t, u) = (c.t(), c.u());
+        return Some(match op {
+            BinaryOp::Add => c.expr(format!("({t})(({u})x + ({u})y)")),
+            BinaryOp::Sub => c.expr(format!("({t})(({u})x - ({u})y)")),
+            BinaryOp::Mul => c.expr(format!("({t})(({u})x * ({u})y)")),
+            // x / 0 is !0 (-1, or the largest u32) as in XLA; MIN / -1 wraps.
+            BinaryOp::Div if c.signed() => {
+                c.expr(format!("(y == 0) ? ({t})-1 : ((y == -1) ? ({t})(({u})0 - ({u})x) : x / y)"))
+            }
+            BinaryOp::Div => c.expr("(y == 0u) ? 0xffffffffu : x / y"),
+            BinaryOp::Rem if c.signed() => c.expr(format!("(y == 0) ? x : ((y == -1) ? ({t})0 : x % y)")),
+            BinaryOp::Rem => c.expr("(y == 0u) ? x : x % y"),
+            BinaryOp::Pow => c.expr("xf_ipow(x, y)").helpers(format!(
+                "{}static __device__ __forceinline__ {t} xf_ipow({t} x, {t} y) {{\n    const long long e = \
+                 (long long)y;\n    if (e >= 0) return ({t})xf_upow(({u})x, e > 4294967295LL ? 4294967295ull : \
+                 (unsigned long long)e);\n    if ((long long)x == 1LL) return ({t})1;\n    if ((long long)x == \
+                 -1LL) return (e % 2 == 0) ? ({t})1 : x;\n    return ({t})0;\n}}\n",
+                upow_helper(u)
+            )),
+            BinaryOp::Max => c.expr("(x >= y ? x : y)"),
+            BinaryOp::Min => c.expr("(x <= y ? x : y)"),
+            BinaryOp::And => c.expr("x & y"),
+            BinaryOp::Or => c.expr("x | y"),
+            BinaryOp::Atan2 => return None,
+        });
+    }
+    Some(match op {
+        BinaryOp::Add => c.expr("x + y"),
+        BinaryOp::Sub => c.expr("x - y"),
+        BinaryOp::Mul => c.expr("x * y"),
+        BinaryOp::Div => c.expr("x / y"),
+        BinaryOp::Pow => c.expr(format!("{}(x, y)", c.math("pow"))),
+        // NaN propagates.
+        BinaryOp::Max => c.expr("(x != x || y != y) ? x + y : (x >= y ? x : y)"),
+        BinaryOp::Min => c.expr("(x != x || y != y) ? x + y : (x <= y ? x : y)"),
+        // Rust's `%` on floats is fmod.
+        BinaryOp::Rem => c.expr(format!("{}(x, y)", c.math("fmod"))),
+        BinaryOp::Atan2 => c.expr(format!("{}(x, y)", c.math("atan2"))),
+        BinaryOp::And | BinaryOp::Or => return None,
+    })
+}
+
+fn lower_binary(op: BinaryOp, a: &Array, b: &Array) -> Result<Array> {
     if let Device::Cuda(_) = a.device() {
-        return crate::backend::cuda_binary(op, a, b);
+        return crate::backend::cuda_map(op.name(), cuda_expr(op, a.dtype), &[a, b], a.dtype);
     }
     let ga = a.read();
     let gb = b.read();
@@ -336,41 +286,9 @@ pub(crate) fn lower_binary(op: BinaryOp, a: &Array, b: &Array) -> Result<Array> 
     Ok(Array::from_cpu(out, a.shape().clone()))
 }
 
-pub(crate) fn lower_compare(op: CompareOp, a: &Array, b: &Array) -> Result<Array> {
-    if let Device::Cuda(_) = a.device() {
-        return crate::backend::cuda_compare(op, a, b);
-    }
-    let ga = a.read();
-    let gb = b.read();
-    let (ba, bb) = (ga.cpu(op.name())?, gb.cpu(op.name())?);
-    let par = Par::for_work(a.layout.numel(), 1);
-    let out = match_buffer!(ba, x => {
-        let y = bb.as_slice();
-        map2(x, &a.layout, y, &b.layout, par, |p, q| op.holds(p, q))
-    });
-    Ok(Array::from_cpu(CpuBuffer::Bool(out), a.shape().clone()))
-}
-
-pub(crate) fn lower_select(p: &Array, a: &Array, b: &Array) -> Result<Array> {
-    if let Device::Cuda(_) = a.device() {
-        return crate::backend::cuda_select(p, a, b);
-    }
-    let gp = p.read();
-    let ga = a.read();
-    let gb = b.read();
-    let (bp, ba, bb) = (gp.cpu("select")?, ga.cpu("select")?, gb.cpu("select")?);
-    let pv: &[bool] = bp.as_slice();
-    let par = Par::for_work(a.layout.numel(), 1);
-    let out = match_buffer!(ba, x => {
-        let y = bb.as_slice();
-        CpuBuffer::from_vec(map3(pv, &p.layout, x, &a.layout, y, &b.layout, par, |c, t, f| if c { t } else { f }))
-    });
-    Ok(Array::from_cpu(out, a.shape().clone()))
-}
-
 // ---- JVP ---------------------------------------------------------------------
 
-pub(crate) fn jvp_binary(op: BinaryOp, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+fn jvp_binary(op: BinaryOp, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
     let (a, b) = (&primals[0], &primals[1]);
     let out = bind1(&Prim::Binary(op), primals)?;
     if !a.dtype().is_float() {
@@ -441,26 +359,13 @@ pub(crate) fn jvp_binary(op: BinaryOp, primals: &[Tensor], tangents: &[Option<Te
     Ok((smallvec![out], smallvec![t]))
 }
 
-pub(crate) fn jvp_select(primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
-    let out = bind1(&Prim::Select, primals)?;
-    let t = match (&tangents[1], &tangents[2]) {
-        (None, None) => None,
-        (ta, tb) => {
-            let ta = lax::instantiate(ta, &primals[1])?;
-            let tb = lax::instantiate(tb, &primals[2])?;
-            Some(lax::select(&primals[0], &ta, &tb)?)
-        }
-    };
-    Ok((smallvec![out], smallvec![t]))
-}
-
 // ---- transpose ---------------------------------------------------------------
 
 fn nonlinear(op: &str) -> Error {
     Error::transform(op, format!("{op} is not linear in these operands, so it cannot be transposed"))
 }
 
-pub(crate) fn transpose_binary(op: BinaryOp, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
+fn transpose_binary(op: BinaryOp, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
     let Some(ct) = &cts[0] else {
         return Ok(smallvec![None, None]);
     };
@@ -488,15 +393,121 @@ pub(crate) fn transpose_binary(op: BinaryOp, cts: &[Option<Tensor>], args: &[Lin
     }
 }
 
-pub(crate) fn transpose_select(cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
-    let Some(ct) = &cts[0] else {
-        return Ok(smallvec![None, None, None]);
+
+// ---- the family ------------------------------------------------------------------
+
+impl From<BinaryOp> for Prim {
+    fn from(op: BinaryOp) -> Prim {
+        Prim::Binary(op)
+    }
+}
+
+impl Family for BinaryOp {
+    type Kind = BinaryOp;
+    const KINDS: &'static [BinaryOp] = BinaryOp::ALL;
+
+    fn kind(&self) -> BinaryOp {
+        *self
+    }
+
+    fn name(&self) -> &'static str {
+        BinaryOp::name(*self)
+    }
+
+    fn props(&self) -> Props {
+        match self {
+            // the cotangent passes on to each operand: ones stay ones
+            BinaryOp::Add => Props::ELEMENTWISE.ones(OnesTranspose::Ones),
+            BinaryOp::Sub => Props::ELEMENTWISE,
+            // `1 * c` is `c`
+            BinaryOp::Mul => Props::ELEMENTWISE.fresh().ones(OnesTranspose::Constant),
+            BinaryOp::Div => Props::ELEMENTWISE.fresh(),
+            BinaryOp::Pow
+            | BinaryOp::Max
+            | BinaryOp::Min
+            | BinaryOp::Rem
+            | BinaryOp::Atan2
+            | BinaryOp::And
+            | BinaryOp::Or => Props::ELEMENTWISE,
+        }
+    }
+
+    fn fmt_params(&self, _: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        Ok(())
+    }
+
+    #[inline]
+    fn check(&self, ins: &[AvalRef<'_>]) -> Result<()> {
+        check_binary(*self, ins)
+    }
+
+    fn shape_rule(&self, ins: &[AvalRef<'_>]) -> Result<Avals> {
+        shape_binary(*self, ins)
+    }
+
+    fn lower(&self, ins: &[&Array]) -> Result<Outs> {
+        super::one(lower_binary(*self, ins[0], ins[1]))
+    }
+
+    fn jvp(&self, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+        jvp_binary(*self, primals, tangents)
+    }
+
+    fn transpose(&self, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
+        transpose_binary(*self, cts, args)
+    }
+
+    fn batch(&self, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+        super::batching::batch_elementwise(&Prim::Binary(*self), ins, bdims)
+    }
+
+    fn view_layout(&self, _: &Layout) -> Option<Layout> {
+        None
+    }
+
+    fn samples() -> Vec<Sample> {
+        BinaryOp::ALL.iter().map(|&op| binary_sample(op)).collect()
+    }
+
+    fn cuda_kernels(d: DType) -> Vec<Kernel> {
+        BinaryOp::ALL
+            .iter()
+            .filter_map(|&op| cuda_expr(op, d).map(|e| kernel(&e.map_op(op.name(), false), &[d, d], d)))
+            .collect()
+    }
+}
+
+fn binary_sample(op: BinaryOp) -> Sample {
+    let dtypes: Vec<DType> = match op {
+        BinaryOp::And | BinaryOp::Or => vec![DType::Bool, DType::I32, DType::I64, DType::U32],
+        BinaryOp::Atan2 => FLOATS.to_vec(),
+        _ => numeric(),
     };
-    let Some(pred) = args[0].constant() else {
-        return Err(nonlinear("select"));
+    let linear = match op {
+        BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul => vec![0, 1],
+        BinaryOp::Div => vec![0],
+        _ => vec![],
     };
-    let zero = lax::zeros_like(ct)?;
-    let on_true = if args[1].is_linear() { Some(lax::select(pred, ct, &zero)?) } else { None };
-    let on_false = if args[2].is_linear() { Some(lax::select(pred, &zero, ct)?) } else { None };
-    Ok(smallvec![None, on_true, on_false])
+    let smooth = !matches!(op, BinaryOp::And | BinaryOp::Or);
+    Sample::new(op.name(), dtypes, linear, smooth, move |g, d| {
+        let shape = g.shape(3, 0, 3);
+        let (da, db) = if d.is_float() {
+            match op {
+                BinaryOp::Div | BinaryOp::Rem => (Dom::Real(-3.0, 3.0), Dom::AwayFromZero(0.7, 2.0)),
+                BinaryOp::Pow => (Dom::Real(0.5, 2.0), Dom::Real(-2.0, 2.0)),
+                BinaryOp::Atan2 => (Dom::AwayFromZero(0.2, 2.0), Dom::Real(-2.0, 2.0)),
+                _ => (Dom::Real(-3.0, 3.0), Dom::Real(-3.0, 3.0)),
+            }
+        } else if d == DType::Bool {
+            (Dom::Small(0, 1), Dom::Small(0, 1))
+        } else {
+            let lo = if d == DType::U32 { 0 } else { -20 };
+            match op {
+                BinaryOp::Div | BinaryOp::Rem => (Dom::Small(lo, 20), Dom::Small(1, 7)),
+                BinaryOp::Pow => (Dom::Small(if d == DType::U32 { 0 } else { -3 }, 3), Dom::Small(0, 4)),
+                _ => (Dom::Small(lo, 20), Dom::Small(lo, 20)),
+            }
+        };
+        Case::new(op, vec![(shape.clone(), d, da), (shape, d, db)])
+    })
 }

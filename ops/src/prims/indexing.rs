@@ -5,7 +5,10 @@
 //! of range are an error, not a clamp).
 
 use super::batching::{batch_size, to_front, to_position};
-use super::{check_arity, check_axis, check_int};
+use super::sample::{generic_dom, numeric, Case, Dom, Sample, FLOATS, INTS};
+use super::{check_arity, check_axis, check_int, Family, Props};
+use xform_kernels::cuda_source::Kernel;
+use xform_kernels::Layout;
 use crate::array::{Array, Device};
 use crate::error::{Error, ErrorKind, Result};
 use crate::interp::{bind1, Outs};
@@ -15,6 +18,35 @@ use crate::tensor::{Aval, AvalRef, Tensor};
 use smallvec::{smallvec, SmallVec};
 use xform_kernels::cpu::indexing::{self as k, GatherExtents};
 use xform_kernels::{match_buffer, CpuBuffer, DType, Element, Shape};
+
+crate::family_enum! {
+    /// The indexing primitives.
+    #[derive(Clone, Debug, PartialEq)]
+    pub enum IndexOp, kinds IndexKind {
+        /// Slice at runtime start indices (scalar operands), clamped to fit.
+        DynamicSlice {
+            /// Slice sizes.
+            sizes: Axes,
+        },
+        /// Replace a block at runtime start indices, clamped to fit.
+        DynamicUpdateSlice,
+        /// `tf.gather`-style indexing of one axis with matched batch axes.
+        Gather {
+            /// The indexed operand axis.
+            axis: usize,
+            /// Leading axes matched between operand and indices.
+            batch_dims: usize,
+        },
+        /// The transpose of gather: add updates at indexed positions.
+        ScatterAdd {
+            /// The indexed operand axis.
+            axis: usize,
+            /// Leading axes matched between operand and indices.
+            batch_dims: usize,
+        },
+    }
+}
+
 
 // ---- shape rules -----------------------------------------------------------
 
@@ -31,7 +63,7 @@ fn check_starts(op: &str, starts: &[AvalRef<'_>], rank: usize) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn shape_dynamic_slice(sizes: &[usize], ins: &[AvalRef<'_>]) -> Result<Avals> {
+fn shape_dynamic_slice(sizes: &[usize], ins: &[AvalRef<'_>]) -> Result<Avals> {
     let op = "dynamic_slice";
     if ins.is_empty() {
         return Err(Error::invalid(op, "needs an operand"));
@@ -44,7 +76,7 @@ pub(crate) fn shape_dynamic_slice(sizes: &[usize], ins: &[AvalRef<'_>]) -> Resul
     Ok(smallvec![Aval { shape: Shape::from(sizes.to_vec()), dtype: x.dtype, device: x.device }])
 }
 
-pub(crate) fn shape_dynamic_update_slice(ins: &[AvalRef<'_>]) -> Result<Avals> {
+fn shape_dynamic_update_slice(ins: &[AvalRef<'_>]) -> Result<Avals> {
     let op = "dynamic_update_slice";
     if ins.len() < 2 {
         return Err(Error::invalid(op, "needs an operand and an update"));
@@ -83,13 +115,13 @@ fn gather_shape(op: &str, x: &AvalRef<'_>, idx: &AvalRef<'_>, axis: usize, batch
     Ok(Shape::from(s))
 }
 
-pub(crate) fn shape_gather(axis: usize, batch_dims: usize, ins: &[AvalRef<'_>]) -> Result<Avals> {
+fn shape_gather(axis: usize, batch_dims: usize, ins: &[AvalRef<'_>]) -> Result<Avals> {
     check_arity("gather", ins, 2)?;
     let shape = gather_shape("gather", &ins[0], &ins[1], axis, batch_dims)?;
     Ok(smallvec![Aval { shape, dtype: ins[0].dtype, device: ins[0].device }])
 }
 
-pub(crate) fn shape_scatter_add(axis: usize, batch_dims: usize, ins: &[AvalRef<'_>]) -> Result<Avals> {
+fn shape_scatter_add(axis: usize, batch_dims: usize, ins: &[AvalRef<'_>]) -> Result<Avals> {
     let op = "scatter_add";
     check_arity(op, ins, 3)?;
     let (x, idx, u) = (&ins[0], &ins[1], &ins[2]);
@@ -128,7 +160,7 @@ pub(crate) fn resolved_starts(shape: &Shape, sizes: &[usize], starts: &[&Array])
     starts.iter().enumerate().map(|(d, s)| Ok(resolve_start(scalar_i64(s)?, shape[d], sizes[d]))).collect()
 }
 
-pub(crate) fn lower_dynamic_slice(sizes: &[usize], ins: &[&Array]) -> Result<Array> {
+fn lower_dynamic_slice(sizes: &[usize], ins: &[&Array]) -> Result<Array> {
     let x = ins[0];
     let start = resolved_starts(x.shape(), sizes, &ins[1..])?;
     let limit: Vec<usize> = start.iter().zip(sizes).map(|(s, n)| s + n).collect();
@@ -136,7 +168,7 @@ pub(crate) fn lower_dynamic_slice(sizes: &[usize], ins: &[&Array]) -> Result<Arr
     view.contiguous_copy()
 }
 
-pub(crate) fn lower_dynamic_update_slice(ins: &[&Array]) -> Result<Array> {
+fn lower_dynamic_update_slice(ins: &[&Array]) -> Result<Array> {
     let (x, u) = (ins[0], ins[1]);
     if let Device::Cuda(_) = x.device() {
         return crate::backend::cuda_dynamic_update_slice(ins);
@@ -172,7 +204,7 @@ fn index_error(op: &str, e: k::IndexOutOfRange) -> Error {
     Error::new(op, ErrorKind::IndexOutOfRange { index: e.index, size: e.size })
 }
 
-pub(crate) fn lower_gather(axis: usize, batch_dims: usize, x: &Array, idx: &Array) -> Result<Array> {
+fn lower_gather(axis: usize, batch_dims: usize, x: &Array, idx: &Array) -> Result<Array> {
     if let Device::Cuda(_) = x.device() {
         return crate::backend::cuda_gather(axis, batch_dims, x, idx);
     }
@@ -195,15 +227,15 @@ fn scatter_typed<T: Element>(x: Vec<T>, iv: &[i64], u: &[T], e: GatherExtents) -
     }
 }
 
-pub(crate) fn lower_scatter_add(axis: usize, batch_dims: usize, x: &Array, idx: &Array, u: &Array) -> Result<Array> {
+fn lower_scatter_add(axis: usize, batch_dims: usize, x: &Array, idx: &Array, u: &Array) -> Result<Array> {
     if let Device::Cuda(_) = x.device() {
         return crate::backend::cuda_scatter_add(axis, batch_dims, x, idx, u);
     }
     if matches!(x.dtype, DType::F16 | DType::BF16) {
         // Accumulate in f32 and round once, as the half types compute.
-        let wide = |a: &Array| super::unary::lower_convert(DType::F32, a);
+        let wide = |a: &Array| super::elementwise::lower_convert(DType::F32, a);
         let out = lower_scatter_add(axis, batch_dims, &wide(x)?, idx, &wide(u)?)?;
-        return super::unary::lower_convert(x.dtype, &out);
+        return super::elementwise::lower_convert(x.dtype, &out);
     }
     let e = gather_extents(x.shape(), idx.shape(), axis, batch_dims);
     let iv = indices_i64(idx)?;
@@ -224,7 +256,7 @@ pub(crate) fn lower_scatter_add(axis: usize, batch_dims: usize, x: &Array, idx: 
 
 // ---- JVP ---------------------------------------------------------------------
 
-pub(crate) fn jvp_dynamic_slice(
+fn jvp_dynamic_slice(
     prim: &Prim,
     primals: &[Tensor],
     tangents: &[Option<Tensor>],
@@ -241,8 +273,8 @@ pub(crate) fn jvp_dynamic_slice(
     Ok((smallvec![out], smallvec![t]))
 }
 
-pub(crate) fn jvp_dynamic_update_slice(primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
-    let out = bind1(&Prim::DynamicUpdateSlice, primals)?;
+fn jvp_dynamic_update_slice(primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+    let out = bind1(&IndexOp::DynamicUpdateSlice.into(), primals)?;
     let t = match (&tangents[0], &tangents[1]) {
         (None, None) => None,
         (tx, tu) => {
@@ -254,7 +286,7 @@ pub(crate) fn jvp_dynamic_update_slice(primals: &[Tensor], tangents: &[Option<Te
     Ok((smallvec![out], smallvec![t]))
 }
 
-pub(crate) fn jvp_gather(prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+fn jvp_gather(prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
     let out = bind1(prim, primals)?;
     let t = match &tangents[0] {
         Some(t) => Some(bind1(prim, &[t.clone(), primals[1].clone()])?),
@@ -263,7 +295,7 @@ pub(crate) fn jvp_gather(prim: &Prim, primals: &[Tensor], tangents: &[Option<Ten
     Ok((smallvec![out], smallvec![t]))
 }
 
-pub(crate) fn jvp_scatter_add(
+fn jvp_scatter_add(
     prim: &Prim,
     primals: &[Tensor],
     tangents: &[Option<Tensor>],
@@ -288,7 +320,7 @@ fn consts(args: &[LinearArg]) -> Result<Vec<Tensor>> {
         .collect()
 }
 
-pub(crate) fn transpose_dynamic_slice(cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
+fn transpose_dynamic_slice(cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
     let starts = consts(&args[1..])?;
     let mut out: Cotangents = smallvec![None; args.len()];
     if let Some(ct) = &cts[0] {
@@ -298,7 +330,7 @@ pub(crate) fn transpose_dynamic_slice(cts: &[Option<Tensor>], args: &[LinearArg]
     Ok(out)
 }
 
-pub(crate) fn transpose_dynamic_update_slice(cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
+fn transpose_dynamic_update_slice(cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
     let starts = consts(&args[2..])?;
     let mut out: Cotangents = smallvec![None; args.len()];
     if let Some(ct) = &cts[0] {
@@ -313,7 +345,7 @@ pub(crate) fn transpose_dynamic_update_slice(cts: &[Option<Tensor>], args: &[Lin
     Ok(out)
 }
 
-pub(crate) fn transpose_gather(
+fn transpose_gather(
     axis: usize,
     batch_dims: usize,
     cts: &[Option<Tensor>],
@@ -327,7 +359,7 @@ pub(crate) fn transpose_gather(
     Ok(smallvec![ct_x, None])
 }
 
-pub(crate) fn transpose_scatter_add(
+fn transpose_scatter_add(
     axis: usize,
     batch_dims: usize,
     cts: &[Option<Tensor>],
@@ -371,7 +403,7 @@ fn block_indices(start: &Tensor, block: usize) -> Result<Tensor> {
     lax::add(&lax::broadcast_in_dim(start, &shape, &[0])?, &lax::broadcast_in_dim(&iota, &shape, &[1])?)
 }
 
-pub(crate) fn batch_dynamic_slice(sizes: &[usize], ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+fn batch_dynamic_slice(sizes: &[usize], ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
     let size = batch_size(ins, bdims)?;
     if bdims[1..].iter().all(Option::is_none) {
         let b = bdims[0].expect("batched operand");
@@ -394,7 +426,7 @@ pub(crate) fn batch_dynamic_slice(sizes: &[usize], ins: &[Tensor], bdims: &[Opti
     Ok((smallvec![x], smallvec![Some(0)]))
 }
 
-pub(crate) fn batch_dynamic_update_slice(ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+fn batch_dynamic_update_slice(ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
     let size = batch_size(ins, bdims)?;
     let x = to_front(&ins[0], bdims[0], size)?;
     let u = to_front(&ins[1], bdims[1], size)?;
@@ -423,7 +455,7 @@ pub(crate) fn batch_dynamic_update_slice(ins: &[Tensor], bdims: &[Option<usize>]
     Ok((smallvec![lax::select(&hit, &e, &x)?], smallvec![Some(0)]))
 }
 
-pub(crate) fn batch_gather(
+fn batch_gather(
     axis: usize,
     batch_dims: usize,
     ins: &[Tensor],
@@ -450,7 +482,7 @@ pub(crate) fn batch_gather(
     }
 }
 
-pub(crate) fn batch_scatter_add(
+fn batch_scatter_add(
     axis: usize,
     batch_dims: usize,
     ins: &[Tensor],
@@ -469,4 +501,159 @@ pub(crate) fn batch_scatter_add(
     let ib = to_front(idx, bdims[1], size)?;
     let ub = to_front(u, bdims[2], size)?;
     Ok((smallvec![lax::scatter_add(&xb, &ib, &ub, axis + 1, batch_dims + 1)?], smallvec![Some(0)]))
+}
+
+// ---- the family ------------------------------------------------------------------
+
+impl From<IndexOp> for Prim {
+    fn from(op: IndexOp) -> Prim {
+        Prim::Index(op)
+    }
+}
+
+impl Family for IndexOp {
+    type Kind = IndexKind;
+    const KINDS: &'static [IndexKind] = IndexKind::ALL;
+
+    fn kind(&self) -> IndexKind {
+        IndexOp::kind(self)
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            IndexOp::DynamicSlice { .. } => "dynamic_slice",
+            IndexOp::DynamicUpdateSlice => "dynamic_update_slice",
+            IndexOp::Gather { .. } => "gather",
+            IndexOp::ScatterAdd { .. } => "scatter_add",
+        }
+    }
+
+    fn props(&self) -> Props {
+        match self {
+            // zeros with the cotangent written in
+            IndexOp::DynamicSlice { .. } | IndexOp::Gather { .. } => Props::NONE.fresh(),
+            // pass (parts of) the cotangent on
+            IndexOp::DynamicUpdateSlice | IndexOp::ScatterAdd { .. } => Props::NONE,
+        }
+    }
+
+    fn fmt_params(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IndexOp::DynamicSlice { sizes } => write!(f, "[sizes={}]", super::axes_str(sizes)),
+            IndexOp::DynamicUpdateSlice => Ok(()),
+            IndexOp::Gather { axis, batch_dims } | IndexOp::ScatterAdd { axis, batch_dims } => {
+                write!(f, "[axis={axis} batch_dims={batch_dims}]")
+            }
+        }
+    }
+
+    fn shape_rule(&self, ins: &[AvalRef<'_>]) -> Result<Avals> {
+        match self {
+            IndexOp::DynamicSlice { sizes } => shape_dynamic_slice(sizes, ins),
+            IndexOp::DynamicUpdateSlice => shape_dynamic_update_slice(ins),
+            IndexOp::Gather { axis, batch_dims } => shape_gather(*axis, *batch_dims, ins),
+            IndexOp::ScatterAdd { axis, batch_dims } => shape_scatter_add(*axis, *batch_dims, ins),
+        }
+    }
+
+    fn lower(&self, ins: &[&Array]) -> Result<Outs> {
+        super::one(match self {
+            IndexOp::DynamicSlice { sizes } => lower_dynamic_slice(sizes, ins),
+            IndexOp::DynamicUpdateSlice => lower_dynamic_update_slice(ins),
+            IndexOp::Gather { axis, batch_dims } => lower_gather(*axis, *batch_dims, ins[0], ins[1]),
+            IndexOp::ScatterAdd { axis, batch_dims } => lower_scatter_add(*axis, *batch_dims, ins[0], ins[1], ins[2]),
+        })
+    }
+
+    fn jvp(&self, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+        let prim: Prim = self.clone().into();
+        match self {
+            IndexOp::DynamicSlice { .. } => jvp_dynamic_slice(&prim, primals, tangents),
+            IndexOp::DynamicUpdateSlice => jvp_dynamic_update_slice(primals, tangents),
+            IndexOp::Gather { .. } => jvp_gather(&prim, primals, tangents),
+            IndexOp::ScatterAdd { .. } => jvp_scatter_add(&prim, primals, tangents),
+        }
+    }
+
+    fn transpose(&self, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
+        match self {
+            IndexOp::DynamicSlice { .. } => transpose_dynamic_slice(cts, args),
+            IndexOp::DynamicUpdateSlice => transpose_dynamic_update_slice(cts, args),
+            IndexOp::Gather { axis, batch_dims } => transpose_gather(*axis, *batch_dims, cts, args),
+            IndexOp::ScatterAdd { axis, batch_dims } => transpose_scatter_add(*axis, *batch_dims, cts, args),
+        }
+    }
+
+    fn batch(&self, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+        match self {
+            IndexOp::DynamicSlice { sizes } => batch_dynamic_slice(sizes, ins, bdims),
+            IndexOp::DynamicUpdateSlice => batch_dynamic_update_slice(ins, bdims),
+            IndexOp::Gather { axis, batch_dims } => batch_gather(*axis, *batch_dims, ins, bdims),
+            IndexOp::ScatterAdd { axis, batch_dims } => batch_scatter_add(*axis, *batch_dims, ins, bdims),
+        }
+    }
+
+    fn view_layout(&self, _: &Layout) -> Option<Layout> {
+        None
+    }
+
+    fn samples() -> Vec<Sample> {
+        let mut v = Vec::new();
+        v.push(Sample::new("dynamic_slice", numeric(), vec![0], true, |g, d| {
+            let r = g.int(0, 3);
+            let shape: Vec<usize> = (0..r).map(|_| g.int(1, 4)).collect();
+            let sizes: Vec<usize> = shape.iter().map(|&n| g.int(0, n)).collect();
+            let idt = g.pick(&[DType::I32, DType::I64]);
+            let mut specs = vec![(shape.clone(), d, generic_dom(d))];
+            specs.extend(shape.iter().map(|&n| (vec![], idt, Dom::Start(n))));
+            Case::new(IndexOp::DynamicSlice { sizes: sizes.into_iter().collect() }, specs)
+        }));
+        v.push(Sample::new("dynamic_update_slice", numeric(), vec![0, 1], true, |g, d| {
+            let r = g.int(0, 3);
+            let shape: Vec<usize> = (0..r).map(|_| g.int(1, 4)).collect();
+            let sizes: Vec<usize> = shape.iter().map(|&n| g.int(0, n)).collect();
+            let idt = g.pick(&[DType::I32, DType::I64]);
+            let mut specs = vec![(shape.clone(), d, generic_dom(d)), (sizes, d, generic_dom(d))];
+            specs.extend(shape.iter().map(|&n| (vec![], idt, Dom::Start(n))));
+            Case::new(IndexOp::DynamicUpdateSlice, specs)
+        }));
+        for scatter in [false, true] {
+            let name = if scatter { "scatter_add" } else { "gather" };
+            let dtypes = if scatter { FLOATS.iter().chain(INTS.iter()).copied().collect() } else { numeric() };
+            let linear = if scatter { vec![0, 2] } else { vec![0] };
+            v.push(Sample::new(name, dtypes, linear, true, move |g, d| {
+                let bd = g.int(0, 2);
+                let batch: Vec<usize> = (0..bd).map(|_| g.int(1, 3)).collect();
+                let pre = g.int(0, 1);
+                let post = g.int(0, 2);
+                let mut xs = batch.clone();
+                xs.extend((0..pre).map(|_| g.int(1, 3)));
+                let axis = xs.len();
+                let n = g.int(1, 4);
+                xs.push(n);
+                xs.extend((0..post).map(|_| g.int(0, 3)));
+                let mut is = batch.clone();
+                is.extend((0..g.int(0, 2)).map(|_| g.int(1, 3)));
+                let idt = g.pick(&[DType::I32, DType::I64, DType::U32]);
+                let idom = if idt == DType::U32 { Dom::Small(0, n as i64 - 1) } else { Dom::Index(n) };
+                let mut out: Vec<usize> = xs[..axis].to_vec();
+                out.extend_from_slice(&is[bd..]);
+                out.extend_from_slice(&xs[axis + 1..]);
+                if scatter {
+                    Case::new(
+                        IndexOp::ScatterAdd { axis, batch_dims: bd },
+                        vec![(xs, d, generic_dom(d)), (is, idt, idom), (out, d, generic_dom(d))],
+                    )
+                } else {
+                    Case::new(IndexOp::Gather { axis, batch_dims: bd }, vec![(xs, d, generic_dom(d)), (is, idt, idom)])
+                }
+            }));
+        }
+        v
+    }
+
+    fn cuda_kernels(_: DType) -> Vec<Kernel> {
+        // gather, scatter-add and the index check: structural kernels
+        Vec::new()
+    }
 }

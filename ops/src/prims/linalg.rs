@@ -7,7 +7,10 @@
 //! unbatched into a free axis, so `vmap(x @ W)` is a single GEMM.
 
 use super::batching::physical;
-use super::{check_arity, check_axes};
+use super::sample::{numeric, Case, Dom, Sample};
+use super::{check_arity, check_axes, Family, Props};
+use crate::prim::Prim;
+use xform_kernels::cuda_source::Kernel;
 use crate::array::{Array, Device};
 use crate::error::{Error, Result};
 use crate::interp::Outs;
@@ -61,7 +64,7 @@ impl fmt::Display for DotDims {
 
 // ---- shape rule ----------------------------------------------------------------
 
-pub(crate) fn shape_dot_general(d: &DotDims, ins: &[AvalRef<'_>]) -> Result<Avals> {
+fn shape_dot_general(d: &DotDims, ins: &[AvalRef<'_>]) -> Result<Avals> {
     let op = "dot_general";
     check_arity(op, ins, 2)?;
     let (a, b) = (&ins[0], &ins[1]);
@@ -217,7 +220,7 @@ fn dot_general_faer<
     Ok(view)
 }
 
-pub(crate) fn lower_dot_general(d: &DotDims, a: &Array, b: &Array) -> Result<Array> {
+fn lower_dot_general(d: &DotDims, a: &Array, b: &Array) -> Result<Array> {
     let sa = a.shape();
     let sb = b.shape();
     let lf = d.free(sa.rank(), true);
@@ -232,9 +235,9 @@ pub(crate) fn lower_dot_general(d: &DotDims, a: &Array, b: &Array) -> Result<Arr
             DType::F64 => return dot_general_faer::<f64>(d, a, b, &shape),
             DType::F16 | DType::BF16 => {
                 // Compute in f32, round once.
-                let wide = |x: &Array| super::unary::lower_convert(DType::F32, x);
+                let wide = |x: &Array| super::elementwise::lower_convert(DType::F32, x);
                 let out = dot_general_faer::<f32>(d, &wide(a)?, &wide(b)?, &shape)?;
-                return super::unary::lower_convert(a.dtype, &out);
+                return super::elementwise::lower_convert(a.dtype, &out);
             }
             _ => {}
         }
@@ -274,7 +277,7 @@ pub(crate) fn lower_dot_general(d: &DotDims, a: &Array, b: &Array) -> Result<Arr
 
 // ---- JVP -----------------------------------------------------------------------------
 
-pub(crate) fn jvp_dot_general(
+fn jvp_dot_general(
     d: &DotDims,
     primals: &[Tensor],
     tangents: &[Option<Tensor>],
@@ -330,7 +333,7 @@ fn transpose_operand(d: &DotDims, ct: &Tensor, other: &Tensor, this: &Aval, lhs:
     lax::transpose(&r, &perm)
 }
 
-pub(crate) fn transpose_dot_general(d: &DotDims, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
+fn transpose_dot_general(d: &DotDims, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
     let Some(ct) = &cts[0] else {
         return Ok(smallvec![None, None]);
     };
@@ -348,7 +351,7 @@ pub(crate) fn transpose_dot_general(d: &DotDims, cts: &[Option<Tensor>], args: &
 
 // ---- batching ------------------------------------------------------------------------
 
-pub(crate) fn batch_dot_general(d: &DotDims, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+fn batch_dot_general(d: &DotDims, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
     let (a, b) = (&ins[0], &ins[1]);
     let nb = d.lhs_batch.len();
     let shift = |ax: &Axes, bd: usize| -> Axes { ax.iter().map(|&x| physical(x, bd)).collect() };
@@ -380,5 +383,133 @@ pub(crate) fn batch_dot_general(d: &DotDims, ins: &[Tensor], bdims: &[Option<usi
             Ok((smallvec![lax::dot_general(a, b, dims)?], smallvec![Some(nb + lf + pos)]))
         }
         (None, None) => Err(Error::invalid("dot_general", "batch rule called with no batched operand")),
+    }
+}
+
+// ---- the family ------------------------------------------------------------------
+
+crate::family_enum! {
+    /// The linear algebra primitives.
+    #[derive(Clone, Debug, PartialEq)]
+    pub enum LinalgOp, kinds LinalgKind {
+        /// Generalized matrix product.
+        DotGeneral(DotDims),
+    }
+}
+
+impl From<LinalgOp> for Prim {
+    fn from(op: LinalgOp) -> Prim {
+        Prim::Linalg(op)
+    }
+}
+
+impl Family for LinalgOp {
+    type Kind = LinalgKind;
+    const KINDS: &'static [LinalgKind] = LinalgKind::ALL;
+
+    fn kind(&self) -> LinalgKind {
+        LinalgOp::kind(self)
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            LinalgOp::DotGeneral(_) => "dot_general",
+        }
+    }
+
+    fn props(&self) -> Props {
+        match self {
+            LinalgOp::DotGeneral(_) => Props::NONE.fresh(),
+        }
+    }
+
+    fn fmt_params(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LinalgOp::DotGeneral(d) => write!(f, "[{d}]"),
+        }
+    }
+
+    fn shape_rule(&self, ins: &[AvalRef<'_>]) -> Result<Avals> {
+        match self {
+            LinalgOp::DotGeneral(d) => shape_dot_general(d, ins),
+        }
+    }
+
+    fn lower(&self, ins: &[&Array]) -> Result<Outs> {
+        match self {
+            LinalgOp::DotGeneral(d) => super::one(lower_dot_general(d, ins[0], ins[1])),
+        }
+    }
+
+    fn jvp(&self, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+        match self {
+            LinalgOp::DotGeneral(d) => jvp_dot_general(d, primals, tangents),
+        }
+    }
+
+    fn transpose(&self, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
+        match self {
+            LinalgOp::DotGeneral(d) => transpose_dot_general(d, cts, args),
+        }
+    }
+
+    fn batch(&self, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+        match self {
+            LinalgOp::DotGeneral(d) => batch_dot_general(d, ins, bdims),
+        }
+    }
+
+    fn view_layout(&self, _: &Layout) -> Option<Layout> {
+        None
+    }
+
+    fn samples() -> Vec<Sample> {
+        let mut v = Vec::new();
+        v.push(Sample::new("dot_general", numeric(), vec![0, 1], true, |g, d| {
+            let nb = g.int(0, 1);
+            let nc = g.int(0, 2);
+            let (lf, rf) = (g.int(0, 2), g.int(0, 2));
+            let bsz: Vec<usize> = (0..nb).map(|_| g.int(1, 3)).collect();
+            let csz: Vec<usize> = (0..nc).map(|_| g.int(0, 3)).collect();
+            // Roles per axis, then a random placement of the axes in each operand.
+            let mut lroles: Vec<(char, usize)> =
+                (0..nb).map(|i| ('b', i)).chain((0..nc).map(|i| ('c', i))).chain((0..lf).map(|i| ('f', i))).collect();
+            let mut rroles: Vec<(char, usize)> =
+                (0..nb).map(|i| ('b', i)).chain((0..nc).map(|i| ('c', i))).chain((0..rf).map(|i| ('f', i))).collect();
+            let lp = g.perm(lroles.len());
+            lroles = lp.iter().map(|&i| lroles[i]).collect();
+            let rp = g.perm(rroles.len());
+            rroles = rp.iter().map(|&i| rroles[i]).collect();
+            let lfs: Vec<usize> = (0..lf).map(|_| g.int(1, 3)).collect();
+            let rfs: Vec<usize> = (0..rf).map(|_| g.int(1, 3)).collect();
+            let size = |(role, i): (char, usize), fs: &[usize]| match role {
+                'b' => bsz[i],
+                'c' => csz[i],
+                _ => fs[i],
+            };
+            let ls: Vec<usize> = lroles.iter().map(|&r| size(r, &lfs)).collect();
+            let rs: Vec<usize> = rroles.iter().map(|&r| size(r, &rfs)).collect();
+            let pos = |roles: &[(char, usize)], role: char, i: usize| roles.iter().position(|&r| r == (role, i)).unwrap();
+            let dims = DotDims {
+                lhs_contract: (0..nc).map(|i| pos(&lroles, 'c', i)).collect(),
+                rhs_contract: (0..nc).map(|i| pos(&rroles, 'c', i)).collect(),
+                lhs_batch: (0..nb).map(|i| pos(&lroles, 'b', i)).collect(),
+                rhs_batch: (0..nb).map(|i| pos(&rroles, 'b', i)).collect(),
+            };
+            let dom = if d.is_float() {
+                Dom::Real(-2.0, 2.0)
+            } else if d == DType::U32 {
+                Dom::Small(0, 5)
+            } else {
+                Dom::Small(-5, 5)
+            };
+            Case::new(LinalgOp::DotGeneral(dims), vec![(ls, d, dom), (rs, d, dom)])
+        }));
+        v
+    }
+
+    fn cuda_kernels(_: DType) -> Vec<Kernel> {
+        // GEMM: a structural kernel (and cuBLAS where present)
+        Vec::new()
     }
 }

@@ -1,19 +1,237 @@
-//! The primitive families. Each file holds, for each of its primitives, the
-//! shape rule, the lowering, the JVP rule, the transpose rule (if linear)
-//! and the batch rule, side by side.
+//! The primitive families. Each file defines one family: its enum of
+//! primitives (variants, names, parameters), and for each of them the shape
+//! and dtype rule, the lowering (CPU kernels here, CUDA through
+//! `crate::backend`, with the CUDA C of elementwise math written beside the
+//! CPU expression), the JVP rule, the transpose rule, the batch rule, the
+//! properties the transforms read ([`Props`]) and the registry samples the
+//! generic tests draw ([`sample`]). A family implements [`Family`]; a
+//! missing rule does not compile. `crate::prim` registers the families
+//! (one line each) and derives `Prim` and its dispatchers from that list.
 
 pub mod batching;
 pub mod binary;
+pub mod compare;
+pub mod cuda_c;
+pub mod elementwise;
 pub mod indexing;
 pub mod linalg;
 pub mod random;
 pub mod reduce;
+pub mod sample;
 pub mod shape;
+#[macro_use]
+mod unary_table;
 pub mod unary;
 
+use crate::array::Array;
 use crate::error::{Error, Result};
 use crate::tensor::AvalRef;
 use xform_kernels::{DType, Shape};
+use crate::interp::Outs;
+use crate::prim::{Avals, BDims, Cotangents, LinearArg, Prim, Tangents};
+use crate::tensor::Tensor;
+use std::fmt;
+use xform_kernels::cuda_source::Kernel;
+use xform_kernels::Layout;
+
+/// How the eager result of a view primitive shares its operand's storage,
+/// and so how a write through the view reaches the operand (see
+/// `crate::mutation`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ViewKind {
+    /// Each element of the view is one element of the operand and each
+    /// operand element appears at most once (reshape, transpose, rev): a
+    /// write is the transpose rule applied to the written values.
+    Reindex,
+    /// A subset of the operand's elements (slice): a write replaces the
+    /// selected elements and keeps the others.
+    Select,
+    /// Several view elements share one operand element (broadcast): a
+    /// write through it is refused.
+    Broadcast,
+    /// The same elements without their derivative (stop_gradient, detach):
+    /// a write changes the values, not the derivative of the operand.
+    Detach,
+}
+
+/// What the transpose rule makes of a cotangent of ones: linearize seeds
+/// `grad` of a scalar with ones and skips transposing what it knows.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum OnesTranspose {
+    /// Nothing known: run the transpose rule.
+    Unknown,
+    /// Each linear operand's cotangent is ones of its shape (the rule only
+    /// moves or copies cotangent elements, one place each: add, sum,
+    /// reshape, transpose).
+    Ones,
+    /// The linear operand's cotangent is the constant operand, where that
+    /// is shaped and typed like the result (`1 * c` for mul).
+    Constant,
+}
+
+/// Static properties of a primitive, declared beside its rules; the
+/// transforms read these instead of naming primitives.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Props {
+    /// Operands and results of one shape, each element computed on its
+    /// own: vmap applies it to batched operands directly when their batch
+    /// dims agree, without the batch rule.
+    pub elementwise: bool,
+    /// The eager result shares the operand's storage (see [`ViewKind`]).
+    pub view: Option<ViewKind>,
+    /// The transpose rule returns only tensors it computed, never an output
+    /// cotangent or a view of one. Reverse mode copies a cotangent that may
+    /// alias a tensor from outside the backward pass unless a rule of this
+    /// kind came between. `false` is always safe (one copy too many).
+    pub transpose_is_fresh: bool,
+    /// What transposing a cotangent of ones gives.
+    pub ones: OnesTranspose,
+}
+
+impl Props {
+    /// No property: not elementwise, no view, a transpose that may pass
+    /// its cotangent on, nothing known of ones.
+    pub const NONE: Props = Props { elementwise: false, view: None, transpose_is_fresh: false, ones: OnesTranspose::Unknown };
+    /// An elementwise primitive (otherwise [`Props::NONE`]).
+    pub const ELEMENTWISE: Props = Props { elementwise: true, ..Props::NONE };
+    /// With [`Props::transpose_is_fresh`] set.
+    pub const fn fresh(self) -> Props {
+        Props { transpose_is_fresh: true, ..self }
+    }
+    /// With a view kind.
+    pub const fn view(self, kind: ViewKind) -> Props {
+        Props { view: Some(kind), ..self }
+    }
+    /// With what transposing ones gives.
+    pub const fn ones(self, ones: OnesTranspose) -> Props {
+        Props { ones, ..self }
+    }
+}
+
+/// A family of primitives: everything a primitive needs, in one place.
+/// Each method is an exhaustive match over the family's enum, so a new
+/// variant without a rule does not compile.
+pub trait Family: Clone + fmt::Debug + PartialEq + Into<Prim> + 'static {
+    /// The variants without their parameters.
+    type Kind: Copy + fmt::Debug + PartialEq + 'static;
+    /// Every kind, derived from the enum's definition (by
+    /// [`family_enum!`](crate::family_enum) or the op table), never listed
+    /// by hand: the coverage test checks each is sampled.
+    const KINDS: &'static [Self::Kind];
+    /// This primitive's kind.
+    fn kind(&self) -> Self::Kind;
+    /// The name programs print.
+    fn name(&self) -> &'static str;
+    /// Properties the transforms read.
+    fn props(&self) -> Props;
+    /// The parameters as programs print them (`[axes=(0,1)]`), or nothing.
+    fn fmt_params(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result;
+    /// Checks the operands without computing the results' abstract values
+    /// (what eager evaluation needs); the whole shape rule by default.
+    #[inline]
+    fn check(&self, ins: &[crate::tensor::AvalRef<'_>]) -> Result<()> {
+        self.shape_rule(ins).map(|_| ())
+    }
+    /// Checks the operands and computes the results' abstract values.
+    fn shape_rule(&self, ins: &[crate::tensor::AvalRef<'_>]) -> Result<Avals>;
+    /// Runs the kernels (operands already checked).
+    fn lower(&self, ins: &[&Array]) -> Result<Outs>;
+    /// Forward mode: results and their tangents (`None`: symbolic zero).
+    fn jvp(&self, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)>;
+    /// Cotangents of the linear operands, given the results' cotangents;
+    /// an error naming the primitive where it is not linear.
+    fn transpose(&self, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents>;
+    /// Batch rule: results and their batch dims. Never loops over examples.
+    fn batch(&self, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)>;
+    /// For a view primitive ([`Props::view`]): the layout of its result
+    /// over an operand laid out as `layout`, or `None` where it must copy
+    /// (a reshape the strides cannot express). `None` for the rest.
+    fn view_layout(&self, layout: &Layout) -> Option<Layout>;
+    /// The registry entries the generic rule tests draw from.
+    fn samples() -> Vec<sample::Sample>;
+    /// The CUDA kernels of this family's elementwise math on dtype `d`
+    /// (structural kernels are the kernels crate's own catalog).
+    fn cuda_kernels(d: xform_kernels::DType) -> Vec<Kernel>;
+}
+
+/// Declares a fieldless op enum with each variant's printed name, and
+/// derives `name()` and `ALL` (every op, in declaration order) from it.
+#[macro_export]
+macro_rules! op_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident {
+            $( $(#[$vmeta:meta])* $variant:ident => $printed:literal ),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $( $(#[$vmeta])* $variant ),*
+        }
+
+        impl $name {
+            /// Every op, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),*];
+
+            /// The name programs print.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $( $name::$variant => $printed ),*
+                }
+            }
+        }
+    };
+}
+
+/// Declares a family's enum and derives its kinds: a fieldless enum
+/// `$kind` with one variant per variant of `$name`, `$kind::ALL`, and
+/// `$name::kind()`. A new variant is thereby a new kind, which the
+/// registry coverage test requires to be sampled.
+#[macro_export]
+macro_rules! family_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident, kinds $kind:ident {
+            $(
+                $(#[$vmeta:meta])*
+                $variant:ident $( { $( $(#[$fmeta:meta])* $field:ident : $fty:ty ),* $(,)? } )? $( ( $( $tty:ty ),* ) )?
+            ),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        pub enum $name {
+            $(
+                $(#[$vmeta])*
+                $variant $( { $( $(#[$fmeta])* $field : $fty ),* } )? $( ( $( $tty ),* ) )?
+            ),*
+        }
+
+        #[doc = concat!("The variants of [`", stringify!($name), "`] without their parameters.")]
+        #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+        pub enum $kind {
+            $(
+                #[doc = concat!("[`", stringify!($name), "::", stringify!($variant), "`].")]
+                $variant
+            ),*
+        }
+
+        impl $kind {
+            /// Every kind, in declaration order.
+            pub const ALL: &'static [$kind] = &[$($kind::$variant),*];
+        }
+
+        impl $name {
+            /// The variant without its parameters.
+            pub fn kind(&self) -> $kind {
+                match self {
+                    $( $name::$variant { .. } => $kind::$variant ),*
+                }
+            }
+        }
+    };
+}
+
 
 /// Checks the operand count.
 #[inline]
@@ -89,4 +307,44 @@ pub fn check_size(op: &str, shape: &Shape, dtype: DType) -> Result<usize> {
             ),
         )
     })
+}
+
+/// JVP of a primitive whose outputs have no tangent (integer or bool out,
+/// or no derivative by definition).
+pub(crate) fn no_tangent(prim: &Prim, primals: &[Tensor]) -> Result<(Outs, Tangents)> {
+    let outs = crate::interp::bind(prim, primals)?;
+    let n = outs.len();
+    Ok((outs, smallvec::smallvec![None; n]))
+}
+
+/// JVP of a primitive linear in its single operand: apply it to the tangent.
+pub(crate) fn linear_jvp(prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+    let outs = crate::interp::bind(prim, primals)?;
+    let t = match &tangents[0] {
+        Some(t) => Some(crate::interp::bind1(prim, std::slice::from_ref(t))?),
+        None => None,
+    };
+    Ok((outs, smallvec::smallvec![t]))
+}
+
+/// The transpose rule of a primitive that is not linear in any operand.
+pub(crate) fn not_linear(name: &str) -> Result<Cotangents> {
+    Err(Error::transform(name, format!("{name} is not linear in any operand, so it cannot be transposed")))
+}
+
+/// The batch rule of a primitive without operands.
+pub(crate) fn never_batched(name: &str) -> Result<(Outs, BDims)> {
+    Err(Error::invalid(name, format!("{name} has no operands, so it is never batched")))
+}
+
+/// One result as `Outs`.
+#[inline]
+pub(crate) fn one(a: Result<Array>) -> Result<Outs> {
+    a.map(|a| smallvec::smallvec![Tensor::from_array(a)])
+}
+
+/// Writes `[name=value ...]` for a primitive's parameters.
+pub(crate) fn axes_str(a: &[usize]) -> String {
+    let v: Vec<String> = a.iter().map(|x| x.to_string()).collect();
+    format!("({})", v.join(","))
 }

@@ -2,7 +2,13 @@
 //! over four u32 operands of one shape, with two u32 outputs. It has no
 //! tangent and no transpose; it batches elementwise.
 
-use super::{check_arity, check_same_shapes};
+use super::sample::{Case, Dom, Sample};
+use super::{check_arity, check_same_shapes, Family, Props};
+use crate::interp::Outs;
+use crate::prim::{BDims, Cotangents, LinearArg, Prim, Tangents};
+use crate::tensor::Tensor;
+use xform_kernels::cuda_source::Kernel;
+use xform_kernels::Layout;
 use crate::array::{Array, Device};
 use crate::error::{Error, Result};
 use crate::prim::Avals;
@@ -13,7 +19,7 @@ use xform_kernels::cpu::random::threefry2x32;
 use xform_kernels::cpu::Par;
 use xform_kernels::{CpuBuffer, DType};
 
-pub(crate) fn shape_threefry(ins: &[AvalRef<'_>]) -> Result<Avals> {
+fn shape_threefry(ins: &[AvalRef<'_>]) -> Result<Avals> {
     check_arity("threefry2x32", ins, 4)?;
     check_same_shapes("threefry2x32", ins)?;
     if let Some(a) = ins.iter().find(|a| a.dtype != DType::U32) {
@@ -23,7 +29,7 @@ pub(crate) fn shape_threefry(ins: &[AvalRef<'_>]) -> Result<Avals> {
     Ok(smallvec![a.clone(), a])
 }
 
-pub(crate) fn lower_threefry(ins: &[&Array]) -> Result<SmallVec<[Array; 2]>> {
+fn lower_threefry(ins: &[&Array]) -> Result<SmallVec<[Array; 2]>> {
     if let Device::Cuda(_) = ins[0].device() {
         return crate::backend::cuda_threefry(ins);
     }
@@ -40,4 +46,89 @@ pub(crate) fn lower_threefry(ins: &[&Array]) -> Result<SmallVec<[Array; 2]>> {
     }
     let shape = ins[0].shape().clone();
     Ok(smallvec![Array::from_cpu(CpuBuffer::U32(y0), shape.clone()), Array::from_cpu(CpuBuffer::U32(y1), shape)])
+}
+
+crate::family_enum! {
+    /// The random-bit primitives.
+    #[derive(Clone, Debug, PartialEq)]
+    pub enum RandomOp, kinds RandomKind {
+        /// The Threefry-2x32 cipher, elementwise on u32: 4 in, 2 out.
+        Threefry2x32,
+    }
+}
+
+impl From<RandomOp> for Prim {
+    fn from(op: RandomOp) -> Prim {
+        Prim::Random(op)
+    }
+}
+
+impl Family for RandomOp {
+    type Kind = RandomKind;
+    const KINDS: &'static [RandomKind] = RandomKind::ALL;
+
+    fn kind(&self) -> RandomKind {
+        RandomOp::kind(self)
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            RandomOp::Threefry2x32 => "threefry2x32",
+        }
+    }
+
+    fn props(&self) -> Props {
+        // elementwise, but with two results: batched by its rule
+        match self {
+            RandomOp::Threefry2x32 => Props::NONE,
+        }
+    }
+
+    fn fmt_params(&self, _: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        Ok(())
+    }
+
+    fn shape_rule(&self, ins: &[AvalRef<'_>]) -> Result<Avals> {
+        match self {
+            RandomOp::Threefry2x32 => shape_threefry(ins),
+        }
+    }
+
+    fn lower(&self, ins: &[&Array]) -> Result<Outs> {
+        match self {
+            RandomOp::Threefry2x32 => {
+                lower_threefry(ins).map(|v| v.into_iter().map(Tensor::from_array).collect())
+            }
+        }
+    }
+
+    fn jvp(&self, primals: &[Tensor], _: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+        super::no_tangent(&self.clone().into(), primals)
+    }
+
+    fn transpose(&self, _: &[Option<Tensor>], _: &[LinearArg]) -> Result<Cotangents> {
+        super::not_linear(self.name())
+    }
+
+    fn batch(&self, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+        super::batching::batch_elementwise(&self.clone().into(), ins, bdims)
+    }
+
+    fn view_layout(&self, _: &Layout) -> Option<Layout> {
+        None
+    }
+
+    fn samples() -> Vec<Sample> {
+        let mut v = Vec::new();
+        v.push(Sample::new("threefry2x32", vec![DType::U32], vec![], false, |g, _| {
+            let shape = g.shape(2, 0, 3);
+            Case::new(RandomOp::Threefry2x32, (0..4).map(|_| (shape.clone(), DType::U32, Dom::Bits)).collect())
+        }));
+        v
+    }
+
+    fn cuda_kernels(_: DType) -> Vec<Kernel> {
+        // threefry: a structural kernel
+        Vec::new()
+    }
 }

@@ -1,64 +1,78 @@
 //! Reductions (sum, max, min over axes), arg-reductions (argmax, argmin
-//! along one axis) and cumulative sums: shape rules, lowering, JVP,
-//! transpose and batching.
+//! along one axis) and cumulative sums: shape rules, lowering (the CUDA
+//! folds beside the CPU reducers), JVP, transpose, batching and samples.
 
 use super::batching::physical;
-use super::{check_arity, check_axes, check_axis};
+use super::cuda_c::CudaCx;
+use super::sample::{numeric, Case, Sample};
+use super::{check_arity, check_axes, check_axis, Family, OnesTranspose, Props};
 use crate::array::{Array, Device};
 use crate::error::{Error, Result};
 use crate::interp::{bind1, Outs};
 use crate::lax;
 use crate::prim::{Avals, Axes, BDims, Cotangents, LinearArg, Prim, Tangents};
+use xform_kernels::cuda_source::{cumulative_kernel, reduce_kernel, arg_reduce_kernel, Fold, Kernel, Ranking};
 use crate::tensor::{AvalRef, Tensor};
 use smallvec::smallvec;
 use xform_kernels::cpu::reduce::{arg_reduce, cumulative, reduce, reduced_shape, Reducer};
 use xform_kernels::cpu::Par;
 use xform_kernels::{CpuBuffer, DType, Element, Float, Layout, Real};
 
-/// The reductions over axes.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum ReduceOp {
-    /// Sum (0 for an empty reduction).
-    Sum,
-    /// Maximum (-inf, or the type's minimum, for an empty reduction).
-    Max,
-    /// Minimum (+inf, or the type's maximum, for an empty reduction).
-    Min,
-}
-
-impl ReduceOp {
-    /// The name programs print.
-    pub fn name(self) -> &'static str {
-        match self {
-            ReduceOp::Sum => "reduce_sum",
-            ReduceOp::Max => "reduce_max",
-            ReduceOp::Min => "reduce_min",
-        }
+crate::op_enum! {
+    /// The reductions over axes.
+    pub enum ReduceOp {
+        /// Sum (0 for an empty reduction).
+        Sum => "reduce_sum",
+        /// Maximum (-inf, or the type's minimum, for an empty reduction).
+        Max => "reduce_max",
+        /// Minimum (+inf, or the type's maximum, for an empty reduction).
+        Min => "reduce_min",
     }
 }
 
-/// argmax or argmin.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum ArgOp {
-    /// Index of the (first) maximum.
-    Max,
-    /// Index of the (first) minimum.
-    Min,
+crate::op_enum! {
+    /// argmax or argmin.
+    pub enum ArgOp {
+        /// Index of the (first) maximum.
+        Max => "argmax",
+        /// Index of the (first) minimum.
+        Min => "argmin",
+    }
 }
 
-impl ArgOp {
-    /// The name programs print.
-    pub fn name(self) -> &'static str {
-        match self {
-            ArgOp::Max => "argmax",
-            ArgOp::Min => "argmin",
-        }
+crate::family_enum! {
+    /// The reduction primitives.
+    #[derive(Clone, Debug, PartialEq)]
+    pub enum Reduction, kinds ReductionKind {
+        /// Sum, max or min over sorted unique axes.
+        Reduce {
+            /// Which reduction.
+            op: ReduceOp,
+            /// Reduced axes, sorted, unique.
+            axes: Axes,
+        },
+        /// Index of the max or min along one axis.
+        ArgReduce {
+            /// argmax or argmin.
+            op: ArgOp,
+            /// The reduced axis.
+            axis: usize,
+            /// Integer dtype of the result.
+            index_dtype: DType,
+        },
+        /// Cumulative sum along one axis.
+        Cumsum {
+            /// The axis.
+            axis: usize,
+            /// Sum from the end.
+            reverse: bool,
+        },
     }
 }
 
 // ---- shape rules -----------------------------------------------------------
 
-pub(crate) fn shape_reduce(op: ReduceOp, axes: &[usize], ins: &[AvalRef<'_>]) -> Result<Avals> {
+fn shape_reduce(op: ReduceOp, axes: &[usize], ins: &[AvalRef<'_>]) -> Result<Avals> {
     check_arity(op.name(), ins, 1)?;
     let x = &ins[0];
     check_axes(op.name(), axes, x.rank())?;
@@ -70,7 +84,7 @@ pub(crate) fn shape_reduce(op: ReduceOp, axes: &[usize], ins: &[AvalRef<'_>]) ->
     Ok(smallvec![a])
 }
 
-pub(crate) fn shape_arg_reduce(op: ArgOp, axis: usize, index_dtype: DType, ins: &[AvalRef<'_>]) -> Result<Avals> {
+fn shape_arg_reduce(op: ArgOp, axis: usize, index_dtype: DType, ins: &[AvalRef<'_>]) -> Result<Avals> {
     check_arity(op.name(), ins, 1)?;
     let x = &ins[0];
     check_axis(op.name(), axis, x.rank())?;
@@ -86,7 +100,7 @@ pub(crate) fn shape_arg_reduce(op: ArgOp, axis: usize, index_dtype: DType, ins: 
     Ok(smallvec![crate::Aval { shape: reduced_shape(x.shape, &[axis]), dtype: index_dtype, device: x.device }])
 }
 
-pub(crate) fn shape_cumsum(axis: usize, ins: &[AvalRef<'_>]) -> Result<Avals> {
+fn shape_cumsum(axis: usize, ins: &[AvalRef<'_>]) -> Result<Avals> {
     check_arity("cumsum", ins, 1)?;
     check_axis("cumsum", axis, ins[0].rank())?;
     if ins[0].dtype == DType::Bool {
@@ -168,9 +182,9 @@ fn int_reduce<T: super::binary::IntBinary>(op: ReduceOp, v: &[T], l: &Layout, ax
     }
 }
 
-pub(crate) fn lower_reduce(op: ReduceOp, axes: &[usize], x: &Array) -> Result<Array> {
+fn lower_reduce(op: ReduceOp, axes: &[usize], x: &Array) -> Result<Array> {
     if let Device::Cuda(_) = x.device() {
-        return crate::backend::cuda_reduce(op, axes, x);
+        return crate::backend::cuda_reduce(op.name(), reduce_fold(op, x.dtype), axes, x);
     }
     let out = x.with_cpu(op.name(), |b, l| match b {
         CpuBuffer::F32(v) => CpuBuffer::F32(float_reduce(op, v, l, axes)),
@@ -185,9 +199,9 @@ pub(crate) fn lower_reduce(op: ReduceOp, axes: &[usize], x: &Array) -> Result<Ar
     Ok(Array::from_cpu(out, reduced_shape(x.shape(), axes)))
 }
 
-pub(crate) fn lower_arg_reduce(op: ArgOp, axis: usize, index_dtype: DType, x: &Array) -> Result<Array> {
+fn lower_arg_reduce(op: ArgOp, axis: usize, index_dtype: DType, x: &Array) -> Result<Array> {
     if let Device::Cuda(_) = x.device() {
-        return crate::backend::cuda_arg_reduce(op, axis, index_dtype, x);
+        return crate::backend::cuda_arg_reduce(op.name(), ranking(op), axis, index_dtype, x);
     }
     fn run<T: Element, I: Element>(op: ArgOp, v: &[T], l: &Layout, axis: usize) -> Vec<I> {
         let par = Par::for_work(l.numel(), 1);
@@ -203,9 +217,9 @@ pub(crate) fn lower_arg_reduce(op: ArgOp, axis: usize, index_dtype: DType, x: &A
     Ok(Array::from_cpu(out, reduced_shape(x.shape(), &[axis])))
 }
 
-pub(crate) fn lower_cumsum(axis: usize, reverse: bool, x: &Array) -> Result<Array> {
+fn lower_cumsum(axis: usize, reverse: bool, x: &Array) -> Result<Array> {
     if let Device::Cuda(_) = x.device() {
-        return crate::backend::cuda_cumsum(axis, reverse, x);
+        return crate::backend::cuda_cumsum(cumsum_fold(x.dtype), axis, reverse, x);
     }
     fn float<T: Float>(v: &[T], l: &Layout, axis: usize, reverse: bool) -> Vec<T> {
         let out: Vec<f64> =
@@ -228,6 +242,63 @@ pub(crate) fn lower_cumsum(axis: usize, reverse: bool, x: &Array) -> Result<Arra
     Ok(Array::from_cpu(out, x.shape().clone()))
 }
 
+/// The CUDA reduction of `op` over dtype `d` (the semantics of the CPU
+/// reducers above: float sums accumulate in f64, integer sums wrap, max/min
+/// propagate NaN), or `None` for bool.
+pub(crate) fn reduce_fold(op: ReduceOp, d: DType) -> Option<Fold> {
+    if d == DType::Bool {
+        return None;
+    }
+    let fold = |acc: &str, init: &str, combine: &str, finish: &str| Fold {
+        tag: op.name().to_string(),
+        acc: acc.to_string(),
+        init: init.to_string(),
+        combine: combine.to_string(),
+        finish: finish.to_string(),
+        helpers: String::new(),
+    };
+    let cx = CudaCx::new(d);
+    let (c, t, u) = (cx.c(), cx.t(), cx.u());
+    Some(match (op, d.is_float()) {
+        (ReduceOp::Sum, true) => fold("double", "0.0", "a + b", "a"),
+        (ReduceOp::Sum, false) => fold(u, "0", "a + b", &format!("({t})a")),
+        (ReduceOp::Max, true) => fold(c, cx.infinity(true), "(a != a || b != b) ? a + b : (b > a ? b : a)", "a"),
+        (ReduceOp::Min, true) => fold(c, cx.infinity(false), "(a != a || b != b) ? a + b : (b < a ? b : a)", "a"),
+        (ReduceOp::Max, false) => {
+            let min = match d {
+                DType::I32 => "(-2147483647 - 1)",
+                DType::I64 => "(-9223372036854775807LL - 1)",
+                _ => "0u",
+            };
+            fold(t, min, "(b > a ? b : a)", "a")
+        }
+        (ReduceOp::Min, false) => {
+            let max = match d {
+                DType::I32 => "2147483647",
+                DType::I64 => "9223372036854775807LL",
+                _ => "4294967295u",
+            };
+            fold(t, max, "(b < a ? b : a)", "a")
+        }
+    })
+}
+
+/// cumsum's CUDA fold: the running form of the sum (f64 accumulation for
+/// floats, wrapping for integers), as `lower_cumsum` on the CPU.
+pub(crate) fn cumsum_fold(d: DType) -> Option<Fold> {
+    reduce_fold(ReduceOp::Sum, d).map(|f| Fold { tag: "cumsum".to_string(), ..f })
+}
+
+/// How argmax / argmin rank elements on CUDA (the first extreme wins and
+/// NaN counts as extreme, as on the CPU).
+pub(crate) fn ranking(op: ArgOp) -> Ranking {
+    let better = match op {
+        ArgOp::Max => "a > b",
+        ArgOp::Min => "a < b",
+    };
+    Ranking { tag: op.name().to_string(), better: better.to_string() }
+}
+
 // ---- JVP ---------------------------------------------------------------------
 
 /// `y` (reduced over `axes`) broadcast back to the shape of `x`.
@@ -236,7 +307,7 @@ fn unreduce(y: &Tensor, x_shape: &xform_kernels::Shape, axes: &[usize]) -> Resul
     lax::broadcast_in_dim(y, x_shape, &kept)
 }
 
-pub(crate) fn jvp_reduce(
+fn jvp_reduce(
     op: ReduceOp,
     axes: &[usize],
     primals: &[Tensor],
@@ -271,7 +342,7 @@ pub(crate) fn jvp_reduce(
 
 // ---- transpose ---------------------------------------------------------------
 
-pub(crate) fn transpose_reduce(
+fn transpose_reduce(
     op: ReduceOp,
     axes: &[usize],
     cts: &[Option<Tensor>],
@@ -284,7 +355,7 @@ pub(crate) fn transpose_reduce(
     Ok(smallvec![cts[0].as_ref().map(|c| unreduce(c, &shape, axes)).transpose()?])
 }
 
-pub(crate) fn transpose_cumsum(
+fn transpose_cumsum(
     axis: usize,
     reverse: bool,
     cts: &[Option<Tensor>],
@@ -295,7 +366,7 @@ pub(crate) fn transpose_cumsum(
 
 // ---- batching ----------------------------------------------------------------
 
-pub(crate) fn batch_reduce(
+fn batch_reduce(
     op: ReduceOp,
     axes: &[usize],
     ins: &[Tensor],
@@ -307,7 +378,7 @@ pub(crate) fn batch_reduce(
     Ok((smallvec![lax::reduce(op, &ins[0], &phys)?], smallvec![Some(out_b)]))
 }
 
-pub(crate) fn batch_arg_reduce(
+fn batch_arg_reduce(
     op: ArgOp,
     axis: usize,
     index_dtype: DType,
@@ -320,13 +391,157 @@ pub(crate) fn batch_arg_reduce(
     Ok((smallvec![lax::arg_reduce(op, &ins[0], pa, index_dtype)?], smallvec![Some(out_b)]))
 }
 
-pub(crate) fn batch_cumsum(
+fn batch_cumsum(
     axis: usize,
     reverse: bool,
     ins: &[Tensor],
     bdims: &[Option<usize>],
 ) -> Result<(Outs, BDims)> {
     let b = bdims[0].expect("batched operand");
-    let y = bind1(&Prim::Cumsum { axis: physical(axis, b), reverse }, &ins[..1])?;
+    let y = bind1(&Reduction::Cumsum { axis: physical(axis, b), reverse }.into(), &ins[..1])?;
     Ok((smallvec![y], smallvec![Some(b)]))
+}
+
+// ---- the family ------------------------------------------------------------------
+
+impl From<Reduction> for Prim {
+    fn from(r: Reduction) -> Prim {
+        Prim::Reduce(r)
+    }
+}
+
+impl Family for Reduction {
+    type Kind = ReductionKind;
+    const KINDS: &'static [ReductionKind] = ReductionKind::ALL;
+
+    fn kind(&self) -> ReductionKind {
+        Reduction::kind(self)
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Reduction::Reduce { op, .. } => op.name(),
+            Reduction::ArgReduce { op, .. } => op.name(),
+            Reduction::Cumsum { .. } => "cumsum",
+        }
+    }
+
+    fn props(&self) -> Props {
+        match self {
+            // a sum's transpose broadcasts its cotangent: ones stay ones (a
+            // sum over no axes may return the cotangent itself)
+            Reduction::Reduce { op: ReduceOp::Sum, .. } => Props::NONE.ones(OnesTranspose::Ones),
+            Reduction::Reduce { .. } | Reduction::ArgReduce { .. } => Props::NONE,
+            Reduction::Cumsum { .. } => Props::NONE.fresh(),
+        }
+    }
+
+    fn fmt_params(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reduction::Reduce { axes, .. } => write!(f, "[axes={}]", super::axes_str(axes)),
+            Reduction::ArgReduce { axis, index_dtype, .. } => write!(f, "[axis={axis} index_dtype={index_dtype}]"),
+            Reduction::Cumsum { axis, reverse } => write!(f, "[axis={axis} reverse={reverse}]"),
+        }
+    }
+
+    fn shape_rule(&self, ins: &[AvalRef<'_>]) -> Result<Avals> {
+        match self {
+            Reduction::Reduce { op, axes } => shape_reduce(*op, axes, ins),
+            Reduction::ArgReduce { op, axis, index_dtype } => shape_arg_reduce(*op, *axis, *index_dtype, ins),
+            Reduction::Cumsum { axis, .. } => shape_cumsum(*axis, ins),
+        }
+    }
+
+    fn lower(&self, ins: &[&Array]) -> Result<Outs> {
+        super::one(match self {
+            Reduction::Reduce { op, axes } => lower_reduce(*op, axes, ins[0]),
+            Reduction::ArgReduce { op, axis, index_dtype } => lower_arg_reduce(*op, *axis, *index_dtype, ins[0]),
+            Reduction::Cumsum { axis, reverse } => lower_cumsum(*axis, *reverse, ins[0]),
+        })
+    }
+
+    fn jvp(&self, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+        match self {
+            Reduction::Reduce { op, axes } => jvp_reduce(*op, axes, primals, tangents),
+            Reduction::ArgReduce { .. } => super::no_tangent(&self.clone().into(), primals),
+            Reduction::Cumsum { .. } => super::linear_jvp(&self.clone().into(), primals, tangents),
+        }
+    }
+
+    fn transpose(&self, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
+        match self {
+            Reduction::Reduce { op, axes } => transpose_reduce(*op, axes, cts, args),
+            Reduction::ArgReduce { .. } => super::not_linear(self.name()),
+            Reduction::Cumsum { axis, reverse } => transpose_cumsum(*axis, *reverse, cts, args),
+        }
+    }
+
+    fn batch(&self, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+        match self {
+            Reduction::Reduce { op, axes } => batch_reduce(*op, axes, ins, bdims),
+            Reduction::ArgReduce { op, axis, index_dtype } => batch_arg_reduce(*op, *axis, *index_dtype, ins, bdims),
+            Reduction::Cumsum { axis, reverse } => batch_cumsum(*axis, *reverse, ins, bdims),
+        }
+    }
+
+    fn view_layout(&self, _: &Layout) -> Option<Layout> {
+        None
+    }
+
+    fn samples() -> Vec<Sample> {
+        let mut v: Vec<Sample> = ReduceOp::ALL.iter().map(|&op| reduce_sample(op)).collect();
+        for &op in ArgOp::ALL {
+            v.push(Sample::new(
+                op.name(),
+                vec![DType::F64, DType::F32, DType::F16, DType::I32, DType::U32],
+                vec![],
+                false,
+                move |g, d| {
+                    let r = g.int(1, 3);
+                    let shape: Vec<usize> = (0..r).map(|_| g.int(1, 4)).collect();
+                    let axis = g.int(0, r - 1);
+                    let index_dtype = g.pick(&[DType::I32, DType::I64]);
+                    Case::new(Reduction::ArgReduce { op, axis, index_dtype }, vec![(shape, d, super::sample::generic_dom(d))])
+                },
+            ));
+        }
+        v.push(Sample::new("cumsum", numeric(), vec![0], true, |g, d| {
+            let r = g.int(1, 3);
+            let shape = g.dims(r);
+            let axis = g.int(0, r - 1);
+            Case::new(Reduction::Cumsum { axis, reverse: g.coin(0.5) }, vec![(shape, d, super::sample::generic_dom(d))])
+        }));
+        v
+    }
+
+    fn cuda_kernels(d: DType) -> Vec<Kernel> {
+        let mut v: Vec<Kernel> =
+            ReduceOp::ALL.iter().filter_map(|&op| reduce_fold(op, d)).map(|f| reduce_kernel(&f, d, d)).collect();
+        v.extend(cumsum_fold(d).map(|f| cumulative_kernel(&f, d, d)));
+        if d != DType::Bool {
+            for &op in ArgOp::ALL {
+                for i in [DType::I32, DType::I64, DType::U32] {
+                    v.push(arg_reduce_kernel(&ranking(op), d, i));
+                }
+            }
+        }
+        v
+    }
+}
+
+fn reduce_sample(op: ReduceOp) -> Sample {
+    let linear = if op == ReduceOp::Sum { vec![0] } else { vec![] };
+    Sample::new(op.name(), numeric(), linear, true, move |g, d| {
+        let dom = super::sample::generic_dom(d);
+        let r = g.int(0, 3);
+        // max/min of an empty set is +-inf: keep their axes nonempty
+        let shape: Vec<usize> = if op == ReduceOp::Sum { g.dims(r) } else { (0..r).map(|_| g.int(1, 3)).collect() };
+        let axes: Axes = g.subset(r).into_iter().collect();
+        let axes = if axes.is_empty() && r > 0 { smallvec![g.int(0, r - 1)] } else { axes };
+        if axes.is_empty() {
+            // rank 0: reduce over nothing is the identity; use a rank-1 case
+            return Case::new(Reduction::Reduce { op, axes: smallvec![0] }, vec![(vec![3], d, dom)]);
+        }
+        Case::new(Reduction::Reduce { op, axes }, vec![(shape, d, dom)])
+    })
 }

@@ -1,9 +1,13 @@
 //! Structural primitives: broadcast_in_dim, reshape, transpose, slice, pad,
-//! concatenate, rev, iota, copy. Broadcast, transpose, slice, rev and
-//! reshape (of compatible strides) lower to views that share storage.
+//! concatenate, rev, iota. Broadcast, transpose, slice, rev and reshape (of
+//! compatible strides) lower to views that share storage ([`ShapeOp`]'s
+//! `view_layout` says how).
 
 use super::batching::{batch_size, physical, to_front};
-use super::{check_arity, check_axes, check_axis, check_same_dtypes};
+use super::sample::{generic_dom, numeric, Case, Sample};
+use super::{axes_str, check_arity, check_axes, check_axis, check_same_dtypes, Family, OnesTranspose, Props, ViewKind};
+use xform_kernels::cuda_source::Kernel;
+use xform_kernels::Layout;
 use crate::array::{Array, Device};
 use crate::error::{Error, Result};
 use crate::interp::{bind1, Outs};
@@ -14,9 +18,72 @@ use smallvec::{smallvec, SmallVec};
 use xform_kernels::cpu::shape as k;
 use xform_kernels::{match_buffer, CpuBuffer, DType, Element, Shape};
 
+crate::family_enum! {
+    /// The structural primitives.
+    #[derive(Clone, Debug, PartialEq)]
+    pub enum ShapeOp, kinds ShapeKind {
+        /// Broadcast: operand axis `i` becomes output axis `dims[i]`.
+        BroadcastInDim {
+            /// Output shape.
+            shape: Shape,
+            /// Strictly increasing output axes of the operand's axes.
+            dims: Axes,
+        },
+        /// Same elements, new shape.
+        Reshape {
+            /// Output shape.
+            shape: Shape,
+        },
+        /// Axis permutation: output axis `i` is operand axis `perm[i]`.
+        Transpose {
+            /// The permutation.
+            perm: Axes,
+        },
+        /// Strided static slice.
+        Slice {
+            /// First index per axis.
+            start: Axes,
+            /// One past the last index per axis.
+            limit: Axes,
+            /// Step per axis (>= 1).
+            strides: Axes,
+        },
+        /// Pad with a scalar operand: low/high (negative crops) and interior.
+        Pad {
+            /// Elements before each axis.
+            low: Amounts,
+            /// Elements after each axis.
+            high: Amounts,
+            /// Elements between neighbours.
+            interior: Axes,
+        },
+        /// Join operands along an axis.
+        Concatenate {
+            /// The axis.
+            axis: usize,
+        },
+        /// Reverse the given axes.
+        Rev {
+            /// The axes.
+            axes: Axes,
+        },
+        /// `out[i] = i[dim]`.
+        Iota {
+            /// Output shape.
+            shape: Shape,
+            /// The counting axis.
+            dim: usize,
+            /// Output dtype.
+            dtype: DType,
+            /// Output device.
+            device: Device,
+        },
+    }
+}
+
 // ---- shape rules -----------------------------------------------------------
 
-pub(crate) fn shape_broadcast_in_dim(shape: &Shape, dims: &[usize], ins: &[AvalRef<'_>]) -> Result<Avals> {
+fn shape_broadcast_in_dim(shape: &Shape, dims: &[usize], ins: &[AvalRef<'_>]) -> Result<Avals> {
     let op = "broadcast_in_dim";
     check_arity(op, ins, 1)?;
     let x = &ins[0];
@@ -46,7 +113,7 @@ pub(crate) fn shape_broadcast_in_dim(shape: &Shape, dims: &[usize], ins: &[AvalR
     Ok(smallvec![Aval { shape: shape.clone(), dtype: x.dtype, device: x.device }])
 }
 
-pub(crate) fn shape_reshape(shape: &Shape, ins: &[AvalRef<'_>]) -> Result<Avals> {
+fn shape_reshape(shape: &Shape, ins: &[AvalRef<'_>]) -> Result<Avals> {
     check_arity("reshape", ins, 1)?;
     let x = &ins[0];
     if x.shape.numel() != shape.numel() {
@@ -55,7 +122,7 @@ pub(crate) fn shape_reshape(shape: &Shape, ins: &[AvalRef<'_>]) -> Result<Avals>
     Ok(smallvec![Aval { shape: shape.clone(), dtype: x.dtype, device: x.device }])
 }
 
-pub(crate) fn shape_transpose(perm: &[usize], ins: &[AvalRef<'_>]) -> Result<Avals> {
+fn shape_transpose(perm: &[usize], ins: &[AvalRef<'_>]) -> Result<Avals> {
     check_arity("transpose", ins, 1)?;
     let x = &ins[0];
     if perm.len() != x.rank() {
@@ -66,7 +133,7 @@ pub(crate) fn shape_transpose(perm: &[usize], ins: &[AvalRef<'_>]) -> Result<Ava
     Ok(smallvec![Aval { shape, dtype: x.dtype, device: x.device }])
 }
 
-pub(crate) fn shape_slice(start: &[usize], limit: &[usize], strides: &[usize], ins: &[AvalRef<'_>]) -> Result<Avals> {
+fn shape_slice(start: &[usize], limit: &[usize], strides: &[usize], ins: &[AvalRef<'_>]) -> Result<Avals> {
     check_arity("slice", ins, 1)?;
     let x = &ins[0];
     let r = x.rank();
@@ -90,7 +157,7 @@ pub(crate) fn shape_slice(start: &[usize], limit: &[usize], strides: &[usize], i
     Ok(smallvec![Aval { shape: out, dtype: x.dtype, device: x.device }])
 }
 
-pub(crate) fn shape_pad(low: &[i64], high: &[i64], interior: &[usize], ins: &[AvalRef<'_>]) -> Result<Avals> {
+fn shape_pad(low: &[i64], high: &[i64], interior: &[usize], ins: &[AvalRef<'_>]) -> Result<Avals> {
     check_arity("pad", ins, 2)?;
     let (x, v) = (&ins[0], &ins[1]);
     if v.rank() != 0 {
@@ -125,7 +192,7 @@ pub(crate) fn shape_pad(low: &[i64], high: &[i64], interior: &[usize], ins: &[Av
     Ok(smallvec![Aval { shape, dtype: x.dtype, device: x.device }])
 }
 
-pub(crate) fn shape_concatenate(axis: usize, ins: &[AvalRef<'_>]) -> Result<Avals> {
+fn shape_concatenate(axis: usize, ins: &[AvalRef<'_>]) -> Result<Avals> {
     if ins.is_empty() {
         return Err(Error::invalid("concatenate", "needs at least one operand"));
     }
@@ -147,13 +214,13 @@ pub(crate) fn shape_concatenate(axis: usize, ins: &[AvalRef<'_>]) -> Result<Aval
     Ok(smallvec![Aval { shape, dtype: first.dtype, device: first.device }])
 }
 
-pub(crate) fn shape_rev(axes: &[usize], ins: &[AvalRef<'_>]) -> Result<Avals> {
+fn shape_rev(axes: &[usize], ins: &[AvalRef<'_>]) -> Result<Avals> {
     check_arity("rev", ins, 1)?;
     check_axes("rev", axes, ins[0].rank())?;
     Ok(smallvec![ins[0].to_owned()])
 }
 
-pub(crate) fn shape_iota(
+fn shape_iota(
     shape: &Shape,
     dim: usize,
     dtype: DType,
@@ -168,18 +235,13 @@ pub(crate) fn shape_iota(
     Ok(smallvec![Aval { shape: shape.clone(), dtype, device }])
 }
 
-pub(crate) fn shape_copy(ins: &[AvalRef<'_>]) -> Result<Avals> {
-    check_arity("copy", ins, 1)?;
-    Ok(smallvec![ins[0].to_owned()])
-}
-
 // ---- lowering --------------------------------------------------------------
 
-pub(crate) fn lower_broadcast_in_dim(shape: &Shape, dims: &[usize], x: &Array) -> Result<Array> {
+fn lower_broadcast_in_dim(shape: &Shape, dims: &[usize], x: &Array) -> Result<Array> {
     Ok(x.with_layout(x.layout.broadcast_in_dim(shape, dims)))
 }
 
-pub(crate) fn lower_reshape(shape: &Shape, x: &Array) -> Result<Array> {
+fn lower_reshape(shape: &Shape, x: &Array) -> Result<Array> {
     if let Some(l) = x.layout.reshape(shape) {
         return Ok(x.with_layout(l));
     }
@@ -187,19 +249,19 @@ pub(crate) fn lower_reshape(shape: &Shape, x: &Array) -> Result<Array> {
     Ok(c.with_layout(xform_kernels::Layout::contiguous(shape.clone())))
 }
 
-pub(crate) fn lower_transpose(perm: &[usize], x: &Array) -> Result<Array> {
+fn lower_transpose(perm: &[usize], x: &Array) -> Result<Array> {
     Ok(x.with_layout(x.layout.permute(perm)))
 }
 
-pub(crate) fn lower_slice(start: &[usize], limit: &[usize], strides: &[usize], x: &Array) -> Result<Array> {
+fn lower_slice(start: &[usize], limit: &[usize], strides: &[usize], x: &Array) -> Result<Array> {
     Ok(x.with_layout(x.layout.slice(start, limit, strides)))
 }
 
-pub(crate) fn lower_rev(axes: &[usize], x: &Array) -> Result<Array> {
+fn lower_rev(axes: &[usize], x: &Array) -> Result<Array> {
     Ok(x.with_layout(x.layout.rev(axes)))
 }
 
-pub(crate) fn lower_pad(low: &[i64], high: &[i64], interior: &[usize], x: &Array, v: &Array) -> Result<Array> {
+fn lower_pad(low: &[i64], high: &[i64], interior: &[usize], x: &Array, v: &Array) -> Result<Array> {
     if let Device::Cuda(_) = x.device() {
         return crate::backend::cuda_pad(low, high, interior, x, v);
     }
@@ -215,7 +277,7 @@ pub(crate) fn lower_pad(low: &[i64], high: &[i64], interior: &[usize], x: &Array
     Ok(Array::from_cpu(out, shape))
 }
 
-pub(crate) fn lower_concatenate(axis: usize, ins: &[&Array]) -> Result<Array> {
+fn lower_concatenate(axis: usize, ins: &[&Array]) -> Result<Array> {
     if let Device::Cuda(_) = ins[0].device() {
         return crate::backend::cuda_concatenate(axis, ins);
     }
@@ -232,7 +294,7 @@ pub(crate) fn lower_concatenate(axis: usize, ins: &[&Array]) -> Result<Array> {
     Ok(Array::from_cpu(out, shape))
 }
 
-pub(crate) fn lower_iota(shape: &Shape, dim: usize, dtype: DType, device: Device) -> Result<Array> {
+fn lower_iota(shape: &Shape, dim: usize, dtype: DType, device: Device) -> Result<Array> {
     let out =
         xform_kernels::with_dtype!(dtype, T => CpuBuffer::from_vec(k::iota(shape, dim, |i| T::from_i64(i as i64))));
     Array::from_cpu(out, shape.clone()).to_device(device)
@@ -240,7 +302,7 @@ pub(crate) fn lower_iota(shape: &Shape, dim: usize, dtype: DType, device: Device
 
 // ---- JVP ---------------------------------------------------------------------
 
-pub(crate) fn jvp_pad(prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+fn jvp_pad(prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
     let out = bind1(prim, primals)?;
     let t = match (&tangents[0], &tangents[1]) {
         (None, None) => None,
@@ -253,7 +315,7 @@ pub(crate) fn jvp_pad(prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor
     Ok((smallvec![out], smallvec![t]))
 }
 
-pub(crate) fn jvp_concatenate(
+fn jvp_concatenate(
     prim: &Prim,
     primals: &[Tensor],
     tangents: &[Option<Tensor>],
@@ -272,7 +334,7 @@ fn map_ct(cts: &[Option<Tensor>], f: impl FnOnce(&Tensor) -> Result<Tensor>) -> 
     Ok(smallvec![cts[0].as_ref().map(f).transpose()?])
 }
 
-pub(crate) fn transpose_broadcast_in_dim(
+fn transpose_broadcast_in_dim(
     dims: &[usize],
     cts: &[Option<Tensor>],
     args: &[LinearArg],
@@ -292,12 +354,12 @@ pub(crate) fn transpose_broadcast_in_dim(
     })
 }
 
-pub(crate) fn transpose_reshape(cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
+fn transpose_reshape(cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
     let shape = args[0].aval().shape;
     map_ct(cts, |ct| lax::reshape(ct, &shape))
 }
 
-pub(crate) fn transpose_transpose(perm: &[usize], cts: &[Option<Tensor>], _args: &[LinearArg]) -> Result<Cotangents> {
+fn transpose_transpose(perm: &[usize], cts: &[Option<Tensor>], _args: &[LinearArg]) -> Result<Cotangents> {
     let mut inv: Axes = smallvec![0; perm.len()];
     for (i, &p) in perm.iter().enumerate() {
         inv[p] = i;
@@ -305,7 +367,7 @@ pub(crate) fn transpose_transpose(perm: &[usize], cts: &[Option<Tensor>], _args:
     map_ct(cts, |ct| lax::transpose(ct, &inv))
 }
 
-pub(crate) fn transpose_slice(
+fn transpose_slice(
     start: &[usize],
     limit: &[usize],
     strides: &[usize],
@@ -329,7 +391,7 @@ pub(crate) fn transpose_slice(
     })
 }
 
-pub(crate) fn transpose_pad(
+fn transpose_pad(
     low: &[i64],
     high: &[i64],
     interior: &[usize],
@@ -356,7 +418,7 @@ pub(crate) fn transpose_pad(
     Ok(smallvec![args[0].is_linear().then_some(ct_x), ct_v])
 }
 
-pub(crate) fn transpose_concatenate(axis: usize, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
+fn transpose_concatenate(axis: usize, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
     let mut out = Cotangents::new();
     let mut at = 0;
     for a in args {
@@ -370,12 +432,8 @@ pub(crate) fn transpose_concatenate(axis: usize, cts: &[Option<Tensor>], args: &
     Ok(out)
 }
 
-pub(crate) fn transpose_rev(axes: &[usize], cts: &[Option<Tensor>], _args: &[LinearArg]) -> Result<Cotangents> {
+fn transpose_rev(axes: &[usize], cts: &[Option<Tensor>], _args: &[LinearArg]) -> Result<Cotangents> {
     map_ct(cts, |ct| lax::rev(ct, axes))
-}
-
-pub(crate) fn transpose_copy(cts: &[Option<Tensor>], _args: &[LinearArg]) -> Result<Cotangents> {
-    Ok(smallvec![cts[0].clone()])
 }
 
 // ---- batching ----------------------------------------------------------------
@@ -384,7 +442,7 @@ fn one(x: Tensor, b: usize) -> Result<(Outs, BDims)> {
     Ok((smallvec![x], smallvec![Some(b)]))
 }
 
-pub(crate) fn batch_broadcast_in_dim(
+fn batch_broadcast_in_dim(
     shape: &Shape,
     dims: &[usize],
     ins: &[Tensor],
@@ -398,7 +456,7 @@ pub(crate) fn batch_broadcast_in_dim(
     one(lax::broadcast_in_dim(&x, &s, &d)?, 0)
 }
 
-pub(crate) fn batch_reshape(shape: &Shape, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+fn batch_reshape(shape: &Shape, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
     let b = bdims[0].expect("batched operand");
     let x = lax::moveaxis(&ins[0], b, 0)?;
     let mut s = shape.clone();
@@ -406,13 +464,13 @@ pub(crate) fn batch_reshape(shape: &Shape, ins: &[Tensor], bdims: &[Option<usize
     one(lax::reshape(&x, &s)?, 0)
 }
 
-pub(crate) fn batch_transpose(perm: &[usize], ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+fn batch_transpose(perm: &[usize], ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
     let b = bdims[0].expect("batched operand");
     let p: Axes = std::iter::once(b).chain(perm.iter().map(|&a| physical(a, b))).collect();
     one(lax::transpose(&ins[0], &p)?, 0)
 }
 
-pub(crate) fn batch_slice(
+fn batch_slice(
     start: &[usize],
     limit: &[usize],
     strides: &[usize],
@@ -429,7 +487,7 @@ pub(crate) fn batch_slice(
     one(lax::slice(&ins[0], &ins_at(start, 0), &ins_at(limit, n), &ins_at(strides, 1))?, b)
 }
 
-pub(crate) fn batch_pad(
+fn batch_pad(
     low: &[i64],
     high: &[i64],
     interior: &[usize],
@@ -462,15 +520,276 @@ pub(crate) fn batch_pad(
     }
 }
 
-pub(crate) fn batch_concatenate(axis: usize, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+fn batch_concatenate(axis: usize, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
     let size = batch_size(ins, bdims)?;
     let moved: SmallVec<[Tensor; 4]> =
         ins.iter().zip(bdims).map(|(x, b)| to_front(x, *b, size)).collect::<Result<_>>()?;
     one(lax::concatenate(&moved, axis + 1)?, 0)
 }
 
-pub(crate) fn batch_rev(axes: &[usize], ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+fn batch_rev(axes: &[usize], ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
     let b = bdims[0].expect("batched operand");
     let phys: Axes = axes.iter().map(|&a| physical(a, b)).collect();
     one(lax::rev(&ins[0], &phys)?, b)
+}
+
+// ---- the family ------------------------------------------------------------------
+
+impl From<ShapeOp> for Prim {
+    fn from(op: ShapeOp) -> Prim {
+        Prim::Shape(op)
+    }
+}
+
+impl Family for ShapeOp {
+    type Kind = ShapeKind;
+    const KINDS: &'static [ShapeKind] = ShapeKind::ALL;
+
+    fn kind(&self) -> ShapeKind {
+        ShapeOp::kind(self)
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            ShapeOp::BroadcastInDim { .. } => "broadcast_in_dim",
+            ShapeOp::Reshape { .. } => "reshape",
+            ShapeOp::Transpose { .. } => "transpose",
+            ShapeOp::Slice { .. } => "slice",
+            ShapeOp::Pad { .. } => "pad",
+            ShapeOp::Concatenate { .. } => "concatenate",
+            ShapeOp::Rev { .. } => "rev",
+            ShapeOp::Iota { .. } => "iota",
+        }
+    }
+
+    fn props(&self) -> Props {
+        // The transposes return views of the cotangent or pass it on.
+        match self {
+            ShapeOp::BroadcastInDim { .. } => Props::NONE.view(ViewKind::Broadcast),
+            // each element moves to one place: ones stay ones
+            ShapeOp::Reshape { .. } | ShapeOp::Transpose { .. } => {
+                Props::NONE.view(ViewKind::Reindex).ones(OnesTranspose::Ones)
+            }
+            ShapeOp::Rev { .. } => Props::NONE.view(ViewKind::Reindex),
+            ShapeOp::Slice { .. } => Props::NONE.view(ViewKind::Select),
+            ShapeOp::Pad { .. } | ShapeOp::Concatenate { .. } | ShapeOp::Iota { .. } => Props::NONE,
+        }
+    }
+
+    fn fmt_params(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ShapeOp::BroadcastInDim { shape, dims } => write!(f, "[shape={shape} dims={}]", axes_str(dims)),
+            ShapeOp::Reshape { shape } => write!(f, "[shape={shape}]"),
+            ShapeOp::Transpose { perm } => write!(f, "[perm={}]", axes_str(perm)),
+            ShapeOp::Slice { start, limit, strides } => {
+                write!(f, "[start={} limit={} strides={}]", axes_str(start), axes_str(limit), axes_str(strides))
+            }
+            ShapeOp::Pad { low, high, interior } => {
+                write!(f, "[low={low:?} high={high:?} interior={}]", axes_str(interior))
+            }
+            ShapeOp::Concatenate { axis } => write!(f, "[axis={axis}]"),
+            ShapeOp::Rev { axes } => write!(f, "[axes={}]", axes_str(axes)),
+            ShapeOp::Iota { shape, dim, dtype, .. } => write!(f, "[shape={shape} dim={dim} dtype={dtype}]"),
+        }
+    }
+
+    fn shape_rule(&self, ins: &[AvalRef<'_>]) -> Result<Avals> {
+        match self {
+            ShapeOp::BroadcastInDim { shape, dims } => shape_broadcast_in_dim(shape, dims, ins),
+            ShapeOp::Reshape { shape } => shape_reshape(shape, ins),
+            ShapeOp::Transpose { perm } => shape_transpose(perm, ins),
+            ShapeOp::Slice { start, limit, strides } => shape_slice(start, limit, strides, ins),
+            ShapeOp::Pad { low, high, interior } => shape_pad(low, high, interior, ins),
+            ShapeOp::Concatenate { axis } => shape_concatenate(*axis, ins),
+            ShapeOp::Rev { axes } => shape_rev(axes, ins),
+            ShapeOp::Iota { shape, dim, dtype, device } => shape_iota(shape, *dim, *dtype, *device, ins),
+        }
+    }
+
+    fn lower(&self, ins: &[&Array]) -> Result<Outs> {
+        super::one(match self {
+            ShapeOp::BroadcastInDim { shape, dims } => lower_broadcast_in_dim(shape, dims, ins[0]),
+            ShapeOp::Reshape { shape } => lower_reshape(shape, ins[0]),
+            ShapeOp::Transpose { perm } => lower_transpose(perm, ins[0]),
+            ShapeOp::Slice { start, limit, strides } => lower_slice(start, limit, strides, ins[0]),
+            ShapeOp::Pad { low, high, interior } => lower_pad(low, high, interior, ins[0], ins[1]),
+            ShapeOp::Concatenate { axis } => lower_concatenate(*axis, ins),
+            ShapeOp::Rev { axes } => lower_rev(axes, ins[0]),
+            ShapeOp::Iota { shape, dim, dtype, device } => lower_iota(shape, *dim, *dtype, *device),
+        })
+    }
+
+    fn jvp(&self, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+        let prim: Prim = self.clone().into();
+        match self {
+            ShapeOp::BroadcastInDim { .. }
+            | ShapeOp::Reshape { .. }
+            | ShapeOp::Transpose { .. }
+            | ShapeOp::Slice { .. }
+            | ShapeOp::Rev { .. } => super::linear_jvp(&prim, primals, tangents),
+            ShapeOp::Pad { .. } => jvp_pad(&prim, primals, tangents),
+            ShapeOp::Concatenate { .. } => jvp_concatenate(&prim, primals, tangents),
+            ShapeOp::Iota { .. } => super::no_tangent(&prim, primals),
+        }
+    }
+
+    fn transpose(&self, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
+        match self {
+            ShapeOp::BroadcastInDim { shape: _, dims } => transpose_broadcast_in_dim(dims, cts, args),
+            ShapeOp::Reshape { .. } => transpose_reshape(cts, args),
+            ShapeOp::Transpose { perm } => transpose_transpose(perm, cts, args),
+            ShapeOp::Slice { start, limit, strides } => transpose_slice(start, limit, strides, cts, args),
+            ShapeOp::Pad { low, high, interior } => transpose_pad(low, high, interior, cts, args),
+            ShapeOp::Concatenate { axis } => transpose_concatenate(*axis, cts, args),
+            ShapeOp::Rev { axes } => transpose_rev(axes, cts, args),
+            ShapeOp::Iota { .. } => super::not_linear("iota"),
+        }
+    }
+
+    fn batch(&self, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+        match self {
+            ShapeOp::BroadcastInDim { shape, dims } => batch_broadcast_in_dim(shape, dims, ins, bdims),
+            ShapeOp::Reshape { shape } => batch_reshape(shape, ins, bdims),
+            ShapeOp::Transpose { perm } => batch_transpose(perm, ins, bdims),
+            ShapeOp::Slice { start, limit, strides } => batch_slice(start, limit, strides, ins, bdims),
+            ShapeOp::Pad { low, high, interior } => batch_pad(low, high, interior, ins, bdims),
+            ShapeOp::Concatenate { axis } => batch_concatenate(*axis, ins, bdims),
+            ShapeOp::Rev { axes } => batch_rev(axes, ins, bdims),
+            ShapeOp::Iota { .. } => super::never_batched("iota"),
+        }
+    }
+
+    fn view_layout(&self, layout: &Layout) -> Option<Layout> {
+        match self {
+            ShapeOp::Reshape { shape } => layout.reshape(shape),
+            ShapeOp::Transpose { perm } => Some(layout.permute(perm)),
+            ShapeOp::Slice { start, limit, strides } => Some(layout.slice(start, limit, strides)),
+            ShapeOp::Rev { axes } => Some(layout.rev(axes)),
+            ShapeOp::BroadcastInDim { shape, dims } => Some(layout.broadcast_in_dim(shape, dims)),
+            ShapeOp::Pad { .. } | ShapeOp::Concatenate { .. } | ShapeOp::Iota { .. } => None,
+        }
+    }
+
+    fn samples() -> Vec<Sample> {
+        shape_samples()
+    }
+
+    fn cuda_kernels(_: DType) -> Vec<Kernel> {
+        // pad, iota, copy: the kernels crate's structural kernels
+        Vec::new()
+    }
+}
+
+/// The registry entries of the structural primitives.
+fn shape_samples() -> Vec<Sample> {
+    let mut v = Vec::new();
+    v.push(Sample::new("broadcast_in_dim", numeric(), vec![0], true, |g, d| {
+        let out_rank = g.int(0, 4);
+        let out: Vec<usize> = g.dims(out_rank);
+        let dims: Vec<usize> = g.subset(out_rank);
+        let operand: Vec<usize> = dims.iter().map(|&k| if g.coin(0.3) { 1 } else { out[k] }).collect();
+        Case::new(
+            ShapeOp::BroadcastInDim { shape: Shape::from(out), dims: dims.into_iter().collect() },
+            vec![(operand, d, generic_dom(d))],
+        )
+    }));
+    v.push(Sample::new("reshape", numeric(), vec![0], true, |g, d| {
+        let shape = g.shape(3, 1, 4);
+        let n: usize = shape.iter().product();
+        // a new factorization of n, with unit axes sprinkled in
+        let mut factors = vec![];
+        let mut m = n;
+        let mut p = 2;
+        while m > 1 {
+            while m.is_multiple_of(p) {
+                factors.push(p);
+                m /= p;
+            }
+            p += 1;
+        }
+        let mut out: Vec<usize> = vec![];
+        for f in factors {
+            if out.is_empty() || g.coin(0.5) {
+                out.push(f);
+            } else {
+                *out.last_mut().unwrap() *= f;
+            }
+        }
+        if g.coin(0.3) {
+            let at = g.int(0, out.len());
+            out.insert(at, 1);
+        }
+        Case::new(ShapeOp::Reshape { shape: Shape::from(out) }, vec![(shape, d, generic_dom(d))])
+    }));
+    v.push(Sample::new("transpose", numeric(), vec![0], true, |g, d| {
+        let r = g.int(0, 4);
+        let shape = g.dims(r);
+        Case::new(ShapeOp::Transpose { perm: g.perm(r).into_iter().collect() }, vec![(shape, d, generic_dom(d))])
+    }));
+    v.push(Sample::new("slice", numeric(), vec![0], true, |g, d| {
+        let r = g.int(0, 3);
+        let shape: Vec<usize> = (0..r).map(|_| g.int(0, 5)).collect();
+        let mut start = Axes::new();
+        let mut limit = Axes::new();
+        let mut strides = Axes::new();
+        for &n in &shape {
+            let s = g.int(0, n);
+            let l = g.int(s, n);
+            start.push(s);
+            limit.push(l);
+            strides.push(g.int(1, 3));
+        }
+        Case::new(ShapeOp::Slice { start, limit, strides }, vec![(shape, d, generic_dom(d))])
+    }));
+    v.push(Sample::new("pad", numeric(), vec![0, 1], true, |g, d| {
+        let r = g.int(0, 3);
+        let shape: Vec<usize> = (0..r).map(|_| g.int(0, 3)).collect();
+        let (mut low, mut high, mut interior) = (vec![], vec![], vec![]);
+        for &n in &shape {
+            let it = g.int(0, 2);
+            let full = if n > 0 { n + (n - 1) * it } else { 0 } as i64;
+            let lo = g.int(0, 4) as i64 - 2;
+            let mut hi = g.int(0, 4) as i64 - 2;
+            if lo + hi + full < 0 {
+                hi = -(lo + full);
+            }
+            low.push(lo);
+            high.push(hi);
+            interior.push(it);
+        }
+        let prim = ShapeOp::Pad {
+            low: low.into_iter().collect(),
+            high: high.into_iter().collect(),
+            interior: interior.into_iter().collect(),
+        };
+        Case::new(prim, vec![(shape, d, generic_dom(d)), (vec![], d, generic_dom(d))])
+    }));
+    v.push(Sample::new("concatenate", numeric(), vec![0, 1, 2], true, |g, d| {
+        let r = g.int(1, 3);
+        let base = g.dims(r);
+        let axis = g.int(0, r - 1);
+        let k = g.int(1, 3);
+        let specs = (0..k)
+            .map(|_| {
+                let mut s = base.clone();
+                s[axis] = g.int(0, 3);
+                (s, d, generic_dom(d))
+            })
+            .collect();
+        Case::new(ShapeOp::Concatenate { axis }, specs)
+    }));
+    v.push(Sample::new("rev", numeric(), vec![0], true, |g, d| {
+        let r = g.int(0, 3);
+        let shape = g.dims(r);
+        Case::new(ShapeOp::Rev { axes: g.subset(r).into_iter().collect() }, vec![(shape, d, generic_dom(d))])
+    }));
+    v.push(Sample::new("iota", vec![DType::F32, DType::F64, DType::I32, DType::I64, DType::U32], vec![], false, |g, d| {
+        let r = g.int(1, 3);
+        let shape = g.dims(r);
+        Case::new(
+            ShapeOp::Iota { shape: Shape::from(shape), dim: g.int(0, r - 1), dtype: d, device: crate::default_device() },
+            vec![],
+        )
+    }));
+    v
 }

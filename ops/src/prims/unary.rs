@@ -1,170 +1,425 @@
-//! Elementwise unary primitives (and `convert_element_type`): shape rules,
-//! lowering, JVP, transpose and batching (shared elementwise combinator).
+//! The elementwise unary primitives: one table entry per op (see
+//! `unary_table.rs` for what an entry declares and what is derived from
+//! it). The CPU expression and the CUDA expression of each op sit side by
+//! side; the JVP follows JAX's rule for the same op, so that derivatives
+//! agree with JAX's to the last bit where the primal ops do.
 
-use super::check_arity;
+use super::cuda_c::{upow_helper, CudaCx, CudaExpr};
+use super::sample::{Case, Dom, Sample, FLOATS, INTS};
+use super::{check_arity, Family, Props};
 use crate::array::{Array, Device};
-use crate::error::{Error, Result};
+use crate::error::{Error, OrRaise, Result};
 use crate::interp::{bind1, Outs};
 use crate::lax;
-use crate::prim::{Avals, Cotangents, LinearArg, Prim, Tangents};
+use crate::prim::{Avals, BDims, Cotangents, LinearArg, Prim, Tangents};
 use crate::tensor::{AvalRef, Tensor};
 use smallvec::smallvec;
+use std::f64::consts::{FRAC_2_SQRT_PI, LN_2, PI};
 use xform_kernels::cpu::elementwise::map1;
 use xform_kernels::cpu::Par;
-use xform_kernels::{match_buffer, CpuBuffer, DType, Element, Float, Layout, Real};
+use xform_kernels::cuda_source::Kernel;
+use xform_kernels::special;
+use xform_kernels::{CpuBuffer, DType, Element, Float, Layout, Real};
 
-/// The elementwise unary primitives.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum UnaryOp {
+unary_table! {
     /// `-x`.
-    Neg,
+    Neg => neg "neg" {
+        cost: 1,
+        float: |x| -x, cuda: |c| c.expr("-x"),
+        int: |x| x.wrapping_neg(), cuda: |c| c.expr(format!("({t})(({u})0 - ({u})x)", t = c.t(), u = c.u())),
+        jvp: |t, _x, _y| Ok(Some(lax::neg(t)?)),
+        linear: true,
+        method: none,
+        sample: Dom::Real(-3.0, 3.0),
+    }
     /// `e^x`.
-    Exp,
-    /// `ln x`.
-    Log,
-    /// `ln(1 + x)`.
-    Log1p,
-    /// `e^x - 1`.
-    Expm1,
-    /// `sin x`.
-    Sin,
-    /// `cos x`.
-    Cos,
-    /// `tan x`.
-    Tan,
-    /// `tanh x`.
-    Tanh,
-    /// `1 / (1 + e^-x)`.
-    Logistic,
-    /// `sqrt x`.
-    Sqrt,
-    /// `1 / sqrt x`.
-    Rsqrt,
+    Exp => exp "exp" {
+        cost: 8,
+        float: |x| x.exp_v(), cuda: |c| c.call("exp"),
+        jvp: |t, _x, y| scale(t, y.clone()),
+        linear: false,
+        method: float exp,
+        sample: Dom::Real(-3.0, 3.0),
+    }
+    /// `2^x`.
+    Exp2 => exp2 "exp2" {
+        cost: 8,
+        float: |x| x.via(f32::exp2, f64::exp2), cuda: |c| c.call("exp2"),
+        // JAX: log(2) * (t * y)
+        jvp: |t, x, y| Ok(Some(lax::mul(&lax::full_like(x, LN_2)?, &lax::mul(t, y)?)?)),
+        linear: false,
+        method: float exp2,
+        sample: Dom::Real(-3.0, 3.0),
+    }
+    /// `e^x - 1`, accurate near zero.
+    Expm1 => expm1 "expm1" {
+        cost: 8,
+        float: |x| x.exp_m1(), cuda: |c| c.call("expm1"),
+        jvp: |t, _x, y| scale(t, lax::add_scalar(y, 1.0)?),
+        linear: false,
+        method: float expm1,
+        sample: Dom::Real(-2.0, 2.0),
+    }
+    /// Natural logarithm.
+    Log => log "log" {
+        cost: 8,
+        float: |x| x.ln(), cuda: |c| c.call("log"),
+        jvp: |t, x, _y| Ok(Some(lax::div(t, x)?)),
+        linear: false,
+        method: float log,
+        sample: Dom::Real(0.2, 4.0),
+    }
+    /// Base-2 logarithm.
+    Log2 => log2 "log2" {
+        cost: 8,
+        float: |x| x.via(f32::log2, f64::log2), cuda: |c| c.call("log2"),
+        // jnp.log2 is log(x) / log(2): its tangent is (t / x) / log(2).
+        jvp: |t, x, _y| Ok(Some(lax::div(&lax::div(t, x)?, &lax::full_like(x, LN_2)?)?)),
+        linear: false,
+        method: float log2,
+        sample: Dom::Real(0.2, 4.0),
+    }
+    /// `ln(1 + x)`, accurate near zero.
+    Log1p => log1p "log1p" {
+        cost: 8,
+        float: |x| x.ln_1p(), cuda: |c| c.call("log1p"),
+        jvp: |t, x, _y| Ok(Some(lax::div(t, &lax::add_scalar(x, 1.0)?)?)),
+        linear: false,
+        method: float log1p,
+        sample: Dom::Real(-0.5, 3.0),
+    }
+    /// Sine.
+    Sin => sin "sin" {
+        cost: 8,
+        float: |x| x.sin(), cuda: |c| c.call("sin"),
+        jvp: |t, x, _y| scale(t, lax::cos(x)?),
+        linear: false,
+        method: float sin,
+        sample: Dom::Real(-3.0, 3.0),
+    }
+    /// Cosine.
+    Cos => cos "cos" {
+        cost: 8,
+        float: |x| x.cos(), cuda: |c| c.call("cos"),
+        jvp: |t, x, _y| scale(t, lax::neg(&lax::sin(x)?)?),
+        linear: false,
+        method: float cos,
+        sample: Dom::Real(-3.0, 3.0),
+    }
+    /// Tangent.
+    Tan => tan "tan" {
+        cost: 8,
+        float: |x| x.tan(), cuda: |c| c.call("tan"),
+        jvp: |t, _x, y| scale(t, lax::add_scalar(&lax::mul(y, y)?, 1.0)?),
+        linear: false,
+        method: float tan,
+        sample: Dom::Real(-1.2, 1.2),
+    }
+    /// Arcsine.
+    Asin => asin "asin" {
+        cost: 8,
+        float: |x| x.via(f32::asin, f64::asin), cuda: |c| c.call("asin"),
+        // JAX: t * rsqrt(1 - x^2)
+        jvp: |t, x, _y| scale(t, lax::rsqrt(&one_minus_square(x)?)?),
+        linear: false,
+        method: float asin,
+        sample: Dom::Real(-0.9, 0.9),
+    }
+    /// Arccosine.
+    Acos => acos "acos" {
+        cost: 8,
+        float: |x| x.via(f32::acos, f64::acos), cuda: |c| c.call("acos"),
+        // JAX: t * -rsqrt(1 - x^2)
+        jvp: |t, x, _y| scale(t, lax::neg(&lax::rsqrt(&one_minus_square(x)?)?)?),
+        linear: false,
+        method: float acos,
+        sample: Dom::Real(-0.9, 0.9),
+    }
+    /// Arctangent.
+    Atan => atan "atan" {
+        cost: 8,
+        float: |x| x.via(f32::atan, f64::atan), cuda: |c| c.call("atan"),
+        // JAX: t / (1 + x^2)
+        jvp: |t, x, _y| Ok(Some(lax::div(t, &lax::add(&lax::ones_like(x)?, &lax::mul(x, x)?)?)?)),
+        linear: false,
+        method: float atan,
+        sample: Dom::Real(-3.0, 3.0),
+    }
+    /// Hyperbolic sine.
+    Sinh => sinh "sinh" {
+        cost: 8,
+        float: |x| x.via(f32::sinh, f64::sinh), cuda: |c| c.call("sinh"),
+        jvp: |t, x, _y| scale(t, lax::cosh(x)?),
+        linear: false,
+        method: float sinh,
+        sample: Dom::Real(-3.0, 3.0),
+    }
+    /// Hyperbolic cosine.
+    Cosh => cosh "cosh" {
+        cost: 8,
+        float: |x| x.via(f32::cosh, f64::cosh), cuda: |c| c.call("cosh"),
+        jvp: |t, x, _y| scale(t, lax::sinh(x)?),
+        linear: false,
+        method: float cosh,
+        sample: Dom::Real(-3.0, 3.0),
+    }
+    /// Hyperbolic tangent.
+    Tanh => tanh "tanh" {
+        cost: 8,
+        float: |x| x.tanh_v(), cuda: |c| c.call("tanh"),
+        jvp: |t, _x, y| scale(t, lax::sub(&lax::ones_like(y)?, &lax::mul(y, y)?)?),
+        linear: false,
+        method: float tanh,
+        sample: Dom::Real(-3.0, 3.0),
+    }
+    /// Inverse hyperbolic sine.
+    Asinh => asinh "asinh" {
+        cost: 8,
+        float: |x| x.via(f32::asinh, f64::asinh), cuda: |c| c.call("asinh"),
+        // JAX: t * rsqrt(x^2 + 1)
+        jvp: |t, x, _y| scale(t, lax::rsqrt(&lax::add(&lax::mul(x, x)?, &lax::ones_like(x)?)?)?),
+        linear: false,
+        method: float asinh,
+        sample: Dom::Real(-3.0, 3.0),
+    }
+    /// Inverse hyperbolic cosine (`x >= 1`).
+    Acosh => acosh "acosh" {
+        cost: 8,
+        float: |x| x.via(f32::acosh, f64::acosh), cuda: |c| c.call("acosh"),
+        // JAX: t * rsqrt(x^2 - 1)
+        jvp: |t, x, _y| scale(t, lax::rsqrt(&lax::sub(&lax::mul(x, x)?, &lax::ones_like(x)?)?)?),
+        linear: false,
+        method: float acosh,
+        sample: Dom::Real(1.2, 4.0),
+    }
+    /// Inverse hyperbolic tangent (`|x| < 1`).
+    Atanh => atanh "atanh" {
+        cost: 8,
+        float: |x| x.via(f32::atanh, f64::atanh), cuda: |c| c.call("atanh"),
+        // JAX: (1 + x)^-1 * (t / (1 - x))
+        jvp: |t, x, _y| {
+            let one = lax::ones_like(x)?;
+            let inv = lax::integer_pow(&lax::add(&one, x)?, -1)?;
+            Ok(Some(lax::mul(&inv, &lax::div(t, &lax::sub(&one, x)?)?)?))
+        },
+        linear: false,
+        method: float atanh,
+        sample: Dom::Real(-0.9, 0.9),
+    }
+    /// The logistic sigmoid `1 / (1 + e^-x)`.
+    Logistic => logistic "logistic" {
+        cost: 8,
+        float: |x| x.logistic_v(),
+        cuda: |c| c.expr("xf_logistic(x)").helpers(format!(
+            "static __device__ __forceinline__ {t} xf_logistic({t} x) {{\n    if (x >= ({t})0) return ({t})1 / \
+             (({t})1 + {e}(-x));\n    const {t} v = {e}(x);\n    return v / (({t})1 + v);\n}}\n",
+            t = c.c(),
+            e = c.math("exp")
+        )),
+        jvp: |t, _x, y| scale(t, lax::mul(y, &lax::sub(&lax::ones_like(y)?, y)?)?),
+        linear: false,
+        method: float sigmoid,
+        sample: Dom::Real(-3.0, 3.0),
+    }
+    /// Square root.
+    Sqrt => sqrt "sqrt" {
+        cost: 2,
+        float: |x| x.sqrt(), cuda: |c| c.call("sqrt"),
+        jvp: |t, _x, y| Ok(Some(lax::div(t, &lax::mul_scalar(y, 2.0)?)?)),
+        linear: false,
+        method: float sqrt,
+        sample: Dom::Real(0.2, 4.0),
+    }
+    /// `1 / sqrt(x)`.
+    Rsqrt => rsqrt "rsqrt" {
+        cost: 2,
+        float: |x| R::ONE / x.sqrt(), cuda: |c| c.expr(format!("({})1 / {}(x)", c.c(), c.math("sqrt"))),
+        // d/dx x^-1/2 = -1/2 x^-3/2 = -y / (2x)
+        jvp: |t, x, y| scale(t, lax::div(&lax::mul_scalar(y, -0.5)?, x)?),
+        linear: false,
+        method: float rsqrt,
+        sample: Dom::Real(0.2, 4.0),
+    }
+    /// Cube root.
+    Cbrt => cbrt "cbrt" {
+        cost: 8,
+        float: |x| x.via(f32::cbrt, f64::cbrt), cuda: |c| c.call("cbrt"),
+        // JAX: t * (1/3 * y^-2)
+        jvp: |t, x, y| scale(t, lax::mul(&lax::full_like(x, 1.0 / 3.0)?, &lax::integer_pow(y, -2)?)?),
+        linear: false,
+        method: float cbrt,
+        sample: Dom::AwayFromZero(0.2, 3.0),
+    }
     /// `|x|`.
-    Abs,
+    Abs => abs "abs" {
+        cost: 1,
+        float: |x| x.abs(), cuda: |c| c.call("fabs"),
+        int: |x| x.abs_(),
+        cuda: |c| if c.signed() {
+            c.expr(format!("(x < 0 ? ({t})(({u})0 - ({u})x) : x)", t = c.t(), u = c.u()))
+        } else {
+            c.expr("x")
+        },
+        jvp: |t, x, _y| scale(t, lax::sign(x)?),
+        linear: false,
+        method: exact abs,
+        sample: Dom::AwayFromZero(0.1, 3.0),
+    }
     /// -1, 0 or 1 (NaN stays NaN).
-    Sign,
+    Sign => sign "sign" {
+        cost: 1,
+        float: |x| sign(x),
+        cuda: |c| c.expr(format!("(x != x) ? x : (x > ({t})0 ? ({t})1 : (x < ({t})0 ? ({t})-1 : ({t})0))", t = c.c())),
+        int: |x| x.signum_(),
+        cuda: |c| if c.signed() {
+            c.expr(format!("({})((x > 0) - (x < 0))", c.t()))
+        } else {
+            c.expr(format!("({})(x > 0)", c.t()))
+        },
+        jvp: |_t, _x, _y| Ok(None),
+        linear: false,
+        method: exact sign,
+        sample: Dom::AwayFromZero(0.1, 3.0),
+    }
     /// Round toward -inf.
-    Floor,
+    Floor => floor "floor" {
+        cost: 1,
+        float: |x| x.floor(), cuda: |c| c.call("floor"),
+        jvp: |_t, _x, _y| Ok(None),
+        linear: false,
+        method: round floor,
+        sample: Dom::AwayFromInt(-4.0, 4.0),
+    }
     /// Round toward +inf.
-    Ceil,
+    Ceil => ceil "ceil" {
+        cost: 1,
+        float: |x| x.ceil(), cuda: |c| c.call("ceil"),
+        jvp: |_t, _x, _y| Ok(None),
+        linear: false,
+        method: round ceil,
+        sample: Dom::AwayFromInt(-4.0, 4.0),
+    }
     /// Round half to even (as numpy and PyTorch).
-    Round,
+    Round => round "round" {
+        cost: 1,
+        // CUDA: rint in the default rounding mode is half to even.
+        float: |x| round_half_even(x), cuda: |c| c.call("rint"),
+        jvp: |_t, _x, _y| Ok(None),
+        linear: false,
+        method: round round,
+        sample: Dom::AwayFromInt(-4.0, 4.0),
+    }
     /// The error function.
-    Erf,
+    Erf => erf "erf" {
+        cost: 8,
+        float: |x| x.erf(), cuda: |c| c.call("erf"),
+        // 2/sqrt(pi) e^{-x^2}
+        jvp: |t, x, _y| {
+            let e = lax::exp(&lax::neg(&lax::mul(x, x)?)?)?;
+            scale(t, lax::mul_scalar(&e, FRAC_2_SQRT_PI)?)
+        },
+        linear: false,
+        method: float erf,
+        sample: Dom::Real(-2.0, 2.0),
+    }
+    /// The inverse error function (`-1 < x < 1`; +-inf at +-1).
+    ErfInv => erf_inv "erf_inv" {
+        cost: 8,
+        float: |x| x.via(special::erfinv_f32, special::erfinv), cuda: |c| c.call("erfinv"),
+        // JAX: sqrt(pi)/2 * (t * e^{y^2})
+        jvp: |t, x, y| Ok(Some(lax::mul(
+            &lax::full_like(x, PI.sqrt() / 2.0)?,
+            &lax::mul(t, &lax::exp(&lax::mul(y, y)?)?)?,
+        )?)),
+        linear: false,
+        method: float erfinv,
+        sample: Dom::Real(-0.9, 0.9),
+    }
+    /// `ln |Gamma(x)|` (+inf at the poles 0, -1, -2, ...).
+    Lgamma => lgamma "lgamma" {
+        cost: 8,
+        float: |x| x.via(special::lgamma_f32, special::lgamma), cuda: |c| c.call("lgamma"),
+        jvp: |t, x, _y| scale(t, lax::digamma(x)?),
+        linear: false,
+        method: float lgamma,
+        sample: Dom::Real(0.3, 4.0),
+    }
+    /// The digamma function `d/dx ln Gamma(x)` (NaN at the poles 0, -1, ...).
+    Digamma => digamma "digamma" {
+        cost: 8,
+        float: |x| x.via(special::digamma_f32, special::digamma),
+        cuda: |c| c.expr("xf_digamma(x)").helpers(special::cuda_digamma(c.c())),
+        jvp: |t, x, _y| scale(t, lax::polygamma(x, 1)?),
+        linear: false,
+        method: float digamma,
+        sample: Dom::Real(0.3, 4.0),
+    }
+    /// The polygamma function of order `n`: the `n`-th derivative of
+    /// digamma (`polygamma(0, x)` is digamma).
+    Polygamma(n: u32; samples 1, 2) => polygamma "polygamma" {
+        cost: 16,
+        float: |x| x.via(|v| special::polygamma_f32(n, v), |v| special::polygamma(n, v)),
+        cuda: |c| c.expr("xf_polygamma((int)p, x)").helpers(special::cuda_polygamma(c.c())).param(n as i64),
+        jvp: |t, x, _y| scale(t, lax::polygamma(x, n + 1)?),
+        linear: false,
+        method: float polygamma,
+        sample: Dom::Real(0.5, 4.0),
+    }
     /// Logical not (bool) or bitwise not (integers).
-    Not,
-    /// `x^n` for a static integer `n`.
-    IntegerPow(i32),
-}
-
-impl UnaryOp {
-    /// The name programs print.
-    pub fn name(self) -> &'static str {
-        match self {
-            UnaryOp::Neg => "neg",
-            UnaryOp::Exp => "exp",
-            UnaryOp::Log => "log",
-            UnaryOp::Log1p => "log1p",
-            UnaryOp::Expm1 => "expm1",
-            UnaryOp::Sin => "sin",
-            UnaryOp::Cos => "cos",
-            UnaryOp::Tan => "tan",
-            UnaryOp::Tanh => "tanh",
-            UnaryOp::Logistic => "logistic",
-            UnaryOp::Sqrt => "sqrt",
-            UnaryOp::Rsqrt => "rsqrt",
-            UnaryOp::Abs => "abs",
-            UnaryOp::Sign => "sign",
-            UnaryOp::Floor => "floor",
-            UnaryOp::Ceil => "ceil",
-            UnaryOp::Round => "round",
-            UnaryOp::Erf => "erf",
-            UnaryOp::Not => "not",
-            UnaryOp::IntegerPow(_) => "integer_pow",
-        }
+    Not => not "not" {
+        cost: 1,
+        int: |x| x.not_(), cuda: |c| c.expr("~x"),
+        bool: |x| !x, cuda: |c| c.expr("!x"),
+        jvp: |_t, _x, _y| Ok(None),
+        linear: false,
+        method: none,
+        sample: Dom::Small(0, 1),
     }
-
-    /// Every op (with one sample exponent), for registries and tests.
-    pub const ALL: [UnaryOp; 20] = [
-        UnaryOp::Neg,
-        UnaryOp::Exp,
-        UnaryOp::Log,
-        UnaryOp::Log1p,
-        UnaryOp::Expm1,
-        UnaryOp::Sin,
-        UnaryOp::Cos,
-        UnaryOp::Tan,
-        UnaryOp::Tanh,
-        UnaryOp::Logistic,
-        UnaryOp::Sqrt,
-        UnaryOp::Rsqrt,
-        UnaryOp::Abs,
-        UnaryOp::Sign,
-        UnaryOp::Floor,
-        UnaryOp::Ceil,
-        UnaryOp::Round,
-        UnaryOp::Erf,
-        UnaryOp::Not,
-        UnaryOp::IntegerPow(3),
-    ];
-
-    /// Which dtypes the op accepts.
-    fn accepts(self, d: DType) -> bool {
-        match self {
-            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign | UnaryOp::IntegerPow(_) => d != DType::Bool,
-            UnaryOp::Not => !d.is_float(),
-            _ => d.is_float(),
-        }
-    }
-
-    /// Rough cost per element relative to an add (for the parallel threshold).
-    fn cost(self) -> usize {
-        match self {
-            UnaryOp::Neg
-            | UnaryOp::Abs
-            | UnaryOp::Sign
-            | UnaryOp::Not
-            | UnaryOp::Floor
-            | UnaryOp::Ceil
-            | UnaryOp::Round => 1,
-            UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::IntegerPow(_) => 2,
-            _ => 8,
-        }
+    /// `x^n` for a static integer `n` (exact repeated multiplication).
+    IntegerPow(n: i32; samples 3, -2, 0, 1, 2) => integer_pow "integer_pow" {
+        cost: 2,
+        float: |x| x.powi(n),
+        // Repeated squaring, like LLVM's powi.
+        cuda: |c| c.expr("xf_powi(x, (int)p)").param(n as i64).helpers(format!(
+            "static __device__ __forceinline__ {t} xf_powi({t} a, int n) {{\n    unsigned int m = n < 0 ? 0u - \
+             (unsigned int)n : (unsigned int)n;\n    {t} r = 1;\n    while (true) {{\n        if (m & 1u) r *= \
+             a;\n        m >>= 1;\n        if (m == 0u) break;\n        a *= a;\n    }}\n    return n < 0 ? \
+             ({t})1 / r : r;\n}}\n",
+            t = c.c()
+        )),
+        int: |x| int_pow(x, n),
+        // x^-n truncates to 0 except for |x| = 1.
+        cuda: |c| c.expr(format!(
+            "(p >= 0) ? ({t})xf_upow(({u})x, (unsigned long long)p) : ((x == ({t})1) ? ({t})1 : \
+             (((long long)x == -1LL) ? ((p % 2 == 0) ? ({t})1 : x) : ({t})0))",
+            t = c.t(),
+            u = c.u()
+        )).param(n as i64).helpers(upow_helper(c.u())),
+        jvp: |t, x, _y| match n {
+            0 => Ok(None),
+            1 => Ok(Some(t.clone())),
+            _ => {
+                let d = if n == 2 { x.clone() } else { lax::integer_pow(x, n - 1)? };
+                scale(t, lax::mul_scalar(&d, n as f64)?)
+            }
+        },
+        linear: false,
+        method: exact powi,
+        sample: if n < 0 { Dom::AwayFromZero(0.5, 2.0) } else { Dom::Real(-3.0, 3.0) },
     }
 }
 
-// ---- shape rules -----------------------------------------------------------
+// ---- helpers of the table ---------------------------------------------------
 
-/// Validates the operand of a unary op (the output is its aval).
-#[inline]
-pub(crate) fn check_unary(op: UnaryOp, ins: &[AvalRef<'_>]) -> Result<()> {
-    check_arity(op.name(), ins, 1)?;
-    let x = &ins[0];
-    if !op.accepts(x.dtype) {
-        let what = match op {
-            UnaryOp::Not => "needs a bool or integer operand",
-            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign | UnaryOp::IntegerPow(_) => "needs a numeric operand",
-            _ => "needs a floating-point operand",
-        };
-        return Err(Error::dtype(op.name(), what, &[x.dtype]));
-    }
-    Ok(())
+/// The tangent `t * f`.
+fn scale(t: &Tensor, f: Tensor) -> Result<Option<Tensor>> {
+    Ok(Some(lax::mul(t, &f)?))
 }
 
-pub(crate) fn shape_unary(op: UnaryOp, ins: &[AvalRef<'_>]) -> Result<Avals> {
-    check_unary(op, ins)?;
-    Ok(smallvec![ins[0].to_owned()])
+/// `1 - x^2`.
+fn one_minus_square(x: &Tensor) -> Result<Tensor> {
+    lax::sub(&lax::ones_like(x)?, &lax::mul(x, x)?)
 }
-
-pub(crate) fn shape_convert(dtype: DType, ins: &[AvalRef<'_>]) -> Result<Avals> {
-    check_arity("convert_element_type", ins, 1)?;
-    let mut a = ins[0].to_owned();
-    a.dtype = dtype;
-    Ok(smallvec![a])
-}
-
-// ---- lowering --------------------------------------------------------------
 
 fn sign<R: Real>(x: R) -> R {
     if x.is_nan() {
@@ -188,34 +443,21 @@ fn round_half_even<R: Real>(x: R) -> R {
     }
 }
 
-fn float_unary<T: Float>(op: UnaryOp, v: &[T], l: &Layout) -> Vec<T> {
-    let par = Par::for_work(l.numel(), op.cost());
-    macro_rules! m {
-        ($f:expr) => {
-            map1(v, l, par, |a: T| T::down($f(a.up())))
-        };
-    }
-    match op {
-        UnaryOp::Neg => m!(|x: T::Compute| -x),
-        UnaryOp::Exp => m!(Real::exp_v),
-        UnaryOp::Log => m!(Real::ln),
-        UnaryOp::Log1p => m!(Real::ln_1p),
-        UnaryOp::Expm1 => m!(Real::exp_m1),
-        UnaryOp::Sin => m!(Real::sin),
-        UnaryOp::Cos => m!(Real::cos),
-        UnaryOp::Tan => m!(Real::tan),
-        UnaryOp::Tanh => m!(Real::tanh_v),
-        UnaryOp::Logistic => m!(Real::logistic_v),
-        UnaryOp::Sqrt => m!(Real::sqrt),
-        UnaryOp::Rsqrt => m!(|x: T::Compute| T::Compute::ONE / x.sqrt()),
-        UnaryOp::Abs => m!(Real::abs),
-        UnaryOp::Sign => m!(sign),
-        UnaryOp::Floor => m!(Real::floor),
-        UnaryOp::Ceil => m!(Real::ceil),
-        UnaryOp::Round => m!(round_half_even),
-        UnaryOp::Erf => m!(Real::erf),
-        UnaryOp::IntegerPow(n) => m!(|x: T::Compute| x.powi(n)),
-        UnaryOp::Not => unreachable!("checked by the shape rule"),
+/// `x^n` on integers: wrapping for n >= 0; x^-n truncates to 0 except for
+/// |x| = 1 (and 0^-n, which we define as 0).
+fn int_pow<T: IntOps>(x: T, n: i32) -> T {
+    if n >= 0 {
+        x.pow_(n as u32)
+    } else if x == T::ONE {
+        x
+    } else if x.to_i64() == -1 {
+        if n % 2 == 0 {
+            T::ONE
+        } else {
+            x
+        }
+    } else {
+        T::ZERO
     }
 }
 
@@ -273,130 +515,177 @@ int_ops!(i32, signed);
 int_ops!(i64, signed);
 int_ops!(u32, unsigned);
 
-fn int_unary<T: IntOps>(op: UnaryOp, v: &[T], l: &Layout) -> Vec<T> {
-    let par = Par::for_work(l.numel(), op.cost());
-    match op {
-        UnaryOp::Neg => map1(v, l, par, T::wrapping_neg),
-        UnaryOp::Abs => map1(v, l, par, T::abs_),
-        UnaryOp::Sign => map1(v, l, par, T::signum_),
-        UnaryOp::Not => map1(v, l, par, T::not_),
-        UnaryOp::IntegerPow(n) if n >= 0 => map1(v, l, par, |x: T| x.pow_(n as u32)),
-        // x^-n truncates to 0 except for |x| = 1 (and 0^-n, which we define as 0).
-        UnaryOp::IntegerPow(n) => map1(v, l, par, |x: T| {
-            let one = T::ONE;
-            if x == one {
-                one
-            } else if x.to_i64() == -1 {
-                if n % 2 == 0 {
-                    one
-                } else {
-                    x
-                }
-            } else {
-                T::ZERO
-            }
-        }),
-        _ => unreachable!("checked by the shape rule"),
-    }
+// ---- the family ----------------------------------------------------------------
+
+/// Elementwise unary op.
+pub fn unary(op: UnaryOp, x: &Tensor) -> Result<Tensor> {
+    bind1(&Prim::Unary(op), std::slice::from_ref(x))
 }
 
-pub(crate) fn lower_unary(op: UnaryOp, x: &Array) -> Result<Array> {
-    if let Device::Cuda(_) = x.device() {
-        return crate::backend::cuda_unary(op, x);
-    }
-    let out = x.with_cpu(op.name(), |b, l| match b {
-        CpuBuffer::F32(v) => CpuBuffer::F32(float_unary(op, v, l)),
-        CpuBuffer::F64(v) => CpuBuffer::F64(float_unary(op, v, l)),
-        CpuBuffer::F16(v) => CpuBuffer::F16(float_unary(op, v, l)),
-        CpuBuffer::BF16(v) => CpuBuffer::BF16(float_unary(op, v, l)),
-        CpuBuffer::I32(v) => CpuBuffer::I32(int_unary(op, v, l)),
-        CpuBuffer::I64(v) => CpuBuffer::I64(int_unary(op, v, l)),
-        CpuBuffer::U32(v) => CpuBuffer::U32(int_unary(op, v, l)),
-        CpuBuffer::Bool(v) => CpuBuffer::Bool(map1(v, l, Par::for_work(l.numel(), 1), |a: bool| !a)),
-    })?;
-    Ok(Array::from_cpu(out, x.shape().clone()))
-}
-
-fn convert_vec<S: Element, D: Element>(v: &[S], l: &Layout) -> Vec<D> {
-    let par = Par::for_work(l.numel(), 1);
-    if S::DTYPE.is_float() || D::DTYPE.is_float() {
-        map1(v, l, par, |a: S| D::from_f64(a.to_f64()))
-    } else {
-        map1(v, l, par, |a: S| D::from_i64(a.to_i64()))
-    }
-}
-
-pub(crate) fn lower_convert(dtype: DType, x: &Array) -> Result<Array> {
-    if let Device::Cuda(_) = x.device() {
-        return crate::backend::cuda_convert(dtype, x);
-    }
-    let out = x.with_cpu("convert_element_type", |b, l| {
-        xform_kernels::with_dtype!(dtype, D => match_buffer!(b, v => CpuBuffer::from_vec(convert_vec::<_, D>(v, l))))
-    })?;
-    Ok(Array::from_cpu(out, x.shape().clone()))
-}
-
-// ---- JVP ---------------------------------------------------------------------
-
-pub(crate) fn jvp_unary(op: UnaryOp, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
-    let x = &primals[0];
-    let y = bind1(&Prim::Unary(op), primals)?;
-    let t = match &tangents[0] {
-        Some(t) if x.dtype().is_float() => t,
-        _ => return Ok((smallvec![y], smallvec![None])),
-    };
-    // d/dx as a tensor of x's shape, from primal values only.
-    let scale = |f: Tensor| lax::mul(t, &f).map(Some);
-    let out = match op {
-        UnaryOp::Neg => Some(lax::neg(t)?),
-        UnaryOp::Exp => scale(y.clone())?,
-        UnaryOp::Log => Some(lax::div(t, x)?),
-        UnaryOp::Log1p => Some(lax::div(t, &lax::add_scalar(x, 1.0)?)?),
-        UnaryOp::Expm1 => scale(lax::add_scalar(&y, 1.0)?)?,
-        UnaryOp::Sin => scale(lax::cos(x)?)?,
-        UnaryOp::Cos => scale(lax::neg(&lax::sin(x)?)?)?,
-        UnaryOp::Tan => scale(lax::add_scalar(&lax::mul(&y, &y)?, 1.0)?)?,
-        UnaryOp::Tanh => scale(lax::sub(&lax::ones_like(&y)?, &lax::mul(&y, &y)?)?)?,
-        UnaryOp::Logistic => scale(lax::mul(&y, &lax::sub(&lax::ones_like(&y)?, &y)?)?)?,
-        UnaryOp::Sqrt => Some(lax::div(t, &lax::mul_scalar(&y, 2.0)?)?),
-        // d/dx x^-1/2 = -1/2 x^-3/2 = -y / (2x)
-        UnaryOp::Rsqrt => scale(lax::div(&lax::mul_scalar(&y, -0.5)?, x)?)?,
-        UnaryOp::Abs => scale(lax::sign(x)?)?,
-        UnaryOp::Sign | UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Not => None,
-        // 2/sqrt(pi) e^{-x^2}
-        UnaryOp::Erf => {
-            let e = lax::exp(&lax::neg(&lax::mul(x, x)?)?)?;
-            scale(lax::mul_scalar(&e, std::f64::consts::FRAC_2_SQRT_PI)?)?
+impl UnaryOp {
+    /// Which dtypes the op accepts: those it has a kernel for.
+    pub fn accepts(self, d: DType) -> bool {
+        let (float, int, bool) = self.classes();
+        if d.is_float() {
+            float
+        } else if d == DType::Bool {
+            bool
+        } else {
+            int
         }
-        UnaryOp::IntegerPow(0) => None,
-        UnaryOp::IntegerPow(1) => Some(t.clone()),
-        UnaryOp::IntegerPow(n) => {
-            let d = if n == 2 { x.clone() } else { lax::integer_pow(x, n - 1)? };
-            scale(lax::mul_scalar(&d, n as f64)?)?
-        }
-    };
-    Ok((smallvec![y], smallvec![out]))
-}
+    }
 
-pub(crate) fn jvp_convert(dtype: DType, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
-    let y = lax::convert(&primals[0], dtype)?;
-    let t = match &tangents[0] {
-        Some(t) if dtype.is_float() && primals[0].dtype().is_float() => Some(lax::convert(t, dtype)?),
-        _ => None,
-    };
-    Ok((smallvec![y], smallvec![t]))
-}
-
-// ---- transpose ---------------------------------------------------------------
-
-pub(crate) fn transpose_unary(op: UnaryOp, cts: &[Option<Tensor>], _args: &[LinearArg]) -> Result<Cotangents> {
-    match op {
-        UnaryOp::Neg => Ok(smallvec![cts[0].as_ref().map(lax::neg).transpose()?]),
-        _ => Err(Error::transform(op.name(), format!("{} is not linear, so it cannot be transposed", op.name()))),
+    /// The dtypes the op accepts.
+    pub fn dtypes(self) -> Vec<DType> {
+        DType::ALL.into_iter().filter(|&d| self.accepts(d)).collect()
     }
 }
 
-pub(crate) fn transpose_convert(cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
-    let to = args[0].aval().dtype;
-    Ok(smallvec![cts[0].as_ref().map(|c| lax::convert(c, to)).transpose()?])
+/// Validates the operand of a unary op (the output is its aval).
+#[inline]
+fn check_unary(op: UnaryOp, ins: &[AvalRef<'_>]) -> Result<()> {
+    check_arity(op.name(), ins, 1)?;
+    let x = &ins[0];
+    if !op.accepts(x.dtype) {
+        let what = match op.classes() {
+            (true, false, false) => "needs a floating-point operand",
+            (true, true, _) => "needs a numeric operand",
+            (false, _, _) => "needs a bool or integer operand",
+            (true, false, true) => "needs a floating-point or bool operand",
+        };
+        return Err(Error::dtype(op.name(), what, &[x.dtype]));
+    }
+    Ok(())
+}
+
+fn lower_unary(op: UnaryOp, x: &Array) -> Result<Array> {
+    if let Device::Cuda(_) = x.device() {
+        return crate::backend::cuda_map(op.name(), cuda_expr(op, x.dtype), &[x], x.dtype);
+    }
+    let refused = || Error::dtype(op.name(), "has no kernel for this dtype", &[x.dtype]);
+    let out = x.with_cpu(op.name(), |b, l| {
+        Some(match b {
+            CpuBuffer::F32(v) => CpuBuffer::F32(float_kernel(op, v, l)?),
+            CpuBuffer::F64(v) => CpuBuffer::F64(float_kernel(op, v, l)?),
+            CpuBuffer::F16(v) => CpuBuffer::F16(float_kernel(op, v, l)?),
+            CpuBuffer::BF16(v) => CpuBuffer::BF16(float_kernel(op, v, l)?),
+            CpuBuffer::I32(v) => CpuBuffer::I32(int_kernel(op, v, l)?),
+            CpuBuffer::I64(v) => CpuBuffer::I64(int_kernel(op, v, l)?),
+            CpuBuffer::U32(v) => CpuBuffer::U32(int_kernel(op, v, l)?),
+            CpuBuffer::Bool(v) => CpuBuffer::Bool(bool_kernel(op, v, l)?),
+        })
+    })?;
+    Ok(Array::from_cpu(out.ok_or_else(refused)?, x.shape().clone()))
+}
+
+impl From<UnaryOp> for Prim {
+    fn from(op: UnaryOp) -> Prim {
+        Prim::Unary(op)
+    }
+}
+
+impl Family for UnaryOp {
+    type Kind = UnaryKind;
+    const KINDS: &'static [UnaryKind] = UnaryKind::ALL;
+
+    fn kind(&self) -> UnaryKind {
+        UnaryOp::kind(*self)
+    }
+
+    fn name(&self) -> &'static str {
+        UnaryOp::name(*self)
+    }
+
+    fn props(&self) -> Props {
+        // The linear ones (neg) make a new tensor.
+        Props::ELEMENTWISE.fresh()
+    }
+
+    fn fmt_params(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UnaryOp::IntegerPow(n) => write!(f, "[y={n}]"),
+            UnaryOp::Polygamma(n) => write!(f, "[m={n}]"),
+            _ => Ok(()),
+        }
+    }
+
+    #[inline]
+    fn check(&self, ins: &[AvalRef<'_>]) -> Result<()> {
+        check_unary(*self, ins)
+    }
+
+    fn shape_rule(&self, ins: &[AvalRef<'_>]) -> Result<Avals> {
+        check_unary(*self, ins)?;
+        Ok(smallvec![ins[0].to_owned()])
+    }
+
+    fn lower(&self, ins: &[&Array]) -> Result<Outs> {
+        super::one(lower_unary(*self, ins[0]))
+    }
+
+    fn jvp(&self, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+        let x = &primals[0];
+        let y = bind1(&Prim::Unary(*self), primals)?;
+        let t = match &tangents[0] {
+            Some(t) if x.dtype().is_float() => tangent(*self, t, x, &y)?,
+            _ => None,
+        };
+        Ok((smallvec![y], smallvec![t]))
+    }
+
+    fn transpose(&self, cts: &[Option<Tensor>], _args: &[LinearArg]) -> Result<Cotangents> {
+        if self.is_linear() {
+            Ok(smallvec![cts[0].as_ref().map(|c| unary(*self, c)).transpose()?])
+        } else {
+            Err(Error::transform(self.name(), format!("{} is not linear, so it cannot be transposed", self.name())))
+        }
+    }
+
+    fn batch(&self, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+        super::batching::batch_elementwise(&Prim::Unary(*self), ins, bdims)
+    }
+
+    fn view_layout(&self, _: &Layout) -> Option<Layout> {
+        None
+    }
+
+    fn samples() -> Vec<Sample> {
+        UnaryOp::examples().into_iter().map(unary_sample).collect()
+    }
+
+    fn cuda_kernels(d: DType) -> Vec<Kernel> {
+        let mut seen = std::collections::HashSet::new();
+        UnaryOp::examples()
+            .into_iter()
+            .filter(|op| seen.insert(op.kind()))
+            .filter_map(|op| cuda_expr(op, d).map(|e| super::cuda_c::kernel(&e.map_op(op.name(), false), &[d], d)))
+            .collect()
+    }
+}
+
+/// The registry entry of one op: its dtypes, its table domain for floats,
+/// small integers otherwise.
+fn unary_sample(op: UnaryOp) -> Sample {
+    let name = match op {
+        UnaryOp::IntegerPow(n) => format!("integer_pow({n})"),
+        UnaryOp::Polygamma(n) => format!("polygamma({n})"),
+        _ => op.name().to_string(),
+    };
+    let linear = if op.is_linear() { vec![0] } else { vec![] };
+    let smooth = op.classes().0;
+    let float_dom = op.sample_dom();
+    let dtypes: Vec<DType> = FLOATS.iter().chain(&INTS).chain(&[DType::Bool]).copied().filter(|&d| op.accepts(d)).collect();
+    Sample::new(name, dtypes, linear, smooth, move |g, d| {
+        let shape = g.shape(3, 0, 3);
+        let dom = if d.is_float() {
+            float_dom
+        } else if d == DType::Bool {
+            Dom::Small(0, 1)
+        } else if d == DType::U32 {
+            Dom::Small(0, 9)
+        } else {
+            Dom::Small(-9, 9)
+        };
+        Case::new(op, vec![(shape, d, dom)])
+    })
 }

@@ -8,6 +8,11 @@
 //! enums to expressions; this crate knows no op enum. Structural kernels
 //! (copy, convert, strided write, pad, iota, gather, scatter-add, GEMM,
 //! Threefry) are generated here in full; their semantics mirror `crate::cpu`.
+//!
+//! Generating source needs no GPU, toolkit or the `cuda` feature, so this
+//! module is always built: the default build checks that every op has its
+//! CUDA expression (`cargo test` generates the whole catalog), and the
+//! `cuda` feature compiles and launches it.
 
 use crate::dtype::DType;
 use std::fmt::Write;
