@@ -216,9 +216,7 @@ impl fmt::Display for Prim {
 /// sizes are checked for overflow: see `prims::check_size`).
 pub fn shape_rule(prim: &Prim, ins: &[AvalRef<'_>]) -> Result<Avals> {
     let outs = family_shape_rule(prim, ins)?;
-    for a in &outs {
-        crate::prims::check_size(prim.name(), &a.shape, a.dtype)?;
-    }
+    crate::prims::check_sizes(prim.name(), &outs)?;
     Ok(outs)
 }
 

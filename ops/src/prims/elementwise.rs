@@ -173,12 +173,17 @@ impl Family for ElementwiseOp {
     fn check(&self, ins: &[AvalRef<'_>]) -> Result<()> {
         match self {
             ElementwiseOp::Select => check_select(ins),
-            _ => check_arity(self.name(), ins, 1),
+            // a wider dtype may not fit
+            ElementwiseOp::Convert(_) => super::check_sizes(self.name(), &self.shape_rule(ins)?),
+            ElementwiseOp::Copy | ElementwiseOp::StopGradient => check_arity(self.name(), ins, 1),
         }
     }
 
     fn shape_rule(&self, ins: &[AvalRef<'_>]) -> Result<Avals> {
-        self.check(ins)?;
+        match self {
+            ElementwiseOp::Select => check_select(ins)?,
+            _ => check_arity(self.name(), ins, 1)?,
+        }
         Ok(match self {
             ElementwiseOp::Convert(d) => {
                 let mut a = ins[0].to_owned();

@@ -127,10 +127,13 @@ pub trait Family: Clone + fmt::Debug + PartialEq + Into<Prim> + 'static {
     /// The parameters as programs print them (`[axes=(0,1)]`), or nothing.
     fn fmt_params(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result;
     /// Checks the operands without computing the results' abstract values
-    /// (what eager evaluation needs); the whole shape rule by default.
+    /// (what eager evaluation needs); by default the whole shape rule and
+    /// the results' sizes ([`check_size`]). An override must refuse what
+    /// that refuses (the elementwise families, whose results are shaped
+    /// like an operand, skip the size check).
     #[inline]
     fn check(&self, ins: &[crate::tensor::AvalRef<'_>]) -> Result<()> {
-        self.shape_rule(ins).map(|_| ())
+        check_sizes(self.name(), &self.shape_rule(ins)?)
     }
     /// Checks the operands and computes the results' abstract values.
     fn shape_rule(&self, ins: &[crate::tensor::AvalRef<'_>]) -> Result<Avals>;
@@ -307,6 +310,14 @@ pub fn check_size(op: &str, shape: &Shape, dtype: DType) -> Result<usize> {
             ),
         )
     })
+}
+
+/// Checks that every result of a shape rule can exist (see [`check_size`]).
+pub(crate) fn check_sizes(op: &str, outs: &Avals) -> Result<()> {
+    for a in outs {
+        check_size(op, &a.shape, a.dtype)?;
+    }
+    Ok(())
 }
 
 /// JVP of a primitive whose outputs have no tangent (integer or bool out,

@@ -348,7 +348,7 @@ unary_table! {
     Digamma => digamma "digamma" {
         cost: 8,
         float: |x| x.via(special::digamma_f32, special::digamma),
-        cuda: |c| c.expr("xf_digamma(x)").helpers(special::cuda_digamma(c.c())),
+        cuda: |c| c.expr("xf_digamma(x)").helpers(special::cuda_helpers(c.double())),
         jvp: |t, x, _y| scale(t, lax::polygamma(x, 1)?),
         linear: false,
         method: float digamma,
@@ -359,7 +359,7 @@ unary_table! {
     Polygamma(n: u32; samples 1, 2) => polygamma "polygamma" {
         cost: 16,
         float: |x| x.via(|v| special::polygamma_f32(n, v), |v| special::polygamma(n, v)),
-        cuda: |c| c.expr("xf_polygamma((int)p, x)").helpers(special::cuda_polygamma(c.c())).param(n as i64),
+        cuda: |c| c.expr("xf_polygamma((int)p, x)").helpers(special::cuda_helpers(c.double())).param(n as i64),
         jvp: |t, x, _y| scale(t, lax::polygamma(x, n + 1)?),
         linear: false,
         method: float polygamma,
