@@ -13,11 +13,11 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod cuda_source;
-pub mod special;
 pub mod dtype;
 pub mod fastmath;
 pub mod layout;
 pub mod pool;
+pub mod special;
 
 pub use buffer::CpuBuffer;
 pub use dtype::{DType, Element, Float, Real};

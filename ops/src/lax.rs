@@ -112,7 +112,10 @@ pub fn broadcast_in_dim(x: &Tensor, shape: &Shape, dims: &[usize]) -> Result<Ten
     if x.shape() == *shape {
         return Ok(x.clone());
     }
-    bind1(&ShapeOp::BroadcastInDim { shape: shape.clone(), dims: dims.iter().copied().collect() }.into(), std::slice::from_ref(x))
+    bind1(
+        &ShapeOp::BroadcastInDim { shape: shape.clone(), dims: dims.iter().copied().collect() }.into(),
+        std::slice::from_ref(x),
+    )
 }
 
 /// Numpy-style broadcast of `x` to `shape` (trailing axes aligned).
@@ -153,7 +156,10 @@ pub fn moveaxis(x: &Tensor, from: usize, to: usize) -> Result<Tensor> {
 
 /// Strided slice.
 pub fn slice(x: &Tensor, start: &[usize], limit: &[usize], strides: &[usize]) -> Result<Tensor> {
-    bind1(&ShapeOp::Slice { start: start.into(), limit: limit.into(), strides: strides.into() }.into(), std::slice::from_ref(x))
+    bind1(
+        &ShapeOp::Slice { start: start.into(), limit: limit.into(), strides: strides.into() }.into(),
+        std::slice::from_ref(x),
+    )
 }
 
 /// `start..limit` along one axis (step 1).
@@ -169,7 +175,8 @@ pub fn slice_axis(x: &Tensor, axis: usize, start: usize, limit: usize) -> Result
 /// Pad with the scalar `value`.
 pub fn pad(x: &Tensor, value: &Tensor, low: &[i64], high: &[i64], interior: &[usize]) -> Result<Tensor> {
     bind1(
-        &ShapeOp::Pad { low: Amounts::from_slice(low), high: Amounts::from_slice(high), interior: interior.into() }.into(),
+        &ShapeOp::Pad { low: Amounts::from_slice(low), high: Amounts::from_slice(high), interior: interior.into() }
+            .into(),
         &[x.clone(), value.clone()],
     )
 }

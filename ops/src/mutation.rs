@@ -164,27 +164,26 @@ fn scatter_into_base(op: &str, base: &Tensor, ops: &[&crate::prim::Prim], value:
                 .flatten()
                 .ok_or_else(|| crate::Error::in_place(op, format!("{} has no transpose", p.name())))
         };
-        v = match p.props().view {
-            Some(ViewKind::Reindex) => place(&v)?,
-            Some(ViewKind::Select) => {
-                // the written elements from `v`, the others from the input
-                let mask = place(&lax::full(&v.shape(), 1.0, xform_kernels::DType::Bool, v.device())?)?;
-                lax::select(&mask, &place(&v)?, prev)?
-            }
-            Some(ViewKind::Detach) => replace_values(prev, &v)?,
-            Some(ViewKind::Broadcast) => {
-                return Err(crate::Error::in_place(
+        v =
+            match p.props().view {
+                Some(ViewKind::Reindex) => place(&v)?,
+                Some(ViewKind::Select) => {
+                    // the written elements from `v`, the others from the input
+                    let mask = place(&lax::full(&v.shape(), 1.0, xform_kernels::DType::Bool, v.device())?)?;
+                    lax::select(&mask, &place(&v)?, prev)?
+                }
+                Some(ViewKind::Detach) => replace_values(prev, &v)?,
+                Some(ViewKind::Broadcast) => return Err(crate::Error::in_place(
                     op,
                     "the target is a broadcast view: several of its elements share one memory location; copy it first",
-                ))
-            }
-            None => {
-                return Err(crate::Error::in_place(
-                    op,
-                    format!("{} is not a view op, so it cannot be written through", p.name()),
-                ))
-            }
-        };
+                )),
+                None => {
+                    return Err(crate::Error::in_place(
+                        op,
+                        format!("{} is not a view op, so it cannot be written through", p.name()),
+                    ))
+                }
+            };
     }
     Ok(v)
 }

@@ -1,5 +1,5 @@
 //! The closed set of primitives: the families of `crate::prims`, each
-//! registered by one line of [`families!`], which derives the [`Prim`] enum
+//! registered by one line of `families!`, which derives the [`Prim`] enum
 //! and every dispatcher (an exhaustive `match` over the families, each
 //! family's rules an exhaustive `match` over its own enum). A primitive
 //! without a shape rule, lowering, JVP rule, transpose rule (an explicit
@@ -251,4 +251,3 @@ impl LinearArg<'_> {
         }
     }
 }
-

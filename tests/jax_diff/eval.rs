@@ -154,6 +154,20 @@ pub fn eval(e: &Expr, xs: &[Tensor]) -> Tensor {
                 Un::Relu => x.relu(),
                 Un::Softplus => x.softplus(),
                 Un::Abs => x.abs(),
+                Un::SinhTanh => x.tanh().sinh(),
+                Un::CoshTanh => x.tanh().cosh(),
+                Un::Atan => x.atan(),
+                Un::Asinh => x.asinh(),
+                Un::AcoshSq => (&x * &x + 2.0).acosh(),
+                Un::AtanhTanh => (x.tanh() * 0.5).atanh(),
+                Un::AsinTanh => (x.tanh() * 0.5).asin(),
+                Un::AcosTanh => (x.tanh() * 0.5).acos(),
+                Un::Log2Sq => (&x * &x + 1.0).log2(),
+                Un::Exp2Tanh => x.tanh().exp2(),
+                Un::CbrtSq => (&x * &x + 1.0).cbrt(),
+                Un::LgammaSq => (&x * &x + 1.0).lgamma(),
+                Un::DigammaSq => (&x * &x + 1.0).digamma(),
+                Un::ErfinvTanh => (x.tanh() * 0.5).erfinv(),
             }
         }
         Expr::Binary(op, a, b) => {
@@ -369,6 +383,20 @@ pub fn rust(e: &Expr) -> String {
                 Un::Relu => format!("({x}).relu()"),
                 Un::Softplus => format!("({x}).softplus()"),
                 Un::Abs => format!("({x}).abs()"),
+                Un::SinhTanh => format!("({x}).tanh().sinh()"),
+                Un::CoshTanh => format!("({x}).tanh().cosh()"),
+                Un::Atan => format!("({x}).atan()"),
+                Un::Asinh => format!("({x}).asinh()"),
+                Un::AcoshSq => format!("{{ let x = {x}; (&x * &x + 2.0).acosh() }}"),
+                Un::AtanhTanh => format!("(({x}).tanh() * 0.5).atanh()"),
+                Un::AsinTanh => format!("(({x}).tanh() * 0.5).asin()"),
+                Un::AcosTanh => format!("(({x}).tanh() * 0.5).acos()"),
+                Un::Log2Sq => format!("{{ let x = {x}; (&x * &x + 1.0).log2() }}"),
+                Un::Exp2Tanh => format!("({x}).tanh().exp2()"),
+                Un::CbrtSq => format!("{{ let x = {x}; (&x * &x + 1.0).cbrt() }}"),
+                Un::LgammaSq => format!("{{ let x = {x}; (&x * &x + 1.0).lgamma() }}"),
+                Un::DigammaSq => format!("{{ let x = {x}; (&x * &x + 1.0).digamma() }}"),
+                Un::ErfinvTanh => format!("(({x}).tanh() * 0.5).erfinv()"),
             }
         }
         Expr::Binary(op, a, b) => {

@@ -12,7 +12,9 @@
 //!
 //! Values stay away from points where a derivative is not defined or where
 //! the two libraries may legitimately differ: logarithms, square roots,
-//! divisions and powers are of `1 + x²`, exponentials of `tanh x`, and
+//! divisions and powers are of `1 + x²`, exponentials of `tanh x`, the
+//! inverse trigonometric and special functions of values inside their
+//! domains (`tanh(x) / 2`, `1 + x²`, `2 + x²`), and
 //! element values are continuous random numbers (no exact ties, except
 //! where one input is broadcast against itself; see `Bin::Max`).
 
@@ -45,9 +47,37 @@ pub enum Un {
     Softplus,
     /// `abs` (derivative 0 at 0, as JAX's `sign`).
     Abs,
+    /// `sinh(tanh x)`.
+    SinhTanh,
+    /// `cosh(tanh x)`.
+    CoshTanh,
+    /// `atan x`.
+    Atan,
+    /// `asinh x`.
+    Asinh,
+    /// `acosh(2 + x²)`.
+    AcoshSq,
+    /// `atanh(tanh(x) / 2)`.
+    AtanhTanh,
+    /// `asin(tanh(x) / 2)`.
+    AsinTanh,
+    /// `acos(tanh(x) / 2)`.
+    AcosTanh,
+    /// `log2(1 + x²)`.
+    Log2Sq,
+    /// `exp2(tanh x)`.
+    Exp2Tanh,
+    /// `cbrt(1 + x²)`.
+    CbrtSq,
+    /// `lgamma(1 + x²)`.
+    LgammaSq,
+    /// `digamma(1 + x²)`.
+    DigammaSq,
+    /// `erfinv(tanh(x) / 2)`.
+    ErfinvTanh,
 }
 
-pub const UNARY: [Un; 13] = [
+pub const UNARY: [Un; 27] = [
     Un::Sin,
     Un::Cos,
     Un::Tanh,
@@ -61,6 +91,20 @@ pub const UNARY: [Un; 13] = [
     Un::Relu,
     Un::Softplus,
     Un::Abs,
+    Un::SinhTanh,
+    Un::CoshTanh,
+    Un::Atan,
+    Un::Asinh,
+    Un::AcoshSq,
+    Un::AtanhTanh,
+    Un::AsinTanh,
+    Un::AcosTanh,
+    Un::Log2Sq,
+    Un::Exp2Tanh,
+    Un::CbrtSq,
+    Un::LgammaSq,
+    Un::DigammaSq,
+    Un::ErfinvTanh,
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -56,6 +56,20 @@ pub fn python(e: &Expr) -> String {
                 // abs gives 1 there: a documented difference, see
                 // registry::edge_points), which `x * sign(x)` has in JAX.
                 Un::Abs => format!("(lambda x: x * jnp.sign(x))({x})"),
+                Un::SinhTanh => format!("jnp.sinh(jnp.tanh({x}))"),
+                Un::CoshTanh => format!("jnp.cosh(jnp.tanh({x}))"),
+                Un::Atan => format!("jnp.arctan({x})"),
+                Un::Asinh => format!("jnp.arcsinh({x})"),
+                Un::AcoshSq => format!("jnp.arccosh(jnp.square({x}) + 2.0)"),
+                Un::AtanhTanh => format!("jnp.arctanh(jnp.tanh({x}) * 0.5)"),
+                Un::AsinTanh => format!("jnp.arcsin(jnp.tanh({x}) * 0.5)"),
+                Un::AcosTanh => format!("jnp.arccos(jnp.tanh({x}) * 0.5)"),
+                Un::Log2Sq => format!("jnp.log2(jnp.square({x}) + 1.0)"),
+                Un::Exp2Tanh => format!("jnp.exp2(jnp.tanh({x}))"),
+                Un::CbrtSq => format!("jnp.cbrt(jnp.square({x}) + 1.0)"),
+                Un::LgammaSq => format!("jax.lax.lgamma(jnp.square({x}) + 1.0)"),
+                Un::DigammaSq => format!("jax.lax.digamma(jnp.square({x}) + 1.0)"),
+                Un::ErfinvTanh => format!("jax.lax.erf_inv(jnp.tanh({x}) * 0.5)"),
             }
         }
         Expr::Binary(op, a, b) => {

@@ -127,12 +127,7 @@ fn registry_covers_every_primitive() {
             for seed in 0..4 {
                 let c = (e.gen)(&mut G::new(seed), d);
                 let name = c.prim.name();
-                assert!(
-                    e.name == name || e.name.starts_with(&format!("{name}(")),
-                    "entry {} draws {}",
-                    e.name,
-                    c.prim
-                );
+                assert!(e.name == name || e.name.starts_with(&format!("{name}(")), "entry {} draws {}", e.name, c.prim);
                 drawn.push(c.prim.kind());
             }
         }
@@ -168,6 +163,9 @@ fn every_elementwise_op_has_its_cuda_source() {
     assert_eq!(names.len(), n, "two generated kernels share a name");
     for op in xform::core::prim::UnaryOp::examples() {
         let tag = op.name();
-        assert!(catalog.iter().any(|k| k.name.contains(tag) && k.source.contains("extern \"C\"")), "no kernel for {tag}");
+        assert!(
+            catalog.iter().any(|k| k.name.contains(tag) && k.source.contains("extern \"C\"")),
+            "no kernel for {tag}"
+        );
     }
 }

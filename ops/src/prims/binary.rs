@@ -393,7 +393,6 @@ fn transpose_binary(op: BinaryOp, cts: &[Option<Tensor>], args: &[LinearArg]) ->
     }
 }
 
-
 // ---- the family ------------------------------------------------------------------
 
 impl From<BinaryOp> for Prim {

@@ -7,8 +7,6 @@
 use super::batching::{batch_size, to_front, to_position};
 use super::sample::{generic_dom, numeric, Case, Dom, Sample, FLOATS, INTS};
 use super::{check_arity, check_axis, check_int, Family, Props};
-use xform_kernels::cuda_source::Kernel;
-use xform_kernels::Layout;
 use crate::array::{Array, Device};
 use crate::error::{Error, ErrorKind, Result};
 use crate::interp::{bind1, Outs};
@@ -17,6 +15,8 @@ use crate::prim::{Avals, Axes, BDims, CompareOp, Cotangents, LinearArg, Prim, Ta
 use crate::tensor::{Aval, AvalRef, Tensor};
 use smallvec::{smallvec, SmallVec};
 use xform_kernels::cpu::indexing::{self as k, GatherExtents};
+use xform_kernels::cuda_source::Kernel;
+use xform_kernels::Layout;
 use xform_kernels::{match_buffer, CpuBuffer, DType, Element, Shape};
 
 crate::family_enum! {
@@ -46,7 +46,6 @@ crate::family_enum! {
         },
     }
 }
-
 
 // ---- shape rules -----------------------------------------------------------
 
@@ -256,11 +255,7 @@ fn lower_scatter_add(axis: usize, batch_dims: usize, x: &Array, idx: &Array, u: 
 
 // ---- JVP ---------------------------------------------------------------------
 
-fn jvp_dynamic_slice(
-    prim: &Prim,
-    primals: &[Tensor],
-    tangents: &[Option<Tensor>],
-) -> Result<(Outs, Tangents)> {
+fn jvp_dynamic_slice(prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
     let out = bind1(prim, primals)?;
     let t = match &tangents[0] {
         Some(t) => {
@@ -295,11 +290,7 @@ fn jvp_gather(prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> R
     Ok((smallvec![out], smallvec![t]))
 }
 
-fn jvp_scatter_add(
-    prim: &Prim,
-    primals: &[Tensor],
-    tangents: &[Option<Tensor>],
-) -> Result<(Outs, Tangents)> {
+fn jvp_scatter_add(prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
     let out = bind1(prim, primals)?;
     let t = match (&tangents[0], &tangents[2]) {
         (None, None) => None,
@@ -345,12 +336,7 @@ fn transpose_dynamic_update_slice(cts: &[Option<Tensor>], args: &[LinearArg]) ->
     Ok(out)
 }
 
-fn transpose_gather(
-    axis: usize,
-    batch_dims: usize,
-    cts: &[Option<Tensor>],
-    args: &[LinearArg],
-) -> Result<Cotangents> {
+fn transpose_gather(axis: usize, batch_dims: usize, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
     let idx = consts(&args[1..2])?.remove(0);
     let ct_x = match &cts[0] {
         Some(ct) => Some(lax::scatter_add(&lax::zeros_aval(&args[0].aval())?, &idx, ct, axis, batch_dims)?),
@@ -455,12 +441,7 @@ fn batch_dynamic_update_slice(ins: &[Tensor], bdims: &[Option<usize>]) -> Result
     Ok((smallvec![lax::select(&hit, &e, &x)?], smallvec![Some(0)]))
 }
 
-fn batch_gather(
-    axis: usize,
-    batch_dims: usize,
-    ins: &[Tensor],
-    bdims: &[Option<usize>],
-) -> Result<(Outs, BDims)> {
+fn batch_gather(axis: usize, batch_dims: usize, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
     let size = batch_size(ins, bdims)?;
     let (x, idx) = (&ins[0], &ins[1]);
     match (bdims[0], bdims[1]) {
@@ -482,12 +463,7 @@ fn batch_gather(
     }
 }
 
-fn batch_scatter_add(
-    axis: usize,
-    batch_dims: usize,
-    ins: &[Tensor],
-    bdims: &[Option<usize>],
-) -> Result<(Outs, BDims)> {
+fn batch_scatter_add(axis: usize, batch_dims: usize, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
     let size = batch_size(ins, bdims)?;
     let (x, idx, u) = (&ins[0], &ins[1], &ins[2]);
     if bdims[1].is_none() {

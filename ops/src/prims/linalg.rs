@@ -9,18 +9,18 @@
 use super::batching::physical;
 use super::sample::{numeric, Case, Dom, Sample};
 use super::{check_arity, check_axes, Family, Props};
-use crate::prim::Prim;
-use xform_kernels::cuda_source::Kernel;
 use crate::array::{Array, Device};
 use crate::error::{Error, Result};
 use crate::interp::Outs;
 use crate::lax;
+use crate::prim::Prim;
 use crate::prim::{Avals, Axes, BDims, Cotangents, LinearArg, Tangents};
 use crate::tensor::{Aval, AvalRef, Tensor};
 use smallvec::smallvec;
 use std::fmt;
 use xform_kernels::cpu::matmul::{gemm, gemm_half, gemm_int};
 use xform_kernels::cpu::Par;
+use xform_kernels::cuda_source::Kernel;
 use xform_kernels::{CpuBuffer, DType, Layout, Shape};
 
 /// Which axes of `dot_general` contract and which are batch axes.
@@ -277,11 +277,7 @@ fn lower_dot_general(d: &DotDims, a: &Array, b: &Array) -> Result<Array> {
 
 // ---- JVP -----------------------------------------------------------------------------
 
-fn jvp_dot_general(
-    d: &DotDims,
-    primals: &[Tensor],
-    tangents: &[Option<Tensor>],
-) -> Result<(Outs, Tangents)> {
+fn jvp_dot_general(d: &DotDims, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
     let (a, b) = (&primals[0], &primals[1]);
     let out = lax::dot_general(a, b, d.clone())?;
     if !a.dtype().is_float() {
@@ -489,7 +485,8 @@ impl Family for LinalgOp {
             };
             let ls: Vec<usize> = lroles.iter().map(|&r| size(r, &lfs)).collect();
             let rs: Vec<usize> = rroles.iter().map(|&r| size(r, &rfs)).collect();
-            let pos = |roles: &[(char, usize)], role: char, i: usize| roles.iter().position(|&r| r == (role, i)).unwrap();
+            let pos =
+                |roles: &[(char, usize)], role: char, i: usize| roles.iter().position(|&r| r == (role, i)).unwrap();
             let dims = DotDims {
                 lhs_contract: (0..nc).map(|i| pos(&lroles, 'c', i)).collect(),
                 rhs_contract: (0..nc).map(|i| pos(&rroles, 'c', i)).collect(),

@@ -25,14 +25,14 @@ pub mod unary;
 
 use crate::array::Array;
 use crate::error::{Error, Result};
-use crate::tensor::AvalRef;
-use xform_kernels::{DType, Shape};
 use crate::interp::Outs;
 use crate::prim::{Avals, BDims, Cotangents, LinearArg, Prim, Tangents};
+use crate::tensor::AvalRef;
 use crate::tensor::Tensor;
 use std::fmt;
 use xform_kernels::cuda_source::Kernel;
 use xform_kernels::Layout;
+use xform_kernels::{DType, Shape};
 
 /// How the eager result of a view primitive shares its operand's storage,
 /// and so how a write through the view reaches the operand (see
@@ -91,7 +91,8 @@ pub struct Props {
 impl Props {
     /// No property: not elementwise, no view, a transpose that may pass
     /// its cotangent on, nothing known of ones.
-    pub const NONE: Props = Props { elementwise: false, view: None, transpose_is_fresh: false, ones: OnesTranspose::Unknown };
+    pub const NONE: Props =
+        Props { elementwise: false, view: None, transpose_is_fresh: false, ones: OnesTranspose::Unknown };
     /// An elementwise primitive (otherwise [`Props::NONE`]).
     pub const ELEMENTWISE: Props = Props { elementwise: true, ..Props::NONE };
     /// With [`Props::transpose_is_fresh`] set.
@@ -234,7 +235,6 @@ macro_rules! family_enum {
         }
     };
 }
-
 
 /// Checks the operand count.
 #[inline]

@@ -4,19 +4,19 @@
 
 use super::sample::{Case, Dom, Sample};
 use super::{check_arity, check_same_shapes, Family, Props};
-use crate::interp::Outs;
-use crate::prim::{BDims, Cotangents, LinearArg, Prim, Tangents};
-use crate::tensor::Tensor;
-use xform_kernels::cuda_source::Kernel;
-use xform_kernels::Layout;
 use crate::array::{Array, Device};
 use crate::error::{Error, Result};
+use crate::interp::Outs;
 use crate::prim::Avals;
+use crate::prim::{BDims, Cotangents, LinearArg, Prim, Tangents};
 use crate::tensor::AvalRef;
+use crate::tensor::Tensor;
 use smallvec::{smallvec, SmallVec};
 use xform_kernels::cpu::elementwise::to_contiguous;
 use xform_kernels::cpu::random::threefry2x32;
 use xform_kernels::cpu::Par;
+use xform_kernels::cuda_source::Kernel;
+use xform_kernels::Layout;
 use xform_kernels::{CpuBuffer, DType};
 
 fn shape_threefry(ins: &[AvalRef<'_>]) -> Result<Avals> {
@@ -96,9 +96,7 @@ impl Family for RandomOp {
 
     fn lower(&self, ins: &[&Array]) -> Result<Outs> {
         match self {
-            RandomOp::Threefry2x32 => {
-                lower_threefry(ins).map(|v| v.into_iter().map(Tensor::from_array).collect())
-            }
+            RandomOp::Threefry2x32 => lower_threefry(ins).map(|v| v.into_iter().map(Tensor::from_array).collect()),
         }
     }
 

@@ -11,11 +11,11 @@ use crate::error::{Error, Result};
 use crate::interp::{bind1, Outs};
 use crate::lax;
 use crate::prim::{Avals, Axes, BDims, Cotangents, LinearArg, Prim, Tangents};
-use xform_kernels::cuda_source::{cumulative_kernel, reduce_kernel, arg_reduce_kernel, Fold, Kernel, Ranking};
 use crate::tensor::{AvalRef, Tensor};
 use smallvec::smallvec;
 use xform_kernels::cpu::reduce::{arg_reduce, cumulative, reduce, reduced_shape, Reducer};
 use xform_kernels::cpu::Par;
+use xform_kernels::cuda_source::{arg_reduce_kernel, cumulative_kernel, reduce_kernel, Fold, Kernel, Ranking};
 use xform_kernels::{CpuBuffer, DType, Element, Float, Layout, Real};
 
 crate::op_enum! {
@@ -342,12 +342,7 @@ fn jvp_reduce(
 
 // ---- transpose ---------------------------------------------------------------
 
-fn transpose_reduce(
-    op: ReduceOp,
-    axes: &[usize],
-    cts: &[Option<Tensor>],
-    args: &[LinearArg],
-) -> Result<Cotangents> {
+fn transpose_reduce(op: ReduceOp, axes: &[usize], cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
     if op != ReduceOp::Sum {
         return Err(Error::transform(op.name(), format!("{} is not linear, so it cannot be transposed", op.name())));
     }
@@ -355,23 +350,13 @@ fn transpose_reduce(
     Ok(smallvec![cts[0].as_ref().map(|c| unreduce(c, &shape, axes)).transpose()?])
 }
 
-fn transpose_cumsum(
-    axis: usize,
-    reverse: bool,
-    cts: &[Option<Tensor>],
-    _args: &[LinearArg],
-) -> Result<Cotangents> {
+fn transpose_cumsum(axis: usize, reverse: bool, cts: &[Option<Tensor>], _args: &[LinearArg]) -> Result<Cotangents> {
     Ok(smallvec![cts[0].as_ref().map(|c| lax::cumsum(c, axis, !reverse)).transpose()?])
 }
 
 // ---- batching ----------------------------------------------------------------
 
-fn batch_reduce(
-    op: ReduceOp,
-    axes: &[usize],
-    ins: &[Tensor],
-    bdims: &[Option<usize>],
-) -> Result<(Outs, BDims)> {
+fn batch_reduce(op: ReduceOp, axes: &[usize], ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
     let b = bdims[0].expect("batched operand");
     let phys: Axes = axes.iter().map(|&a| physical(a, b)).collect();
     let out_b = b - phys.iter().filter(|&&a| a < b).count();
@@ -391,12 +376,7 @@ fn batch_arg_reduce(
     Ok((smallvec![lax::arg_reduce(op, &ins[0], pa, index_dtype)?], smallvec![Some(out_b)]))
 }
 
-fn batch_cumsum(
-    axis: usize,
-    reverse: bool,
-    ins: &[Tensor],
-    bdims: &[Option<usize>],
-) -> Result<(Outs, BDims)> {
+fn batch_cumsum(axis: usize, reverse: bool, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
     let b = bdims[0].expect("batched operand");
     let y = bind1(&Reduction::Cumsum { axis: physical(axis, b), reverse }.into(), &ins[..1])?;
     Ok((smallvec![y], smallvec![Some(b)]))
@@ -501,7 +481,10 @@ impl Family for Reduction {
                     let shape: Vec<usize> = (0..r).map(|_| g.int(1, 4)).collect();
                     let axis = g.int(0, r - 1);
                     let index_dtype = g.pick(&[DType::I32, DType::I64]);
-                    Case::new(Reduction::ArgReduce { op, axis, index_dtype }, vec![(shape, d, super::sample::generic_dom(d))])
+                    Case::new(
+                        Reduction::ArgReduce { op, axis, index_dtype },
+                        vec![(shape, d, super::sample::generic_dom(d))],
+                    )
                 },
             ));
         }

@@ -6,8 +6,6 @@
 use super::batching::{batch_size, physical, to_front};
 use super::sample::{generic_dom, numeric, Case, Sample};
 use super::{axes_str, check_arity, check_axes, check_axis, check_same_dtypes, Family, OnesTranspose, Props, ViewKind};
-use xform_kernels::cuda_source::Kernel;
-use xform_kernels::Layout;
 use crate::array::{Array, Device};
 use crate::error::{Error, Result};
 use crate::interp::{bind1, Outs};
@@ -16,6 +14,8 @@ use crate::prim::{Amounts, Avals, Axes, BDims, Cotangents, LinearArg, Prim, Tang
 use crate::tensor::{Aval, AvalRef, Tensor};
 use smallvec::{smallvec, SmallVec};
 use xform_kernels::cpu::shape as k;
+use xform_kernels::cuda_source::Kernel;
+use xform_kernels::Layout;
 use xform_kernels::{match_buffer, CpuBuffer, DType, Element, Shape};
 
 crate::family_enum! {
@@ -220,13 +220,7 @@ fn shape_rev(axes: &[usize], ins: &[AvalRef<'_>]) -> Result<Avals> {
     Ok(smallvec![ins[0].to_owned()])
 }
 
-fn shape_iota(
-    shape: &Shape,
-    dim: usize,
-    dtype: DType,
-    device: Device,
-    ins: &[AvalRef<'_>],
-) -> Result<Avals> {
+fn shape_iota(shape: &Shape, dim: usize, dtype: DType, device: Device, ins: &[AvalRef<'_>]) -> Result<Avals> {
     check_arity("iota", ins, 0)?;
     check_axis("iota", dim, shape.rank())?;
     if dtype == DType::Bool {
@@ -315,11 +309,7 @@ fn jvp_pad(prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Resu
     Ok((smallvec![out], smallvec![t]))
 }
 
-fn jvp_concatenate(
-    prim: &Prim,
-    primals: &[Tensor],
-    tangents: &[Option<Tensor>],
-) -> Result<(Outs, Tangents)> {
+fn jvp_concatenate(prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
     let out = bind1(prim, primals)?;
     if tangents.iter().all(Option::is_none) || !primals[0].dtype().is_float() {
         return Ok((smallvec![out], smallvec![None]));
@@ -334,11 +324,7 @@ fn map_ct(cts: &[Option<Tensor>], f: impl FnOnce(&Tensor) -> Result<Tensor>) -> 
     Ok(smallvec![cts[0].as_ref().map(f).transpose()?])
 }
 
-fn transpose_broadcast_in_dim(
-    dims: &[usize],
-    cts: &[Option<Tensor>],
-    args: &[LinearArg],
-) -> Result<Cotangents> {
+fn transpose_broadcast_in_dim(dims: &[usize], cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
     let in_shape = args[0].aval().shape;
     map_ct(cts, |ct| {
         let out_shape = ct.shape();
@@ -783,13 +769,24 @@ fn shape_samples() -> Vec<Sample> {
         let shape = g.dims(r);
         Case::new(ShapeOp::Rev { axes: g.subset(r).into_iter().collect() }, vec![(shape, d, generic_dom(d))])
     }));
-    v.push(Sample::new("iota", vec![DType::F32, DType::F64, DType::I32, DType::I64, DType::U32], vec![], false, |g, d| {
-        let r = g.int(1, 3);
-        let shape = g.dims(r);
-        Case::new(
-            ShapeOp::Iota { shape: Shape::from(shape), dim: g.int(0, r - 1), dtype: d, device: crate::default_device() },
-            vec![],
-        )
-    }));
+    v.push(Sample::new(
+        "iota",
+        vec![DType::F32, DType::F64, DType::I32, DType::I64, DType::U32],
+        vec![],
+        false,
+        |g, d| {
+            let r = g.int(1, 3);
+            let shape = g.dims(r);
+            Case::new(
+                ShapeOp::Iota {
+                    shape: Shape::from(shape),
+                    dim: g.int(0, r - 1),
+                    dtype: d,
+                    device: crate::default_device(),
+                },
+                vec![],
+            )
+        },
+    ));
     v
 }

@@ -674,7 +674,8 @@ fn unary_sample(op: UnaryOp) -> Sample {
     let linear = if op.is_linear() { vec![0] } else { vec![] };
     let smooth = op.classes().0;
     let float_dom = op.sample_dom();
-    let dtypes: Vec<DType> = FLOATS.iter().chain(&INTS).chain(&[DType::Bool]).copied().filter(|&d| op.accepts(d)).collect();
+    let dtypes: Vec<DType> =
+        FLOATS.iter().chain(&INTS).chain(&[DType::Bool]).copied().filter(|&d| op.accepts(d)).collect();
     Sample::new(name, dtypes, linear, smooth, move |g, d| {
         let shape = g.shape(3, 0, 3);
         let dom = if d.is_float() {

@@ -123,6 +123,7 @@ macro_rules! unary_table {
 
             /// Every op, parameterized ones once per sample parameter of
             /// the table: what registries and catalogs iterate.
+            #[allow(clippy::vec_init_then_push)]
             pub fn examples() -> Vec<UnaryOp> {
                 let mut out = Vec::new();
                 $( unary_examples!($v, out $(, $($pv),+)?); )*
