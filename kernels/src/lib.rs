@@ -16,6 +16,7 @@ pub mod dtype;
 pub mod fastmath;
 pub mod layout;
 pub mod pool;
+pub mod special;
 
 pub use buffer::CpuBuffer;
 pub use dtype::{DType, Element, Float, Real};
