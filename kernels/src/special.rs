@@ -320,7 +320,7 @@ fn horner64(c: &[f64], t: f64) -> f64 {
 /// erfinv(±1) = ±inf, NaN for |x| > 1 and NaN, odd (erfinv(-0) = -0).
 pub fn erfinv(x: f64) -> f64 {
     let a = x.abs();
-    if !(a <= 1.0) {
+    if a.is_nan() || a > 1.0 {
         return f64::NAN;
     }
     if a == 1.0 {
@@ -341,7 +341,7 @@ pub fn erfinv(x: f64) -> f64 {
 /// in f32 (as XLA's f32 erfinv and CUDA's `erfinvf`).
 pub fn erfinv_f32(x: f32) -> f32 {
     let a = x.abs();
-    if !(a <= 1.0) {
+    if a.is_nan() || a > 1.0 {
         return f32::NAN;
     }
     if a == 1.0 {
@@ -402,6 +402,11 @@ static __device__ __forceinline__ {ty} xf_polygamma(int n, {ty} x) {{ return ({t
 
 const CUDA_CORE_HEAD: &str = "#ifndef XF_SPECIAL_CORE
 #define XF_SPECIAL_CORE
+#ifdef HUGE_VAL
+#define XF_INF_F64 HUGE_VAL
+#else
+#define XF_INF_F64 __longlong_as_double(0x7ff0000000000000LL)
+#endif
 static __device__ __forceinline__ double xf_digamma_pos_f64(double x) {
     double acc = 0.0;
     while (x < 10.0) {
@@ -415,8 +420,8 @@ const CUDA_CORE_MID: &str = "    return log(x) - 0.5 / x - p * z - acc;
 }
 static __device__ __forceinline__ double xf_digamma_f64(double x) {
     const double pi = 3.141592653589793;
-    if (x != x || x == -HUGE_VAL) return nan(\"\");
-    if (x == HUGE_VAL) return HUGE_VAL;
+    if (x != x || x == -XF_INF_F64) return nan(\"\");
+    if (x == XF_INF_F64) return XF_INF_F64;
     if (x <= 0.0 && x == floor(x)) return nan(\"\");
     if (x < 0.0) {
         double r = x - round(x);
@@ -443,13 +448,13 @@ static __device__ __forceinline__ double xf_zeta_pos_f64(double s, double q) {
 const CUDA_CORE_TAIL: &str = "    return sum + tail;
 }
 static __device__ __forceinline__ double xf_hurwitz_zeta_f64(double s, double q) {
-    if (s != s || q != q || s < 1.0 || q == -HUGE_VAL) return nan(\"\");
-    if (s == 1.0) return HUGE_VAL;
-    if (q == HUGE_VAL) return 0.0;
+    if (s != s || q != q || s < 1.0 || q == -XF_INF_F64) return nan(\"\");
+    if (s == 1.0) return XF_INF_F64;
+    if (q == XF_INF_F64) return 0.0;
     if (q > 0.0) return xf_zeta_pos_f64(s, q);
     if (s != floor(s)) return nan(\"\");
     int even = fmod(s, 2.0) == 0.0;
-    if (q == floor(q)) return even ? HUGE_VAL : nan(\"\");
+    if (q == floor(q)) return even ? XF_INF_F64 : nan(\"\");
     double p = q - floor(q), pc = ceil(q) - q;
     double a = xf_zeta_pos_f64(s, p), b = xf_zeta_pos_f64(s, pc), c = xf_zeta_pos_f64(s, 1.0 - q);
     return even ? (a + b) - c : (a - b) + c;
@@ -461,7 +466,7 @@ static __device__ __forceinline__ double xf_polygamma_f64(int n, double x) {
     double sign = n % 2 == 1 ? 1.0 : -1.0;
     if (z == 0.0 || z != z) return sign * z;
     double fact = 1.0;
-    for (int k = 2; k <= n && fact < HUGE_VAL; ++k) fact *= (double)k;
+    for (int k = 2; k <= n && fact < XF_INF_F64; ++k) fact *= (double)k;
     return sign * fact * z;
 }
 #endif
