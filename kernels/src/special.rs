@@ -12,7 +12,7 @@
 //! generated from this module's constant tables), so the two agree up to
 //! the last-bit differences of `log` / `tan` / `pow` between the C library
 //! and CUDA. The f32 versions compute in f64 and round once, on both sides.
-//! The test `cuda_source_matches_cpu_under_gcc` compiles the C with gcc
+//! The test `special_cuda_source_matches_cpu_under_gcc` compiles the C with gcc
 //! and compares it with the Rust functions.
 
 use std::f64::consts::PI;
