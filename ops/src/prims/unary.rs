@@ -360,7 +360,10 @@ unary_table! {
         cost: 16,
         float: |x| x.via(|v| special::polygamma_f32(n, v), |v| special::polygamma(n, v)),
         cuda: |c| c.expr("xf_polygamma((int)p, x)").helpers(special::cuda_helpers(c.double())).param(n as i64),
-        jvp: |t, x, _y| scale(t, lax::polygamma(x, n + 1)?),
+        jvp: |t, x, _y| {
+            let next = n.checked_add(1).ok_or_else(|| Error::overflow("polygamma", "the order of the derivative overflows u32"))?;
+            scale(t, lax::polygamma(x, next)?)
+        },
         linear: false,
         method: float polygamma,
         sample: Dom::Real(0.5, 4.0),
@@ -399,7 +402,8 @@ unary_table! {
             0 => Ok(None),
             1 => Ok(Some(t.clone())),
             _ => {
-                let d = if n == 2 { x.clone() } else { lax::integer_pow(x, n - 1)? };
+                let m = n.checked_sub(1).ok_or_else(|| Error::overflow("integer_pow", "the exponent of the derivative overflows i32"))?;
+                let d = if n == 2 { x.clone() } else { lax::integer_pow(x, m)? };
                 scale(t, lax::mul_scalar(&d, n as f64)?)
             }
         },
