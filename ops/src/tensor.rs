@@ -492,3 +492,17 @@ impl std::fmt::Debug for Tensor {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::size_of;
+
+    /// The typed payload is no larger than the untyped fields it replaced
+    /// (two optional tensor handles and a `usize`), so tracers and node
+    /// values stay as small as they were.
+    #[test]
+    fn tracer_data_is_three_words() {
+        assert_eq!(size_of::<TracerData>(), 2 * size_of::<Option<Tensor>>() + size_of::<usize>());
+    }
+}
