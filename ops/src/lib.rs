@@ -32,5 +32,5 @@ pub use methods::{Idx, Scalar};
 pub use prim::{DotDims, LinearArg, Prim};
 pub use program::{Atom, Eqn, Program, ProgramBuilder, Var};
 pub use random::Key;
-pub use tensor::{Aval, AvalRef, Tensor, Tracer, Value};
+pub use tensor::{Aval, AvalRef, Tensor, Tracer, TracerData, Value};
 pub use xform_kernels::{half, DType, Element, Shape};

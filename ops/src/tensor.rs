@@ -64,22 +64,72 @@ impl AvalRef<'_> {
 }
 
 /// A value under a transform: the interpreter instance that owns it (by
-/// tag), its abstract value, and the interpreter's own data in a fixed,
-/// allocation-free shape that every interpreter can use: up to two tensors
-/// of the parent level and one integer (jvp: primal and tangent; vmap:
-/// value and batch dim; trace: the program variable).
+/// tag), its abstract value, and that interpreter's own data.
 #[derive(Clone)]
 pub struct Tracer {
     /// The owning interpreter instance.
     pub tag: Tag,
     /// Logical shape, dtype and device, as the user's code sees them.
     pub aval: Aval,
-    /// First tensor of the interpreter's data.
-    pub a: Option<Tensor>,
-    /// Second tensor of the interpreter's data.
-    pub b: Option<Tensor>,
-    /// Integer of the interpreter's data.
-    pub n: usize,
+    /// The owning interpreter's data.
+    pub data: TracerData,
+}
+
+/// What a tracer carries, one variant per kind of interpreter: each reads
+/// only its own variant, and a tracer of its tag with another variant is an
+/// internal error it reports, not a panic. No variant allocates, so a clone
+/// is at most two reference-count increments.
+#[derive(Clone)]
+pub enum TracerData {
+    /// Forward mode (the JVP interpreter of jvp, grad, jacfwd, linearize,
+    /// ...): the primal and its tangent, both of the parent level. A
+    /// symbolic zero tangent is never a tracer: the primal stands alone.
+    Dual {
+        /// The value.
+        primal: Tensor,
+        /// Its tangent.
+        tangent: Tensor,
+    },
+    /// vmap: the value with the batch axis in it, of the parent level.
+    Batched {
+        /// The batched value.
+        value: Tensor,
+        /// The batch axis of `value`.
+        bdim: usize,
+    },
+    /// trace (and linearize's tangent recorder): the program variable.
+    Staged {
+        /// The variable in the program being built.
+        var: crate::program::Var,
+    },
+    /// functionalize with `remove_views`: the value, of the parent level.
+    Functional {
+        /// The value.
+        value: Tensor,
+    },
+}
+
+impl TracerData {
+    /// The variant's name, for messages.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            TracerData::Dual { .. } => "dual",
+            TracerData::Batched { .. } => "batched",
+            TracerData::Staged { .. } => "staged",
+            TracerData::Functional { .. } => "functional",
+        }
+    }
+}
+
+impl Tracer {
+    /// The error an interpreter returns for a tracer of its own tag whose
+    /// data is not the `expected` variant: a bug in xform, reported, not a
+    /// panic.
+    #[cold]
+    pub fn wrong_data(&self, expected: &str) -> Error {
+        let (name, got) = (self.tag.name, self.data.kind());
+        Error::transform(name, format!("internal error: a {name} tracer holds {got} data, not {expected}"))
+    }
 }
 
 impl std::fmt::Debug for Tracer {
@@ -440,5 +490,19 @@ impl std::fmt::Debug for Tensor {
             Value::Array(_) => write!(f, "{self}"),
             Value::Tracer(t) => write!(f, "{t:?}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::size_of;
+
+    /// The typed payload is no larger than the untyped fields it replaced
+    /// (two optional tensor handles and a `usize`), so tracers and node
+    /// values stay as small as they were.
+    #[test]
+    fn tracer_data_is_three_words() {
+        assert_eq!(size_of::<TracerData>(), 2 * size_of::<Option<Tensor>>() + size_of::<usize>());
     }
 }

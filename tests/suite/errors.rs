@@ -261,3 +261,43 @@ fn scalars_out_of_an_integer_dtypes_range_are_refused() {
     overflow(&err(|| Tensor::full([2], 4294967296.0, DType::U32)), "full");
     overflow(&err(|| x.full_like(f64::INFINITY)), "full_like");
 }
+
+/// A tracer of an interpreter's own tag carrying another interpreter's data
+/// can only come from a bug in xform: each interpreter reports it as an
+/// error naming the transform, on its operands and on the outputs, rather
+/// than panicking.
+#[test]
+fn a_tracer_with_another_interpreters_data_is_an_internal_error() {
+    use xform::core::program::Var;
+    use xform::core::tensor::{Tracer, TracerData, Value};
+    // `x` (a tracer) with its tag and aval kept and its data replaced.
+    fn forge(x: &Tensor, data: TracerData) -> Tensor {
+        let Value::Tracer(tr) = &*x.value() else { panic!("expected a tracer") };
+        Tensor::from_tracer(Tracer { tag: tr.tag, aval: tr.aval.clone(), data })
+    }
+    fn check(e: xform::Error, transform: &str, got: &str, expected: &str) {
+        assert_eq!(e.op, transform);
+        assert!(matches!(e.kind, ErrorKind::Transform { .. }), "{e}");
+        let message = format!("internal error: a {transform} tracer holds {got} data, not {expected}");
+        assert!(e.to_string().contains(&message), "{e}");
+    }
+    let x = Tensor::from_vec(vec![1.0f32, 2.0], [2]);
+    let staged = || TracerData::Staged { var: Var(0) };
+
+    check(err(|| jvp(|x: &Tensor| forge(x, staged()).sin(), &x, &x).1), "jvp", "staged", "dual");
+    check(err(|| jvp(|x: &Tensor| forge(x, staged()), &x, &x).1), "jvp", "staged", "dual");
+    let dual = |x: &Tensor| TracerData::Dual { primal: x.clone(), tangent: x.clone() };
+    check(err(|| vmap(|x: &Tensor| forge(x, dual(x)).sin())(&x)), "vmap", "dual", "batched");
+    check(err(|| vmap(|x: &Tensor| forge(x, dual(x)))(&x)), "vmap", "dual", "batched");
+    let opts = xform::FunctionalizeOptions { remove_views: true };
+    let batched = |x: &Tensor| TracerData::Batched { value: x.clone(), bdim: 0 };
+    let f = xform::functionalize_with(|x: &Tensor| forge(x, batched(x)).sin(), opts.clone());
+    check(err(|| f(&x)), "functionalize", "batched", "functional");
+    let f = xform::functionalize_with(|x: &Tensor| forge(x, batched(x)), opts);
+    check(err(|| f(&x)), "functionalize", "batched", "functional");
+    let e = catch(|| trace(|x: &Tensor| forge(x, dual(x)).sin(), &x)).unwrap_err();
+    check(e, "trace", "dual", "staged");
+    let e = catch(|| trace(|x: &Tensor| forge(x, dual(x)), &x)).unwrap_err();
+    check(e, "trace", "dual", "staged");
+    assert_eq!(xform::core::interp::stack_depth(), 0);
+}

@@ -12,7 +12,7 @@ use crate::tree::Tree;
 use smallvec::SmallVec;
 use xform_ops::interp::{bind_at, parent_of, with_interpreter};
 use xform_ops::prim::Prim;
-use xform_ops::{lax, Interpreter, Level, OrRaise, Outs, Result, Tag, Tensor, Value};
+use xform_ops::{lax, Interpreter, Level, OrRaise, Outs, Result, Tag, Tensor, TracerData, Value};
 
 /// Options of [`functionalize_with`].
 #[derive(Clone, Debug, Default)]
@@ -39,16 +39,17 @@ impl FunctionalizeInterp {
             return Tensor::from_value(val.value_cloned());
         }
         let aval = val.aval();
-        Tensor::from_tracer(xform_ops::Tracer { tag: self.tag, aval, a: Some(val), b: None, n: 0 })
+        Tensor::from_tracer(xform_ops::Tracer { tag: self.tag, aval, data: TracerData::Functional { value: val } })
     }
 
-    fn unwrap(&self, t: &Tensor) -> Tensor {
+    fn unwrap(&self, t: &Tensor) -> Result<Tensor> {
         if let Value::Tracer(tr) = &*t.value() {
             if tr.tag.id == self.tag.id {
-                return tr.a.clone().expect("functionalize value");
+                let TracerData::Functional { value } = &tr.data else { return Err(tr.wrong_data("functional")) };
+                return Ok(value.clone());
             }
         }
-        t.clone()
+        Ok(t.clone())
     }
 }
 
@@ -62,7 +63,7 @@ impl Interpreter for FunctionalizeInterp {
     }
 
     fn process(&self, level: Level, prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
-        let ins: Vec<Tensor> = inputs.iter().map(|t| self.unwrap(t)).collect();
+        let ins: Vec<Tensor> = inputs.iter().map(|t| self.unwrap(t)).collect::<Result<_>>()?;
         let outs = bind_at(parent_of(level), prim, &ins)?;
         // Views, stop_gradient and detach return their operand's storage
         // eagerly: aliases.
@@ -109,8 +110,8 @@ pub fn functionalize_with<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y, opts: Functiona
         let (y, outs, finals) = with_interpreter(&interp, || {
             let wrapped: Vec<Tensor> = leaves.iter().map(|l| interp.wrap(l.clone())).collect();
             let y = f(&x.with_leaves(wrapped.clone()));
-            let outs: Vec<Tensor> = y.leaves().iter().map(|o| interp.unwrap(o)).collect();
-            let finals = mutated_finals(&leaves, &wrapped, |w| interp.unwrap(w));
+            let outs: Vec<Tensor> = y.leaves().iter().map(|o| interp.unwrap(o).or_raise()).collect();
+            let finals = mutated_finals(&leaves, &wrapped, |w| interp.unwrap(w).or_raise());
             (y, outs, finals)
         });
         write_back("functionalize", &leaves, finals).or_raise();

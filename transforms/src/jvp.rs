@@ -10,7 +10,7 @@ use crate::tree::Tree;
 use smallvec::SmallVec;
 use xform_ops::interp::{run_at_parent, with_interpreter};
 use xform_ops::prim::jvp_rule;
-use xform_ops::{Error, Interpreter, Level, OrRaise, Outs, Prim, Result, Tag, Tensor, Tracer, Value};
+use xform_ops::{Error, Interpreter, Level, OrRaise, Outs, Prim, Result, Tag, Tensor, Tracer, TracerData, Value};
 
 /// The JVP interpreter (one instance per transform call).
 pub(crate) struct JvpInterp {
@@ -31,19 +31,20 @@ impl JvpInterp {
             None => primal,
             Some(t) => {
                 let aval = primal.aval();
-                Tensor::from_tracer(Tracer { tag: self.tag, aval, a: Some(primal), b: Some(t), n: 0 })
+                Tensor::from_tracer(Tracer { tag: self.tag, aval, data: TracerData::Dual { primal, tangent: t } })
             }
         }
     }
 
     /// Primal and tangent of `t` at this level.
-    pub(crate) fn unwrap(&self, t: &Tensor) -> (Tensor, Option<Tensor>) {
+    pub(crate) fn unwrap(&self, t: &Tensor) -> Result<(Tensor, Option<Tensor>)> {
         if let Value::Tracer(tr) = &*t.value() {
             if tr.tag.id == self.tag.id {
-                return (tr.a.clone().expect("jvp tracer primal"), tr.b.clone());
+                let TracerData::Dual { primal, tangent } = &tr.data else { return Err(tr.wrong_data("dual")) };
+                return Ok((primal.clone(), Some(tangent.clone())));
             }
         }
-        (t.clone(), None)
+        Ok((t.clone(), None))
     }
 }
 
@@ -60,18 +61,18 @@ impl Interpreter for JvpInterp {
         // One and two operands (nearly every op) without operand lists.
         match inputs {
             [x] => {
-                let (p, t) = self.unwrap(x);
+                let (p, t) = self.unwrap(x)?;
                 self.apply(level, prim, &[p], &[t])
             }
             [x, y] => {
-                let ((px, tx), (py, ty)) = (self.unwrap(x), self.unwrap(y));
+                let ((px, tx), (py, ty)) = (self.unwrap(x)?, self.unwrap(y)?);
                 self.apply(level, prim, &[px, py], &[tx, ty])
             }
             _ => {
                 let mut primals: SmallVec<[Tensor; 4]> = SmallVec::new();
                 let mut tangents: SmallVec<[Option<Tensor>; 4]> = SmallVec::new();
                 for t in inputs {
-                    let (p, d) = self.unwrap(t);
+                    let (p, d) = self.unwrap(t)?;
                     primals.push(p);
                     tangents.push(d);
                 }
@@ -131,8 +132,8 @@ pub(crate) fn jvp_flat<X: Tree, Y: Tree>(
             .collect();
         let out = f(&primals.with_leaves(wrapped.clone()));
         let outs = out.leaves();
-        let (ps, ts): (Vec<Tensor>, Vec<Option<Tensor>>) = outs.iter().map(|o| interp.unwrap(o)).unzip();
-        let finals = crate::functionalize::mutated_finals(&leaves, &wrapped, |w| interp.unwrap(w).0);
+        let (ps, ts): (Vec<Tensor>, Vec<Option<Tensor>>) = outs.iter().map(|o| interp.unwrap(o).or_raise()).unzip();
+        let finals = crate::functionalize::mutated_finals(&leaves, &wrapped, |w| interp.unwrap(w).or_raise().0);
         (out, ps, ts, finals)
     });
     crate::functionalize::write_back(label, &leaves, finals).or_raise();

@@ -53,18 +53,18 @@ pub(crate) fn linearize_flat<X: Tree, Y: Tree>(label: &'static str, f: impl FnOn
             let mut out_leaves = Leaves::new();
             let mut tangents: SmallVec<[Option<Tensor>; 4]> = SmallVec::new();
             for o in out.leaves().iter() {
-                let (p, t) = jvp.unwrap(o);
+                let (p, t) = jvp.unwrap(o).or_raise();
                 out_leaves.push(p);
                 tangents.push(t);
             }
-            let finals = crate::functionalize::mutated_finals(&in_leaves, &wrapped, |w| jvp.unwrap(w).0);
+            let finals = crate::functionalize::mutated_finals(&in_leaves, &wrapped, |w| jvp.unwrap(w).or_raise().0);
             (out, out_leaves, tangents, finals)
         });
         let mut tangent_outs = Leaves::new();
         for (t, p) in tangents.into_iter().zip(&out_leaves) {
             tangent_outs.push(lax::instantiate(&t, p).or_raise());
         }
-        let program = tracer.finish(&tangent_outs);
+        let program = tracer.finish(&tangent_outs).or_raise();
         (out, out_leaves, finals, program)
     });
     if finals.iter().any(Option::is_some) {

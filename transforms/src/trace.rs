@@ -10,7 +10,8 @@ use std::cell::RefCell;
 use xform_ops::interp::with_interpreter;
 use xform_ops::prim::shape_rule;
 use xform_ops::{
-    Atom, Aval, Interpreter, Level, Outs, Prim, Program, ProgramBuilder, Result, Tag, Tensor, Tracer, Value, Var,
+    Atom, Aval, Interpreter, Level, OrRaise, Outs, Prim, Program, ProgramBuilder, Result, Tag, Tensor, Tracer,
+    TracerData, Value, Var,
 };
 
 /// The staging interpreter.
@@ -33,27 +34,28 @@ impl TraceInterp {
     /// A new program input and its tracer.
     pub(crate) fn new_input(&self, aval: Aval) -> Tensor {
         let var = self.builder.borrow_mut().new_input(aval.clone());
-        Tensor::from_tracer(Tracer { tag: self.tag, aval, a: None, b: None, n: var.0 as usize })
+        Tensor::from_tracer(Tracer { tag: self.tag, aval, data: TracerData::Staged { var } })
     }
 
     /// The atom for `t`: its variable if it is this level's tracer, else a constant.
-    pub(crate) fn atom(&self, t: &Tensor) -> Atom {
+    pub(crate) fn atom(&self, t: &Tensor) -> Result<Atom> {
         if let Value::Tracer(tr) = &*t.value() {
             if tr.tag.id == self.tag.id {
-                return Atom::Var(Var(tr.n as u32));
+                let TracerData::Staged { var } = tr.data else { return Err(tr.wrong_data("staged")) };
+                return Ok(Atom::Var(var));
             }
         }
-        self.builder.borrow_mut().constant(t)
+        Ok(self.builder.borrow_mut().constant(t))
     }
 
     /// The finished program with these outputs.
-    pub(crate) fn finish(&self, outputs: &[Tensor]) -> Program {
+    pub(crate) fn finish(&self, outputs: &[Tensor]) -> Result<Program> {
         let mut atoms: SmallVec<[Atom; 4]> = SmallVec::new();
         for t in outputs {
-            atoms.push(self.atom(t));
+            atoms.push(self.atom(t)?);
         }
         let b = std::mem::take(&mut *self.builder.borrow_mut());
-        b.finish(atoms)
+        Ok(b.finish(atoms))
     }
 }
 
@@ -70,7 +72,7 @@ impl Interpreter for TraceInterp {
         let out_avals = Tensor::with_avals(inputs, |refs| shape_rule(prim, refs))?;
         let mut ins: SmallVec<[Atom; 4]> = SmallVec::new();
         for t in inputs {
-            ins.push(self.atom(t));
+            ins.push(self.atom(t)?);
         }
         let mut b = self.builder.borrow_mut();
         let mut vars: SmallVec<[Var; 2]> = SmallVec::new();
@@ -78,7 +80,7 @@ impl Interpreter for TraceInterp {
         for aval in out_avals {
             let var = b.new_var(aval.clone());
             vars.push(var);
-            outs.push(Tensor::from_tracer(Tracer { tag: self.tag, aval, a: None, b: None, n: var.0 as usize }));
+            outs.push(Tensor::from_tracer(Tracer { tag: self.tag, aval, data: TracerData::Staged { var } }));
         }
         b.push(prim.clone(), ins, vars);
         Ok(outs)
@@ -104,6 +106,6 @@ pub fn trace<X: Tree, Y: Tree>(f: impl FnOnce(&X) -> Y, example: &X) -> Program 
     with_interpreter(&interp, || {
         let inputs: Vec<Tensor> = example.leaves().iter().map(|l| interp.new_input(l.aval())).collect();
         let y = f(&example.with_leaves(inputs));
-        interp.finish(&y.leaves())
+        interp.finish(&y.leaves()).or_raise()
     })
 }

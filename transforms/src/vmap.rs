@@ -13,7 +13,9 @@ use xform_ops::interp::{bind_at, parent_of, run_at_parent, with_interpreter};
 use xform_ops::prim::{batch_rule, shape_rule};
 use xform_ops::prims::batching::to_position;
 use xform_ops::tensor::ValueKey;
-use xform_ops::{lax, Aval, Error, Interpreter, Level, OrRaise, Outs, Prim, Result, Tag, Tensor, Tracer, Value};
+use xform_ops::{
+    lax, Aval, Error, Interpreter, Level, OrRaise, Outs, Prim, Result, Tag, Tensor, Tracer, TracerData, Value,
+};
 
 /// The batching interpreter (one instance per vmap call).
 pub(crate) struct BatchInterp {
@@ -43,18 +45,19 @@ impl BatchInterp {
             None => val,
             Some(d) => {
                 let aval = val.with_aval(|a| Aval { shape: a.shape.without_axis(d), dtype: a.dtype, device: a.device });
-                Tensor::from_tracer(Tracer { tag: self.tag, aval, a: Some(val), b: None, n: d })
+                Tensor::from_tracer(Tracer { tag: self.tag, aval, data: TracerData::Batched { value: val, bdim: d } })
             }
         }
     }
 
-    fn unwrap(&self, t: &Tensor) -> (Tensor, Option<usize>) {
+    fn unwrap(&self, t: &Tensor) -> Result<(Tensor, Option<usize>)> {
         if let Value::Tracer(tr) = &*t.value() {
             if tr.tag.id == self.tag.id {
-                return (tr.a.clone().expect("batch tracer value"), Some(tr.n));
+                let TracerData::Batched { value, bdim } = &tr.data else { return Err(tr.wrong_data("batched")) };
+                return Ok((value.clone(), Some(*bdim)));
             }
         }
-        (t.clone(), None)
+        Ok((t.clone(), None))
     }
 }
 
@@ -71,18 +74,18 @@ impl Interpreter for BatchInterp {
         // One and two operands (nearly every op) without operand lists.
         match inputs {
             [x] => {
-                let (v, b) = self.unwrap(x);
+                let (v, b) = self.unwrap(x)?;
                 self.apply(level, prim, inputs, &[v], &[b])
             }
             [x, y] => {
-                let ((vx, bx), (vy, by)) = (self.unwrap(x), self.unwrap(y));
+                let ((vx, bx), (vy, by)) = (self.unwrap(x)?, self.unwrap(y)?);
                 self.apply(level, prim, inputs, &[vx, vy], &[bx, by])
             }
             _ => {
                 let mut vals: SmallVec<[Tensor; 4]> = SmallVec::new();
                 let mut bdims: SmallVec<[Option<usize>; 4]> = SmallVec::new();
                 for t in inputs {
-                    let (v, b) = self.unwrap(t);
+                    let (v, b) = self.unwrap(t)?;
                     vals.push(v);
                     bdims.push(b);
                 }
@@ -473,7 +476,7 @@ fn vmap_once<X: Tree, Y: Tree>(
     for (l, b) in leaves.iter().zip(batch_axes) {
         unbatched.push(if b.is_none() { Tensor::from_value(l.value_cloned()) } else { l.clone() });
     }
-    let (y, outs, finals) = with_interpreter(&interp, || {
+    let (y, outs, finals) = with_interpreter(&interp, || -> Result<_> {
         let mut wrapped = Leaves::new();
         for (l, b) in unbatched.iter().zip(batch_axes) {
             wrapped.push(interp.wrap(l.clone(), *b));
@@ -481,15 +484,15 @@ fn vmap_once<X: Tree, Y: Tree>(
         let y = f(&x.with_leaves(wrapped.iter().cloned()));
         let mut outs: SmallVec<[(Tensor, Option<usize>); 4]> = SmallVec::new();
         for o in y.leaves().iter() {
-            outs.push(interp.unwrap(o));
+            outs.push(interp.unwrap(o)?);
         }
         // Arguments mutated inside f: their final values, batch dim back in place.
         let finals = crate::functionalize::mutated_finals(leaves, &wrapped, |w| interp.unwrap(w));
-        (y, outs, finals)
-    });
+        Ok((y, outs, finals))
+    })?;
     let mut placed_finals: SmallVec<[Option<Tensor>; 4]> = SmallVec::new();
     for (fin, b) in finals.into_iter().zip(batch_axes) {
-        placed_finals.push(match (fin, b) {
+        placed_finals.push(match (fin.transpose()?, b) {
             (Some((v, d)), Some(a)) => Some(to_position(&v, d, *a, size)?),
             (Some((v, None)), None) => Some(v),
             (Some((_, Some(_))), None) => {
