@@ -76,6 +76,11 @@ pub struct EdgePoint {
     pub vector: bool,
 }
 
+/// The Euler-Mascheroni constant, zeta(2) and zeta(3).
+const EULER: f64 = 0.5772156649015329;
+const ZETA2: f64 = 1.6449340668482264;
+const ZETA3: f64 = 1.2020569031595942;
+
 /// The edge-point table (`edges.rs` runs it under grad, jacfwd, jacrev and
 /// hessian).
 pub fn edge_points() -> Vec<EdgePoint> {
@@ -127,6 +132,20 @@ pub fn edge_points() -> Vec<EdgePoint> {
         p(un(UnaryOp::IntegerPow(3)), &[0.0], &[0.0], &[&[0.0]], ""),
         p(un(UnaryOp::IntegerPow(-1)), &[0.0], &[-inf], &[&[inf]], ""),
         p(un(UnaryOp::Sign), &[0.0], &[0.0], &[&[0.0]], ""),
+        // The inverse and special functions at the ends of their domains,
+        // at poles and at their roots (JAX 0.10's jax.grad / jax.hessian).
+        p(un(UnaryOp::Cbrt), &[0.0], &[inf], &[&[-inf]], ""),
+        p(un(UnaryOp::Acosh), &[1.0], &[inf], &[&[-inf]], ""),
+        p(un(UnaryOp::Asin), &[1.0], &[inf], &[&[inf]], ""),
+        p(un(UnaryOp::Atanh), &[0.0], &[1.0], &[&[0.0]], ""),
+        p(un(UnaryOp::Log2), &[0.0], &[inf], &[&[-inf]], ""),
+        p(un(UnaryOp::Exp2), &[0.0], &[ln2], &[&[ln2 * ln2]], ""),
+        p(un(UnaryOp::ErfInv), &[0.0], &[std::f64::consts::PI.sqrt() / 2.0], &[&[0.0]], ""),
+        p(un(UnaryOp::ErfInv), &[1.0], &[inf], &[&[inf]], ""),
+        p(un(UnaryOp::Lgamma), &[1.0], &[-EULER], &[&[ZETA2]], ""),
+        p(un(UnaryOp::Lgamma), &[0.0], &[f64::NAN], &[&[inf]], ""),
+        p(un(UnaryOp::Digamma), &[1.0], &[ZETA2], &[&[-2.0 * ZETA3]], ""),
+        p(un(UnaryOp::Digamma), &[0.0], &[inf], &[&[f64::NAN]], ""),
         // Reductions split ties among the maxima (minima) too.
         EdgePoint { vector: true, ..p(red(ReduceOp::Max), &[1.0, 1.0, 0.0], &[0.5, 0.5, 0.0], &zero3, "") },
         EdgePoint { vector: true, ..p(red(ReduceOp::Min), &[0.0, 0.0, 1.0], &[0.5, 0.5, 0.0], &zero3, "") },
