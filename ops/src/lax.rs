@@ -7,15 +7,13 @@ use crate::array::{Array, Device};
 use crate::error::{Error, Result};
 use crate::interp::{bind, bind1};
 use crate::prim::{
-    Amounts, ArgOp, Axes, BinaryOp, CompareOp, DotDims, ElementwiseOp, IndexOp, LinalgOp, Prim, RandomOp, ReduceOp,
-    Reduction, ShapeOp,
+    Amounts, ArgOp, Axes, DotDims, ElementwiseOp, IndexOp, LinalgOp, RandomOp, ReduceOp, Reduction, ShapeOp,
 };
 use crate::tensor::Tensor;
 use smallvec::{smallvec, SmallVec};
 use xform_kernels::{DType, Shape};
 
-pub use crate::prims::unary::api::*;
-pub use crate::prims::unary::unary;
+pub use crate::prims::unary::{api::*, unary};
 
 /// Converts to `dtype` (no-op if already).
 pub fn convert(x: &Tensor, dtype: DType) -> Result<Tensor> {
@@ -25,42 +23,8 @@ pub fn convert(x: &Tensor, dtype: DType) -> Result<Tensor> {
     bind1(&ElementwiseOp::Convert(dtype).into(), std::slice::from_ref(x))
 }
 
-/// Elementwise binary op on equal shapes and dtypes.
-pub fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    bind1(&Prim::Binary(op), &[a.clone(), b.clone()])
-}
-
-macro_rules! binary_fns {
-    ($($name:ident => $op:ident),* $(,)?) => {
-        $(
-            #[doc = concat!("Elementwise `", stringify!($name), "` (equal shapes and dtypes).")]
-            pub fn $name(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-                binary(BinaryOp::$op, a, b)
-            }
-        )*
-    };
-}
-binary_fns!(
-    add => Add, sub => Sub, mul => Mul, div => Div, pow => Pow, max => Max, min => Min,
-    rem => Rem, atan2 => Atan2, and => And, or => Or,
-);
-
-/// Elementwise comparison, bool out.
-pub fn compare(op: CompareOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    bind1(&Prim::Compare(op), &[a.clone(), b.clone()])
-}
-
-macro_rules! compare_fns {
-    ($($name:ident => $op:ident),* $(,)?) => {
-        $(
-            #[doc = concat!("Elementwise `", stringify!($name), "`, bool out.")]
-            pub fn $name(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-                compare(CompareOp::$op, a, b)
-            }
-        )*
-    };
-}
-compare_fns!(eq => Eq, ne => Ne, lt => Lt, le => Le, gt => Gt, ge => Ge);
+pub use crate::prims::binary::{api::*, binary};
+pub use crate::prims::compare::{api::*, compare};
 
 /// `pred ? on_true : on_false`, elementwise.
 pub fn select(pred: &Tensor, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {

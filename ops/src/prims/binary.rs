@@ -19,30 +19,35 @@ use xform_kernels::{CpuBuffer, DType, Element, Float, Layout, Real};
 
 crate::op_enum! {
     /// The elementwise binary primitives.
-    pub enum BinaryOp {
+    pub enum BinaryOp, api = binary {
         /// `a + b`.
-        Add => "add",
+        Add => "add" fn add,
         /// `a - b`.
-        Sub => "sub",
+        Sub => "sub" fn sub,
         /// `a * b`.
-        Mul => "mul",
+        Mul => "mul" fn mul,
         /// `a / b` (integers truncate toward zero; x / 0 is -1 as in XLA).
-        Div => "div",
+        Div => "div" fn div,
         /// `a ^ b`.
-        Pow => "pow",
+        Pow => "pow" fn pow,
         /// Elementwise maximum (NaN propagates).
-        Max => "max",
+        Max => "max" fn max,
         /// Elementwise minimum (NaN propagates).
-        Min => "min",
+        Min => "min" fn min,
         /// Remainder with the sign of `a` (C and Rust `%`; x % 0 is x as in XLA).
-        Rem => "rem",
+        Rem => "rem" fn rem,
         /// `atan2(a, b)`.
-        Atan2 => "atan2",
+        Atan2 => "atan2" fn atan2,
         /// Logical (bool) or bitwise (integer) and.
-        And => "and",
+        And => "and" fn and,
         /// Logical (bool) or bitwise (integer) or.
-        Or => "or",
+        Or => "or" fn or,
     }
+}
+
+/// Elementwise binary op on equal shapes and dtypes.
+pub fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    bind1(&Prim::Binary(op), &[a.clone(), b.clone()])
 }
 
 impl BinaryOp {

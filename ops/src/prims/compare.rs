@@ -18,20 +18,25 @@ use xform_kernels::{match_buffer, CpuBuffer, DType, Layout};
 
 crate::op_enum! {
     /// The elementwise comparisons.
-    pub enum CompareOp {
+    pub enum CompareOp, api = compare {
         /// `a == b`.
-        Eq => "eq",
+        Eq => "eq" fn eq,
         /// `a != b`.
-        Ne => "ne",
+        Ne => "ne" fn ne,
         /// `a < b`.
-        Lt => "lt",
+        Lt => "lt" fn lt,
         /// `a <= b`.
-        Le => "le",
+        Le => "le" fn le,
         /// `a > b`.
-        Gt => "gt",
+        Gt => "gt" fn gt,
         /// `a >= b`.
-        Ge => "ge",
+        Ge => "ge" fn ge,
     }
+}
+
+/// Elementwise comparison of equal shapes and dtypes, bool out.
+pub fn compare(op: CompareOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    crate::interp::bind1(&Prim::Compare(op), &[a.clone(), b.clone()])
 }
 
 impl CompareOp {

@@ -160,8 +160,38 @@ pub trait Family: Clone + fmt::Debug + PartialEq + Into<Prim> + 'static {
 
 /// Declares a fieldless op enum with each variant's printed name, and
 /// derives `name()` and `ALL` (every op, in declaration order) from it.
+/// With `api = path` and a `fn name` per variant, it also derives one
+/// function per op in a module `api` (re-exported by `crate::lax`) that
+/// applies `path(op, a, b)`.
 #[macro_export]
 macro_rules! op_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident, api = $api:path {
+            $( $(#[$vmeta:meta])* $variant:ident => $printed:literal fn $func:ident ),* $(,)?
+        }
+    ) => {
+        $crate::op_enum! {
+            $(#[$meta])*
+            pub enum $name {
+                $( $(#[$vmeta])* $variant => $printed ),*
+            }
+        }
+
+        /// One function per op, re-exported by `crate::lax`.
+        pub mod api {
+            use super::*;
+            $(
+                $(#[$vmeta])*
+                ///
+                /// Operands of equal shapes and dtypes (`Tensor`'s methods
+                /// broadcast and promote).
+                pub fn $func(a: &Tensor, b: &Tensor) -> $crate::Result<Tensor> {
+                    $api($name::$variant, a, b)
+                }
+            )*
+        }
+    };
     (
         $(#[$meta:meta])*
         pub enum $name:ident {
