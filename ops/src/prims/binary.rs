@@ -1,6 +1,7 @@
 //! Elementwise binary primitives on equal shapes and dtypes (arithmetic and
-//! logic): shape rule, the CPU kernels with the CUDA expression of each op
-//! beside them, JVP, transpose, batching (elementwise) and samples.
+//! logic): one table entry per op naming its CPU and CUDA expressions side
+//! by side (`binary_table!`), then the shape rule, JVP, transpose, batching
+//! (elementwise) and samples.
 
 use super::cuda_c::{kernel, upow_helper, CudaCx, CudaExpr};
 use super::sample::{numeric, Case, Dom, Sample, FLOATS};
@@ -17,31 +18,196 @@ use xform_kernels::cpu::Par;
 use xform_kernels::cuda_source::Kernel;
 use xform_kernels::{CpuBuffer, DType, Element, Float, Layout, Real};
 
-crate::op_enum! {
-    /// The elementwise binary primitives.
-    pub enum BinaryOp, api = binary {
-        /// `a + b`.
-        Add => "add" fn add,
-        /// `a - b`.
-        Sub => "sub" fn sub,
-        /// `a * b`.
-        Mul => "mul" fn mul,
-        /// `a / b` (integers truncate toward zero; x / 0 is -1 as in XLA).
-        Div => "div" fn div,
-        /// `a ^ b`.
-        Pow => "pow" fn pow,
-        /// Elementwise maximum (NaN propagates).
-        Max => "max" fn max,
-        /// Elementwise minimum (NaN propagates).
-        Min => "min" fn min,
-        /// Remainder with the sign of `a` (C and Rust `%`; x % 0 is x as in XLA).
-        Rem => "rem" fn rem,
-        /// `atan2(a, b)`.
-        Atan2 => "atan2" fn atan2,
-        /// Logical (bool) or bitwise (integer) and.
-        And => "and" fn and,
-        /// Logical (bool) or bitwise (integer) or.
-        Or => "or" fn or,
+/// Generates the binary family from its table: the enum with its names and
+/// `ALL`, `lax` functions, the CPU kernels per dtype class and the CUDA
+/// expression beside each, and the accepted dtypes (those with a kernel).
+/// Each op's entry: `cost` (per element, 1 = an add), then optional
+/// `float`, `int` and `bool` groups, each a CPU expression on `x, y` (in
+/// `R: Real`, `T: IntBinary`, `bool`) and its CUDA expression (`c` is a
+/// `CudaCx`). A group without its CUDA expression does not compile.
+macro_rules! binary_table {
+    ($(
+        $(#[$doc:meta])*
+        $v:ident => $fname:ident $name:literal {
+            cost: $cost:expr,
+            $( float: |$fx:ident, $fy:ident| $fbody:expr, cuda: |$fc:ident| $fcuda:expr, )?
+            $( int: |$ix:ident, $iy:ident| $ibody:expr, cuda: |$ic:ident| $icuda:expr, )?
+            $( bool: |$bx:ident, $by:ident| $bbody:expr, cuda: |$bc:ident| $bcuda:expr, )?
+        }
+    )*) => {
+        crate::op_enum! {
+            /// The elementwise binary primitives (one table entry each).
+            pub enum BinaryOp, api = binary {
+                $( $(#[$doc])* $v => $name fn $fname ),*
+            }
+        }
+
+        impl BinaryOp {
+            /// Rough cost per element relative to an add.
+            fn cost(self) -> usize {
+                match self { $( BinaryOp::$v => $cost ),* }
+            }
+
+            /// Which dtype classes have a kernel: (float, int, bool).
+            fn classes(self) -> (bool, bool, bool) {
+                match self {
+                    $( BinaryOp::$v => (present!($($fx)?), present!($($ix)?), present!($($bx)?)) ),*
+                }
+            }
+        }
+
+        /// The float kernel of `op`, or `None` where it has none.
+        #[allow(unreachable_code)]
+        fn float_kernel<T: Float<Compute = R>, R: Real>(
+            op: BinaryOp, a: &[T], la: &Layout, b: &[T], lb: &Layout,
+        ) -> Option<Vec<T>> {
+            let par = Par::for_work(la.numel(), op.cost());
+            match op {
+                $( BinaryOp::$v => {
+                    $( return Some(map2(a, la, b, lb, par, |p: T, q: T| {
+                        let ($fx, $fy): (R, R) = (p.up(), q.up());
+                        T::down($fbody)
+                    })); )?
+                    None
+                } )*
+            }
+        }
+
+        /// The integer kernel of `op`, or `None` where it has none.
+        #[allow(unreachable_code)]
+        fn int_kernel<T: IntBinary>(op: BinaryOp, a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Option<Vec<T>> {
+            let par = Par::for_work(la.numel(), op.cost());
+            match op {
+                $( BinaryOp::$v => {
+                    $( return Some(map2(a, la, b, lb, par, |$ix: T, $iy: T| $ibody)); )?
+                    None
+                } )*
+            }
+        }
+
+        /// The bool kernel of `op`, or `None` where it has none.
+        #[allow(unreachable_code)]
+        fn bool_kernel(op: BinaryOp, a: &[bool], la: &Layout, b: &[bool], lb: &Layout) -> Option<Vec<bool>> {
+            let par = Par::for_work(la.numel(), op.cost());
+            match op {
+                $( BinaryOp::$v => {
+                    $( return Some(map2(a, la, b, lb, par, |$bx: bool, $by: bool| $bbody)); )?
+                    None
+                } )*
+            }
+        }
+
+        /// The CUDA form of `op` on dtype `d` (the semantics of the CPU
+        /// expression beside it in the table), or `None` where the shape
+        /// rule refuses `d`.
+        #[allow(unreachable_code, unused_variables)]
+        pub fn cuda_expr(op: BinaryOp, d: DType) -> Option<CudaExpr> {
+            let cx = CudaCx::new(d);
+            match op {
+                $( BinaryOp::$v => {
+                    if d.is_float() {
+                        $( let $fc = cx; return Some($fcuda); )?
+                    } else if d == DType::Bool {
+                        $( let $bc = cx; return Some($bcuda); )?
+                    } else {
+                        $( let $ic = cx; return Some($icuda); )?
+                    }
+                    None
+                } )*
+            }
+        }
+    };
+}
+
+binary_table! {
+    /// `a + b`.
+    Add => add "add" {
+        cost: 1,
+        float: |x, y| x + y, cuda: |c| c.expr("x + y"),
+        int: |x, y| x.add_(y), cuda: |c| c.expr(format!("({t})(({u})x + ({u})y)", t = c.t(), u = c.u())),
+    }
+    /// `a - b`.
+    Sub => sub "sub" {
+        cost: 1,
+        float: |x, y| x - y, cuda: |c| c.expr("x - y"),
+        int: |x, y| x.sub_(y), cuda: |c| c.expr(format!("({t})(({u})x - ({u})y)", t = c.t(), u = c.u())),
+    }
+    /// `a * b`.
+    Mul => mul "mul" {
+        cost: 1,
+        float: |x, y| x * y, cuda: |c| c.expr("x * y"),
+        int: |x, y| x.mul_(y), cuda: |c| c.expr(format!("({t})(({u})x * ({u})y)", t = c.t(), u = c.u())),
+    }
+    /// `a / b` (integers truncate toward zero; x / 0 is -1, or the largest
+    /// u32, as in XLA; MIN / -1 wraps).
+    Div => div "div" {
+        cost: 1,
+        float: |x, y| x / y, cuda: |c| c.expr("x / y"),
+        int: |x, y| x.div_(y),
+        cuda: |c| if c.signed() {
+            c.expr(format!("(y == 0) ? ({t})-1 : ((y == -1) ? ({t})(({u})0 - ({u})x) : x / y)", t = c.t(), u = c.u()))
+        } else {
+            c.expr("(y == 0u) ? 0xffffffffu : x / y")
+        },
+    }
+    /// `a ^ b` (integers: wrapping for b >= 0; b < 0 truncates to 0 but for
+    /// |a| = 1).
+    Pow => pow "pow" {
+        cost: 8,
+        float: |x, y| x.powf(y), cuda: |c| c.expr(format!("{}(x, y)", c.math("pow"))),
+        int: |x, y| x.pow_(y),
+        cuda: |c| c.expr("xf_ipow(x, y)").helpers(format!(
+            "{}static __device__ __forceinline__ {t} xf_ipow({t} x, {t} y) {{\n    const long long e = \
+             (long long)y;\n    if (e >= 0) return ({t})xf_upow(({u})x, e > 4294967295LL ? 4294967295ull : \
+             (unsigned long long)e);\n    if ((long long)x == 1LL) return ({t})1;\n    if ((long long)x == \
+             -1LL) return (e % 2 == 0) ? ({t})1 : x;\n    return ({t})0;\n}}\n",
+            upow_helper(c.u()),
+            t = c.t(),
+            u = c.u()
+        )),
+    }
+    /// Elementwise maximum (NaN propagates).
+    Max => max "max" {
+        cost: 1,
+        float: |x, y| if x.is_nan() || y.is_nan() { x + y } else if x >= y { x } else { y },
+        cuda: |c| c.expr("(x != x || y != y) ? x + y : (x >= y ? x : y)"),
+        int: |x, y| if x >= y { x } else { y }, cuda: |c| c.expr("(x >= y ? x : y)"),
+    }
+    /// Elementwise minimum (NaN propagates).
+    Min => min "min" {
+        cost: 1,
+        float: |x, y| if x.is_nan() || y.is_nan() { x + y } else if x <= y { x } else { y },
+        cuda: |c| c.expr("(x != x || y != y) ? x + y : (x <= y ? x : y)"),
+        int: |x, y| if x <= y { x } else { y }, cuda: |c| c.expr("(x <= y ? x : y)"),
+    }
+    /// Remainder with the sign of `a` (C and Rust `%`, fmod for floats;
+    /// x % 0 is x as in XLA).
+    Rem => rem "rem" {
+        cost: 1,
+        float: |x, y| x % y, cuda: |c| c.expr(format!("{}(x, y)", c.math("fmod"))),
+        int: |x, y| x.rem_(y),
+        cuda: |c| if c.signed() {
+            c.expr(format!("(y == 0) ? x : ((y == -1) ? ({})0 : x % y)", c.t()))
+        } else {
+            c.expr("(y == 0u) ? x : x % y")
+        },
+    }
+    /// `atan2(a, b)`.
+    Atan2 => atan2 "atan2" {
+        cost: 8,
+        float: |x, y| x.atan2(y), cuda: |c| c.expr(format!("{}(x, y)", c.math("atan2"))),
+    }
+    /// Logical (bool) or bitwise (integer) and.
+    And => and "and" {
+        cost: 1,
+        int: |x, y| x.and_(y), cuda: |c| c.expr("x & y"),
+        bool: |x, y| x & y, cuda: |c| c.expr("x && y"),
+    }
+    /// Logical (bool) or bitwise (integer) or.
+    Or => or "or" {
+        cost: 1,
+        int: |x, y| x.or_(y), cuda: |c| c.expr("x | y"),
+        bool: |x, y| x | y, cuda: |c| c.expr("x || y"),
     }
 }
 
@@ -51,12 +217,15 @@ pub fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
 }
 
 impl BinaryOp {
-    /// Which dtypes the op accepts.
+    /// Which dtypes the op accepts: those it has a kernel for.
     pub fn accepts(self, d: DType) -> bool {
-        match self {
-            BinaryOp::And | BinaryOp::Or => !d.is_float(),
-            BinaryOp::Atan2 => d.is_float(),
-            _ => d != DType::Bool,
+        let (float, int, bool) = self.classes();
+        if d.is_float() {
+            float
+        } else if d == DType::Bool {
+            bool
+        } else {
+            int
         }
     }
 }
@@ -71,10 +240,11 @@ fn check_binary(op: BinaryOp, ins: &[AvalRef<'_>]) -> Result<()> {
     check_same_shapes(op.name(), ins)?;
     check_same_dtypes(op.name(), ins)?;
     if !op.accepts(ins[0].dtype) {
-        let what = match op {
-            BinaryOp::And | BinaryOp::Or => "needs bool or integer operands",
-            BinaryOp::Atan2 => "needs floating-point operands",
-            _ => "needs numeric operands",
+        let what = match op.classes() {
+            (true, false, false) => "needs floating-point operands",
+            (true, true, _) => "needs numeric operands",
+            (false, _, _) => "needs bool or integer operands",
+            (true, false, true) => "needs floating-point or bool operands",
         };
         return Err(Error::dtype(op.name(), what, &[ins[0].dtype]));
     }
@@ -87,41 +257,6 @@ fn shape_binary(op: BinaryOp, ins: &[AvalRef<'_>]) -> Result<Avals> {
 }
 
 // ---- lowering --------------------------------------------------------------
-
-fn float_binary<T: Float>(op: BinaryOp, a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Vec<T> {
-    let cost = if matches!(op, BinaryOp::Pow | BinaryOp::Atan2) { 8 } else { 1 };
-    let par = Par::for_work(la.numel(), cost);
-    macro_rules! m {
-        ($f:expr) => {
-            map2(a, la, b, lb, par, |x: T, y: T| T::down($f(x.up(), y.up())))
-        };
-    }
-    type C<T> = <T as Float>::Compute;
-    match op {
-        BinaryOp::Add => m!(|x: C<T>, y| x + y),
-        BinaryOp::Sub => m!(|x: C<T>, y| x - y),
-        BinaryOp::Mul => m!(|x: C<T>, y| x * y),
-        BinaryOp::Div => m!(|x: C<T>, y| x / y),
-        BinaryOp::Pow => m!(|x: C<T>, y| Real::powf(x, y)),
-        BinaryOp::Max => m!(|x: C<T>, y: C<T>| if x.is_nan() || y.is_nan() {
-            x + y
-        } else if x >= y {
-            x
-        } else {
-            y
-        }),
-        BinaryOp::Min => m!(|x: C<T>, y: C<T>| if x.is_nan() || y.is_nan() {
-            x + y
-        } else if x <= y {
-            x
-        } else {
-            y
-        }),
-        BinaryOp::Rem => m!(|x: C<T>, y| x % y),
-        BinaryOp::Atan2 => m!(|x: C<T>, y| Real::atan2(x, y)),
-        BinaryOp::And | BinaryOp::Or => unreachable!("checked by the shape rule"),
-    }
-}
 
 /// Integer binary arithmetic (wrapping; division by zero as in XLA).
 pub(crate) trait IntBinary: Element + Copy {
@@ -190,78 +325,6 @@ int_binary!(i32);
 int_binary!(i64);
 int_binary!(u32);
 
-fn int_binary<T: IntBinary>(op: BinaryOp, a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Vec<T> {
-    let par = Par::for_work(la.numel(), 1);
-    let f: fn(T, T) -> T = match op {
-        BinaryOp::Add => T::add_,
-        BinaryOp::Sub => T::sub_,
-        BinaryOp::Mul => T::mul_,
-        BinaryOp::Div => T::div_,
-        BinaryOp::Rem => T::rem_,
-        BinaryOp::Pow => T::pow_,
-        BinaryOp::Max => |x, y| if x >= y { x } else { y },
-        BinaryOp::Min => |x, y| if x <= y { x } else { y },
-        BinaryOp::And => T::and_,
-        BinaryOp::Or => T::or_,
-        BinaryOp::Atan2 => unreachable!("checked by the shape rule"),
-    };
-    map2(a, la, b, lb, par, f)
-}
-
-/// The CUDA form of `op` on dtype `d` (the semantics of the CPU kernels
-/// above, written beside them), or `None` where the shape rule refuses `d`.
-pub fn cuda_expr(op: BinaryOp, d: DType) -> Option<CudaExpr> {
-    let c = CudaCx::new(d);
-    if d == DType::Bool {
-        return match op {
-            BinaryOp::And => Some(c.expr("x && y")),
-            BinaryOp::Or => Some(c.expr("x || y")),
-            _ => None,
-        };
-    }
-    if d.is_int() {
-        let (t, u) = (c.t(), c.u());
-        return Some(match op {
-            BinaryOp::Add => c.expr(format!("({t})(({u})x + ({u})y)")),
-            BinaryOp::Sub => c.expr(format!("({t})(({u})x - ({u})y)")),
-            BinaryOp::Mul => c.expr(format!("({t})(({u})x * ({u})y)")),
-            // x / 0 is !0 (-1, or the largest u32) as in XLA; MIN / -1 wraps.
-            BinaryOp::Div if c.signed() => {
-                c.expr(format!("(y == 0) ? ({t})-1 : ((y == -1) ? ({t})(({u})0 - ({u})x) : x / y)"))
-            }
-            BinaryOp::Div => c.expr("(y == 0u) ? 0xffffffffu : x / y"),
-            BinaryOp::Rem if c.signed() => c.expr(format!("(y == 0) ? x : ((y == -1) ? ({t})0 : x % y)")),
-            BinaryOp::Rem => c.expr("(y == 0u) ? x : x % y"),
-            BinaryOp::Pow => c.expr("xf_ipow(x, y)").helpers(format!(
-                "{}static __device__ __forceinline__ {t} xf_ipow({t} x, {t} y) {{\n    const long long e = \
-                 (long long)y;\n    if (e >= 0) return ({t})xf_upow(({u})x, e > 4294967295LL ? 4294967295ull : \
-                 (unsigned long long)e);\n    if ((long long)x == 1LL) return ({t})1;\n    if ((long long)x == \
-                 -1LL) return (e % 2 == 0) ? ({t})1 : x;\n    return ({t})0;\n}}\n",
-                upow_helper(u)
-            )),
-            BinaryOp::Max => c.expr("(x >= y ? x : y)"),
-            BinaryOp::Min => c.expr("(x <= y ? x : y)"),
-            BinaryOp::And => c.expr("x & y"),
-            BinaryOp::Or => c.expr("x | y"),
-            BinaryOp::Atan2 => return None,
-        });
-    }
-    Some(match op {
-        BinaryOp::Add => c.expr("x + y"),
-        BinaryOp::Sub => c.expr("x - y"),
-        BinaryOp::Mul => c.expr("x * y"),
-        BinaryOp::Div => c.expr("x / y"),
-        BinaryOp::Pow => c.expr(format!("{}(x, y)", c.math("pow"))),
-        // NaN propagates.
-        BinaryOp::Max => c.expr("(x != x || y != y) ? x + y : (x >= y ? x : y)"),
-        BinaryOp::Min => c.expr("(x != x || y != y) ? x + y : (x <= y ? x : y)"),
-        // Rust's `%` on floats is fmod.
-        BinaryOp::Rem => c.expr(format!("{}(x, y)", c.math("fmod"))),
-        BinaryOp::Atan2 => c.expr(format!("{}(x, y)", c.math("atan2"))),
-        BinaryOp::And | BinaryOp::Or => return None,
-    })
-}
-
 fn lower_binary(op: BinaryOp, a: &Array, b: &Array) -> Result<Array> {
     if let Device::Cuda(_) = a.device() {
         return crate::backend::cuda_map(op.name(), cuda_expr(op, a.dtype), &[a, b], a.dtype);
@@ -271,23 +334,17 @@ fn lower_binary(op: BinaryOp, a: &Array, b: &Array) -> Result<Array> {
     let (ba, bb) = (ga.cpu(op.name())?, gb.cpu(op.name())?);
     let (la, lb) = (&a.layout, &b.layout);
     let out = match (ba, bb) {
-        (CpuBuffer::F32(x), CpuBuffer::F32(y)) => CpuBuffer::F32(float_binary(op, x, la, y, lb)),
-        (CpuBuffer::F64(x), CpuBuffer::F64(y)) => CpuBuffer::F64(float_binary(op, x, la, y, lb)),
-        (CpuBuffer::F16(x), CpuBuffer::F16(y)) => CpuBuffer::F16(float_binary(op, x, la, y, lb)),
-        (CpuBuffer::BF16(x), CpuBuffer::BF16(y)) => CpuBuffer::BF16(float_binary(op, x, la, y, lb)),
-        (CpuBuffer::I32(x), CpuBuffer::I32(y)) => CpuBuffer::I32(int_binary(op, x, la, y, lb)),
-        (CpuBuffer::I64(x), CpuBuffer::I64(y)) => CpuBuffer::I64(int_binary(op, x, la, y, lb)),
-        (CpuBuffer::U32(x), CpuBuffer::U32(y)) => CpuBuffer::U32(int_binary(op, x, la, y, lb)),
-        (CpuBuffer::Bool(x), CpuBuffer::Bool(y)) => {
-            let par = Par::for_work(la.numel(), 1);
-            CpuBuffer::Bool(match op {
-                BinaryOp::And => map2(x, la, y, lb, par, |p: bool, q: bool| p & q),
-                BinaryOp::Or => map2(x, la, y, lb, par, |p: bool, q: bool| p | q),
-                _ => unreachable!("checked by the shape rule"),
-            })
-        }
-        _ => unreachable!("dtypes checked by the shape rule"),
+        (CpuBuffer::F32(x), CpuBuffer::F32(y)) => float_kernel(op, x, la, y, lb).map(CpuBuffer::F32),
+        (CpuBuffer::F64(x), CpuBuffer::F64(y)) => float_kernel(op, x, la, y, lb).map(CpuBuffer::F64),
+        (CpuBuffer::F16(x), CpuBuffer::F16(y)) => float_kernel(op, x, la, y, lb).map(CpuBuffer::F16),
+        (CpuBuffer::BF16(x), CpuBuffer::BF16(y)) => float_kernel(op, x, la, y, lb).map(CpuBuffer::BF16),
+        (CpuBuffer::I32(x), CpuBuffer::I32(y)) => int_kernel(op, x, la, y, lb).map(CpuBuffer::I32),
+        (CpuBuffer::I64(x), CpuBuffer::I64(y)) => int_kernel(op, x, la, y, lb).map(CpuBuffer::I64),
+        (CpuBuffer::U32(x), CpuBuffer::U32(y)) => int_kernel(op, x, la, y, lb).map(CpuBuffer::U32),
+        (CpuBuffer::Bool(x), CpuBuffer::Bool(y)) => bool_kernel(op, x, la, y, lb).map(CpuBuffer::Bool),
+        _ => None,
     };
+    let out = out.ok_or_else(|| Error::dtype(op.name(), "has no kernel for these dtypes", &[a.dtype, b.dtype]))?;
     Ok(Array::from_cpu(out, a.shape().clone()))
 }
 

@@ -8,6 +8,9 @@
 //! missing rule does not compile. `crate::prim` registers the families
 //! (one line each) and derives `Prim` and its dispatchers from that list.
 
+// The op-table macros come first: `unary.rs` and `binary.rs` use them.
+#[macro_use]
+mod unary_table;
 pub mod batching;
 pub mod binary;
 pub mod compare;
@@ -19,8 +22,6 @@ pub mod random;
 pub mod reduce;
 pub mod sample;
 pub mod shape;
-#[macro_use]
-mod unary_table;
 pub mod unary;
 
 use crate::array::Array;
