@@ -52,21 +52,6 @@ mod imp {
     pub fn cuda_cumsum(_: Option<Fold>, _: usize, _: bool, _: &Array) -> Result<Array> {
         unavailable("cumsum")
     }
-    pub fn cuda_pad(_: &[i64], _: &[i64], _: &[usize], _: &Array, _: &Array) -> Result<Array> {
-        unavailable("pad")
-    }
-    pub fn cuda_concatenate(_: usize, _: &[&Array]) -> Result<Array> {
-        unavailable("concatenate")
-    }
-    pub fn cuda_dynamic_update_slice(_: &[&Array]) -> Result<Array> {
-        unavailable("dynamic_update_slice")
-    }
-    pub fn cuda_gather(_: usize, _: usize, _: &Array, _: &Array) -> Result<Array> {
-        unavailable("gather")
-    }
-    pub fn cuda_scatter_add(_: usize, _: usize, _: &Array, _: &Array, _: &Array) -> Result<Array> {
-        unavailable("scatter_add")
-    }
     pub fn cuda_gemm(_: &Array, _: &Array, _: Shape) -> Result<Array> {
         unavailable("dot_general")
     }
@@ -207,52 +192,20 @@ mod imp {
         Ok(wrap(buf, x.shape().clone(), x.dtype, ordinal(x)))
     }
 
-    pub fn cuda_pad(low: &[i64], high: &[i64], interior: &[usize], x: &Array, v: &Array) -> Result<Array> {
-        let shape = xform_kernels::cpu::shape::pad_shape(x.shape(), low, high, interior)
-            .ok_or_else(|| Error::invalid("pad", "the padding makes an axis negative"))?;
-        let buf =
-            with_bufs("pad", &[x, v], |ins| exec::pad(ins[0].0, ins[0].1, ins[1].0, ins[1].1, low, high, interior))?;
-        Ok(wrap(buf, shape, x.dtype, ordinal(x)))
-    }
-
-    pub fn cuda_concatenate(axis: usize, ins: &[&Array]) -> Result<Array> {
-        let mut shape = ins[0].shape().clone();
-        shape[axis] = ins.iter().map(|a| a.shape()[axis]).sum();
-        let buf = with_bufs("concatenate", ins, |parts| exec::concatenate(parts, axis, &shape))?;
-        Ok(wrap(buf, shape, ins[0].dtype, ordinal(ins[0])))
-    }
-
-    pub fn cuda_dynamic_update_slice(ins: &[&Array]) -> Result<Array> {
-        let (x, u) = (ins[0], ins[1]);
-        let start = crate::prims::indexing::resolved_starts(x.shape(), u.shape(), &ins[2..])?;
-        let buf = with_bufs("dynamic_update_slice", &[x, u], |b| {
-            exec::dynamic_update_slice(b[0].0, b[0].1, b[1].0, b[1].1, &start)
-        })?;
-        Ok(wrap(buf, x.shape().clone(), x.dtype, ordinal(x)))
-    }
-
-    pub fn cuda_gather(axis: usize, batch_dims: usize, x: &Array, idx: &Array) -> Result<Array> {
-        let e = crate::prims::indexing::gather_extents(x.shape(), idx.shape(), axis, batch_dims);
-        let mut s: Vec<usize> = x.shape()[..axis].to_vec();
-        s.extend_from_slice(&idx.shape()[batch_dims..]);
-        s.extend_from_slice(&x.shape()[axis + 1..]);
-        let buf = with_bufs("gather", &[x, idx], |b| exec::gather(b[0].0, b[0].1, b[1].0, b[1].1, e))?;
-        Ok(wrap(buf, Shape::from(s), x.dtype, ordinal(x)))
-    }
-
-    pub fn cuda_scatter_add(axis: usize, batch_dims: usize, x: &Array, idx: &Array, u: &Array) -> Result<Array> {
-        if matches!(x.dtype, DType::F16 | DType::BF16) {
-            // Accumulate in f32 and round once, as the half types compute
-            // (and as the CPU lowering does).
-            let out =
-                cuda_scatter_add(axis, batch_dims, &cuda_convert(DType::F32, x)?, idx, &cuda_convert(DType::F32, u)?)?;
-            return cuda_convert(x.dtype, &out);
-        }
-        let e = crate::prims::indexing::gather_extents(x.shape(), idx.shape(), axis, batch_dims);
-        let buf = with_bufs("scatter_add", &[x, idx, u], |b| {
-            exec::scatter_add(b[0].0, b[0].1, b[1].0, b[1].1, b[2].0, b[2].1, e)
-        })?;
-        Ok(wrap(buf, x.shape().clone(), x.dtype, ordinal(x)))
+    /// Runs a launch of the kernels crate on the operands' CUDA buffers and
+    /// makes its result an array of `shape` and `dtype` on their device:
+    /// how a family lowers to a CUDA kernel of its own without a function
+    /// here (its call sits under `#[cfg(feature = "cuda")]`; without the
+    /// feature no array lives on a CUDA device).
+    pub fn cuda_launch(
+        op: &str,
+        arrays: &[&Array],
+        shape: Shape,
+        dtype: DType,
+        launch: impl FnOnce(&[(&CudaBuffer, &Layout)]) -> std::result::Result<CudaBuffer, CudaError>,
+    ) -> Result<Array> {
+        let buf = with_bufs(op, arrays, launch)?;
+        Ok(wrap(buf, shape, dtype, ordinal(arrays[0])))
     }
 
     pub fn cuda_gemm(a: &Array, b: &Array, shape: Shape) -> Result<Array> {

@@ -169,10 +169,13 @@ fn lower_dynamic_slice(sizes: &[usize], ins: &[&Array]) -> Result<Array> {
 
 fn lower_dynamic_update_slice(ins: &[&Array]) -> Result<Array> {
     let (x, u) = (ins[0], ins[1]);
-    if let Device::Cuda(_) = x.device() {
-        return crate::backend::cuda_dynamic_update_slice(ins);
-    }
     let start = resolved_starts(x.shape(), u.shape(), &ins[2..])?;
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(_) = x.device() {
+        return crate::backend::cuda_launch("dynamic_update_slice", &[x, u], x.shape().clone(), x.dtype, |b| {
+            xform_kernels::cuda::exec::dynamic_update_slice(b[0].0, b[0].1, b[1].0, b[1].1, &start)
+        });
+    }
     let gu = u.read();
     let bu = gu.cpu("dynamic_update_slice")?;
     let out = x.with_cpu("dynamic_update_slice", |b, l| {
@@ -204,10 +207,14 @@ fn index_error(op: &str, e: k::IndexOutOfRange) -> Error {
 }
 
 fn lower_gather(axis: usize, batch_dims: usize, x: &Array, idx: &Array) -> Result<Array> {
-    if let Device::Cuda(_) = x.device() {
-        return crate::backend::cuda_gather(axis, batch_dims, x, idx);
-    }
     let e = gather_extents(x.shape(), idx.shape(), axis, batch_dims);
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(_) = x.device() {
+        let shape = gather_shape("gather", &x.aval_ref(), &idx.aval_ref(), axis, batch_dims)?;
+        return crate::backend::cuda_launch("gather", &[x, idx], shape, x.dtype, |b| {
+            xform_kernels::cuda::exec::gather(b[0].0, b[0].1, b[1].0, b[1].1, e)
+        });
+    }
     let iv = indices_i64(idx)?;
     let xc = x.contiguous()?;
     let out = xc.with_cpu("gather", |b, l| {
@@ -227,9 +234,6 @@ fn scatter_typed<T: Element>(x: Vec<T>, iv: &[i64], u: &[T], e: GatherExtents) -
 }
 
 fn lower_scatter_add(axis: usize, batch_dims: usize, x: &Array, idx: &Array, u: &Array) -> Result<Array> {
-    if let Device::Cuda(_) = x.device() {
-        return crate::backend::cuda_scatter_add(axis, batch_dims, x, idx, u);
-    }
     if matches!(x.dtype, DType::F16 | DType::BF16) {
         // Accumulate in f32 and round once, as the half types compute.
         let wide = |a: &Array| super::elementwise::lower_convert(DType::F32, a);
@@ -237,6 +241,12 @@ fn lower_scatter_add(axis: usize, batch_dims: usize, x: &Array, idx: &Array, u: 
         return super::elementwise::lower_convert(x.dtype, &out);
     }
     let e = gather_extents(x.shape(), idx.shape(), axis, batch_dims);
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(_) = x.device() {
+        return crate::backend::cuda_launch("scatter_add", &[x, idx, u], x.shape().clone(), x.dtype, |b| {
+            xform_kernels::cuda::exec::scatter_add(b[0].0, b[0].1, b[1].0, b[1].1, b[2].0, b[2].1, e)
+        });
+    }
     let iv = indices_i64(idx)?;
     let xc = x.contiguous_copy()?;
     let uc = u.contiguous()?;
