@@ -129,7 +129,7 @@ macro_rules! families {
         /// and their tangents (`None`: symbolic zero). Runs with the parent
         /// current.
         pub fn jvp_rule(prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
-            match prim { $( Prim::$variant(p) => p.jvp(primals, tangents), )* }
+            match prim { $( Prim::$variant(p) => p.jvp(prim, primals, tangents), )* }
         }
 
         /// Transpose rule: cotangents of the linear inputs, given the output
@@ -141,7 +141,7 @@ macro_rules! families {
         /// Batch rule: outputs and their batch dims, given the (physical)
         /// operands and theirs. Never loops over examples.
         pub fn batch_rule(prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
-            match prim { $( Prim::$variant(p) => p.batch(ins, bdims), )* }
+            match prim { $( Prim::$variant(p) => p.batch(prim, ins, bdims), )* }
         }
     };
 }

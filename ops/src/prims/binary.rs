@@ -510,7 +510,7 @@ impl Family for BinaryOp {
         super::one(lower_binary(*self, ins[0], ins[1]))
     }
 
-    fn jvp(&self, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+    fn jvp(&self, _prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
         jvp_binary(*self, primals, tangents)
     }
 
@@ -518,8 +518,8 @@ impl Family for BinaryOp {
         transpose_binary(*self, cts, args)
     }
 
-    fn batch(&self, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
-        super::batching::batch_elementwise(&Prim::Binary(*self), ins, bdims)
+    fn batch(&self, prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+        super::batching::batch_elementwise(prim, ins, bdims)
     }
 
     fn view_layout(&self, _: &Layout) -> Option<Layout> {

@@ -204,12 +204,12 @@ impl Family for ElementwiseOp {
         })
     }
 
-    fn jvp(&self, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+    fn jvp(&self, prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
         match self {
             ElementwiseOp::Convert(d) => jvp_convert(*d, primals, tangents),
             ElementwiseOp::Select => jvp_select(primals, tangents),
-            ElementwiseOp::Copy => super::linear_jvp(&self.clone().into(), primals, tangents),
-            ElementwiseOp::StopGradient => super::no_tangent(&self.clone().into(), primals),
+            ElementwiseOp::Copy => super::linear_jvp(prim, primals, tangents),
+            ElementwiseOp::StopGradient => super::no_tangent(prim, primals),
         }
     }
 
@@ -225,8 +225,8 @@ impl Family for ElementwiseOp {
         }
     }
 
-    fn batch(&self, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
-        super::batching::batch_elementwise(&self.clone().into(), ins, bdims)
+    fn batch(&self, prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+        super::batching::batch_elementwise(prim, ins, bdims)
     }
 
     fn view_layout(&self, layout: &Layout) -> Option<Layout> {

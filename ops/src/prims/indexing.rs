@@ -551,13 +551,12 @@ impl Family for IndexOp {
         })
     }
 
-    fn jvp(&self, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
-        let prim: Prim = self.clone().into();
+    fn jvp(&self, prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
         match self {
-            IndexOp::DynamicSlice { .. } => jvp_dynamic_slice(&prim, primals, tangents),
+            IndexOp::DynamicSlice { .. } => jvp_dynamic_slice(prim, primals, tangents),
             IndexOp::DynamicUpdateSlice => jvp_dynamic_update_slice(primals, tangents),
-            IndexOp::Gather { .. } => jvp_gather(&prim, primals, tangents),
-            IndexOp::ScatterAdd { .. } => jvp_scatter_add(&prim, primals, tangents),
+            IndexOp::Gather { .. } => jvp_gather(prim, primals, tangents),
+            IndexOp::ScatterAdd { .. } => jvp_scatter_add(prim, primals, tangents),
         }
     }
 
@@ -570,7 +569,7 @@ impl Family for IndexOp {
         }
     }
 
-    fn batch(&self, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+    fn batch(&self, _prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
         match self {
             IndexOp::DynamicSlice { sizes } => batch_dynamic_slice(sizes, ins, bdims),
             IndexOp::DynamicUpdateSlice => batch_dynamic_update_slice(ins, bdims),

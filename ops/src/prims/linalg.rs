@@ -437,7 +437,7 @@ impl Family for LinalgOp {
         }
     }
 
-    fn jvp(&self, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+    fn jvp(&self, _prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
         match self {
             LinalgOp::DotGeneral(d) => jvp_dot_general(d, primals, tangents),
         }
@@ -449,7 +449,7 @@ impl Family for LinalgOp {
         }
     }
 
-    fn batch(&self, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+    fn batch(&self, _prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
         match self {
             LinalgOp::DotGeneral(d) => batch_dot_general(d, ins, bdims),
         }

@@ -142,12 +142,12 @@ pub trait Family: Clone + fmt::Debug + PartialEq + Into<Prim> + 'static {
     /// Runs the kernels (operands already checked).
     fn lower(&self, ins: &[&Array]) -> Result<Outs>;
     /// Forward mode: results and their tangents (`None`: symbolic zero).
-    fn jvp(&self, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)>;
+    fn jvp(&self, prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)>;
     /// Cotangents of the linear operands, given the results' cotangents;
     /// an error naming the primitive where it is not linear.
     fn transpose(&self, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents>;
     /// Batch rule: results and their batch dims. Never loops over examples.
-    fn batch(&self, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)>;
+    fn batch(&self, prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)>;
     /// For a view primitive ([`Props::view`]): the layout of its result
     /// over an operand laid out as `layout`, or `None` where it must copy
     /// (a reshape the strides cannot express). `None` for the rest.

@@ -100,16 +100,16 @@ impl Family for RandomOp {
         }
     }
 
-    fn jvp(&self, primals: &[Tensor], _: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
-        super::no_tangent(&self.clone().into(), primals)
+    fn jvp(&self, prim: &Prim, primals: &[Tensor], _: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+        super::no_tangent(prim, primals)
     }
 
     fn transpose(&self, _: &[Option<Tensor>], _: &[LinearArg]) -> Result<Cotangents> {
         super::not_linear(self.name())
     }
 
-    fn batch(&self, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
-        super::batching::batch_elementwise(&self.clone().into(), ins, bdims)
+    fn batch(&self, prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+        super::batching::batch_elementwise(prim, ins, bdims)
     }
 
     fn view_layout(&self, _: &Layout) -> Option<Layout> {

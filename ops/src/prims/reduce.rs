@@ -440,11 +440,11 @@ impl Family for Reduction {
         })
     }
 
-    fn jvp(&self, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+    fn jvp(&self, prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
         match self {
             Reduction::Reduce { op, axes } => jvp_reduce(*op, axes, primals, tangents),
-            Reduction::ArgReduce { .. } => super::no_tangent(&self.clone().into(), primals),
-            Reduction::Cumsum { .. } => super::linear_jvp(&self.clone().into(), primals, tangents),
+            Reduction::ArgReduce { .. } => super::no_tangent(prim, primals),
+            Reduction::Cumsum { .. } => super::linear_jvp(prim, primals, tangents),
         }
     }
 
@@ -456,7 +456,7 @@ impl Family for Reduction {
         }
     }
 
-    fn batch(&self, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+    fn batch(&self, _prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
         match self {
             Reduction::Reduce { op, axes } => batch_reduce(*op, axes, ins, bdims),
             Reduction::ArgReduce { op, axis, index_dtype } => batch_arg_reduce(*op, *axis, *index_dtype, ins, bdims),

@@ -612,17 +612,16 @@ impl Family for ShapeOp {
         })
     }
 
-    fn jvp(&self, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
-        let prim: Prim = self.clone().into();
+    fn jvp(&self, prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
         match self {
             ShapeOp::BroadcastInDim { .. }
             | ShapeOp::Reshape { .. }
             | ShapeOp::Transpose { .. }
             | ShapeOp::Slice { .. }
-            | ShapeOp::Rev { .. } => super::linear_jvp(&prim, primals, tangents),
-            ShapeOp::Pad { .. } => jvp_pad(&prim, primals, tangents),
-            ShapeOp::Concatenate { .. } => jvp_concatenate(&prim, primals, tangents),
-            ShapeOp::Iota { .. } => super::no_tangent(&prim, primals),
+            | ShapeOp::Rev { .. } => super::linear_jvp(prim, primals, tangents),
+            ShapeOp::Pad { .. } => jvp_pad(prim, primals, tangents),
+            ShapeOp::Concatenate { .. } => jvp_concatenate(prim, primals, tangents),
+            ShapeOp::Iota { .. } => super::no_tangent(prim, primals),
         }
     }
 
@@ -639,7 +638,7 @@ impl Family for ShapeOp {
         }
     }
 
-    fn batch(&self, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+    fn batch(&self, _prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
         match self {
             ShapeOp::BroadcastInDim { shape, dims } => batch_broadcast_in_dim(shape, dims, ins, bdims),
             ShapeOp::Reshape { shape } => batch_reshape(shape, ins, bdims),

@@ -627,9 +627,9 @@ impl Family for UnaryOp {
         super::one(lower_unary(*self, ins[0]))
     }
 
-    fn jvp(&self, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+    fn jvp(&self, prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
         let x = &primals[0];
-        let y = bind1(&Prim::Unary(*self), primals)?;
+        let y = bind1(prim, primals)?;
         let t = match &tangents[0] {
             Some(t) if x.dtype().is_float() => tangent(*self, t, x, &y)?,
             _ => None,
@@ -645,8 +645,8 @@ impl Family for UnaryOp {
         }
     }
 
-    fn batch(&self, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
-        super::batching::batch_elementwise(&Prim::Unary(*self), ins, bdims)
+    fn batch(&self, prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+        super::batching::batch_elementwise(prim, ins, bdims)
     }
 
     fn view_layout(&self, _: &Layout) -> Option<Layout> {
