@@ -1,8 +1,10 @@
-//! The macro behind the unary op table (`unary.rs`): from one entry per op
-//! it derives the `UnaryOp` enum and its kinds, names, accepted dtypes,
-//! the CPU kernels, the CUDA expressions, the JVP, the transpose of the
-//! linear ones, the registry samples, the `lax` function and the `Tensor`
-//! method. A missing field is a compile error.
+//! The macro behind the unary op table (`unary.rs`), and the helpers the
+//! op tables share (`present!`, also used by `binary_table!` in
+//! `binary.rs`). From one entry per op it derives the `UnaryOp` enum and
+//! its kinds, names, accepted dtypes, the CPU kernels, the CUDA
+//! expressions, the JVP, the transpose of the linear ones, the registry
+//! samples, the `lax` function and the `Tensor` method. A missing field is
+//! a compile error.
 //!
 //! An entry:
 //!
