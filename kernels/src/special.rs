@@ -207,7 +207,7 @@ pub fn polygamma_f32(n: u32, x: f32) -> f32 {
 
 /// Giles' single-precision coefficients for w < 5 (in `w - 2.5`), highest first.
 #[allow(clippy::excessive_precision)]
-const ERFINV_F32_CENTRAL: [f32; 9] = [
+pub const ERFINV_F32_CENTRAL: [f32; 9] = [
     2.81022636e-08,
     3.43273939e-07,
     -3.5233877e-06,
@@ -221,7 +221,7 @@ const ERFINV_F32_CENTRAL: [f32; 9] = [
 
 /// Giles' single-precision coefficients for w >= 5 (in `sqrt(w) - 3`).
 #[allow(clippy::excessive_precision)]
-const ERFINV_F32_TAIL: [f32; 9] = [
+pub const ERFINV_F32_TAIL: [f32; 9] = [
     -0.000200214257,
     0.000100950558,
     0.00134934322,
@@ -235,7 +235,7 @@ const ERFINV_F32_TAIL: [f32; 9] = [
 
 /// Giles' double-precision coefficients for w < 6.25 (in `w - 3.125`).
 #[allow(clippy::excessive_precision)]
-const ERFINV_F64_CENTRAL: [f64; 23] = [
+pub const ERFINV_F64_CENTRAL: [f64; 23] = [
     -3.6444120640178196996e-21,
     -1.685059138182016589e-19,
     1.2858480715256400167e-18,
@@ -263,7 +263,7 @@ const ERFINV_F64_CENTRAL: [f64; 23] = [
 
 /// For 6.25 <= w < 16 (in `sqrt(w) - 3.25`).
 #[allow(clippy::excessive_precision)]
-const ERFINV_F64_MID: [f64; 19] = [
+pub const ERFINV_F64_MID: [f64; 19] = [
     2.2137376921775787049e-09,
     9.0756561938885390979e-08,
     -2.7517406297064545428e-07,
@@ -287,7 +287,7 @@ const ERFINV_F64_MID: [f64; 19] = [
 
 /// For w >= 16 (in `sqrt(w) - 5`).
 #[allow(clippy::excessive_precision)]
-const ERFINV_F64_TAIL: [f64; 17] = [
+pub const ERFINV_F64_TAIL: [f64; 17] = [
     -2.7109920616438573243e-11,
     -2.5556418169965252055e-10,
     1.5076572693500548083e-09,

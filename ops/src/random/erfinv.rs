@@ -18,109 +18,10 @@
 use crate::error::Result;
 use crate::lax;
 use crate::tensor::Tensor;
+use xform_kernels::special::{
+    ERFINV_F32_CENTRAL, ERFINV_F32_TAIL, ERFINV_F64_CENTRAL, ERFINV_F64_MID, ERFINV_F64_TAIL,
+};
 use xform_kernels::DType;
-
-/// Giles' single-precision coefficients for w < 5 (in `w - 2.5`), highest first.
-#[allow(clippy::excessive_precision)]
-const F32_CENTRAL: [f32; 9] = [
-    2.81022636e-08,
-    3.43273939e-07,
-    -3.5233877e-06,
-    -4.39150654e-06,
-    0.00021858087,
-    -0.00125372503,
-    -0.00417768164,
-    0.246640727,
-    1.50140941,
-];
-
-/// Giles' single-precision coefficients for w >= 5 (in `sqrt(w) - 3`).
-#[allow(clippy::excessive_precision)]
-const F32_TAIL: [f32; 9] = [
-    -0.000200214257,
-    0.000100950558,
-    0.00134934322,
-    -0.00367342844,
-    0.00573950773,
-    -0.0076224613,
-    0.00943887047,
-    1.00167406,
-    2.83297682,
-];
-
-/// Giles' double-precision coefficients for w < 6.25 (in `w - 3.125`).
-#[allow(clippy::excessive_precision)]
-const F64_CENTRAL: [f64; 23] = [
-    -3.6444120640178196996e-21,
-    -1.685059138182016589e-19,
-    1.2858480715256400167e-18,
-    1.115787767802518096e-17,
-    -1.333171662854620906e-16,
-    2.0972767875968561637e-17,
-    6.6376381343583238325e-15,
-    -4.0545662729752068639e-14,
-    -8.1519341976054721522e-14,
-    2.6335093153082322977e-12,
-    -1.2975133253453532498e-11,
-    -5.4154120542946279317e-11,
-    1.051212273321532285e-09,
-    -4.1126339803469836976e-09,
-    -2.9070369957882005086e-08,
-    4.2347877827932403518e-07,
-    -1.3654692000834678645e-06,
-    -1.3882523362786468719e-05,
-    0.0001867342080340571352,
-    -0.00074070253416626697512,
-    -0.0060336708714301490533,
-    0.24015818242558961693,
-    1.6536545626831027356,
-];
-
-/// For 6.25 <= w < 16 (in `sqrt(w) - 3.25`).
-#[allow(clippy::excessive_precision)]
-const F64_MID: [f64; 19] = [
-    2.2137376921775787049e-09,
-    9.0756561938885390979e-08,
-    -2.7517406297064545428e-07,
-    1.8239629214389227755e-08,
-    1.5027403968909827627e-06,
-    -4.013867526981545969e-06,
-    2.9234449089955446044e-06,
-    1.2475304481671778723e-05,
-    -4.7318229009055733981e-05,
-    6.8284851459573175448e-05,
-    2.4031110387097893999e-05,
-    -0.0003550375203628474796,
-    0.00095328937973738049703,
-    -0.0016882755560235047313,
-    0.0024914420961078508066,
-    -0.0037512085075692412107,
-    0.005370914553590063617,
-    1.0052589676941592334,
-    3.0838856104922207635,
-];
-
-/// For w >= 16 (in `sqrt(w) - 5`).
-#[allow(clippy::excessive_precision)]
-const F64_TAIL: [f64; 17] = [
-    -2.7109920616438573243e-11,
-    -2.5556418169965252055e-10,
-    1.5076572693500548083e-09,
-    -3.7894654401267369937e-09,
-    7.6157012080783393804e-09,
-    -1.4960026627149240478e-08,
-    2.9147953450901080826e-08,
-    -6.7711997758452339498e-08,
-    2.2900482228026654717e-07,
-    -9.9298272942317002539e-07,
-    4.5260625972231537039e-06,
-    -1.9681778105531670567e-05,
-    7.5995277030017761139e-05,
-    -0.00021503011930044477347,
-    -0.00013871931833623122026,
-    1.0103004648645343977,
-    4.8499064014085844221,
-];
 
 /// Coefficient `i` of a polynomial padded with leading zeros to `len` terms
 /// (a leading zero leaves Horner's rule unchanged).
@@ -241,8 +142,8 @@ pub(super) fn erf_inv(x: &Tensor) -> Result<Tensor> {
     let p = if dtype == DType::F32 {
         let central = lax::lt(&w, &full(5.0)?)?;
         let t = lax::select(&central, &lax::sub(&w, &full(2.5)?)?, &lax::sub(&sqrt_w, &full(3.0)?)?)?;
-        horner(&t, F32_CENTRAL.len(), |i| {
-            lax::select(&central, &full64(&w, F32_CENTRAL[i] as f64)?, &full64(&w, F32_TAIL[i] as f64)?)
+        horner(&t, ERFINV_F32_CENTRAL.len(), |i| {
+            lax::select(&central, &full64(&w, ERFINV_F32_CENTRAL[i] as f64)?, &full64(&w, ERFINV_F32_TAIL[i] as f64)?)
         })?
     } else {
         let central = lax::lt(&w, &full(6.25)?)?;
@@ -252,10 +153,10 @@ pub(super) fn erf_inv(x: &Tensor) -> Result<Tensor> {
             &lax::sub(&w, &full(3.125)?)?,
             &lax::select(&mid, &lax::sub(&sqrt_w, &full(3.25)?)?, &lax::sub(&sqrt_w, &full(5.0)?)?)?,
         )?;
-        let n = F64_CENTRAL.len();
+        let n = ERFINV_F64_CENTRAL.len();
         horner(&t, n, |i| {
-            let tail = lax::select(&mid, &full(coef(&F64_MID, n, i))?, &full(coef(&F64_TAIL, n, i))?)?;
-            lax::select(&central, &full(F64_CENTRAL[i])?, &tail)
+            let tail = lax::select(&mid, &full(coef(&ERFINV_F64_MID, n, i))?, &full(coef(&ERFINV_F64_TAIL, n, i))?)?;
+            lax::select(&central, &full(ERFINV_F64_CENTRAL[i])?, &tail)
         })?
     };
     let r = lax::mul(&p, x)?;
