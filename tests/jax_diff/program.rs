@@ -20,6 +20,7 @@
 
 use proptest::prelude::*;
 use proptest::sample::select;
+use xform::core::prims::sample::Gen;
 
 /// Sizes of the generated arrays: every axis has 1..=MAX_DIM elements.
 pub const MAX_DIM: usize = 3;
@@ -342,30 +343,29 @@ fn numel(s: &[usize]) -> usize {
 }
 
 /// A deterministic generator for choices that need no shrinking of their
-/// own (which dims of a shape become 1, a reshape's source, ...).
-pub struct Mix(u64);
+/// own (which dims of a shape become 1, a reshape's source, ...): the
+/// registry's splitmix64 (`Gen`), seeded so that its streams are this
+/// test's from before it reused `Gen` (the same programs per seed).
+pub struct Mix(Gen);
 
 impl Mix {
     pub fn new(seed: u64) -> Mix {
-        Mix(seed ^ 0x2545_F491_4F6C_DD1D)
+        // `Gen::new` XORs its own constant in; undo it.
+        Mix(Gen::new(seed ^ 0x2545_F491_4F6C_DD1D ^ 0x9E37_79B9_7F4A_7C15))
     }
     pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.u64()
     }
     /// Uniform in `lo..=hi`.
     pub fn int(&mut self, lo: usize, hi: usize) -> usize {
-        lo + (self.next() % (hi - lo + 1) as u64) as usize
+        self.0.int(lo, hi)
     }
     pub fn coin(&mut self) -> bool {
         self.next() & 1 == 1
     }
     /// Uniform in `[lo, hi)`.
     pub fn f64(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * ((self.next() >> 11) as f64 / (1u64 << 53) as f64)
+        lo + (hi - lo) * self.0.f64()
     }
 }
 

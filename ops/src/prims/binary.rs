@@ -3,7 +3,7 @@
 //! by side (`binary_table!`), then the shape rule, JVP, transpose, batching
 //! (elementwise) and samples.
 
-use super::cuda_c::{kernel, upow_helper, CudaCx, CudaExpr};
+use super::cuda_c::{upow_helper, CudaCx, CudaExpr};
 use super::sample::{numeric, Case, Dom, Sample, FLOATS};
 use super::{check_arity, check_same_dtypes, check_same_shapes, Family, OnesTranspose, Props};
 use crate::array::{Array, Device};
@@ -15,7 +15,7 @@ use crate::tensor::{AvalRef, Tensor};
 use smallvec::smallvec;
 use xform_kernels::cpu::elementwise::map2;
 use xform_kernels::cpu::Par;
-use xform_kernels::cuda_source::Kernel;
+use xform_kernels::cuda_source::{map_kernel, Kernel};
 use xform_kernels::{CpuBuffer, DType, Element, Float, Layout, Real};
 
 /// Generates the binary family from its table: the enum with its names and
@@ -48,10 +48,14 @@ macro_rules! binary_table {
                 match self { $( BinaryOp::$v => $cost ),* }
             }
 
-            /// Which dtype classes have a kernel: (float, int, bool).
-            fn classes(self) -> (bool, bool, bool) {
+            /// The dtype classes with a kernel: what the op accepts.
+            pub fn classes(self) -> super::DtypeClasses {
                 match self {
-                    $( BinaryOp::$v => (present!($($fx)?), present!($($ix)?), present!($($bx)?)) ),*
+                    $( BinaryOp::$v => super::DtypeClasses {
+                        float: present!($($fx)?),
+                        int: present!($($ix)?),
+                        bool: present!($($bx)?),
+                    } ),*
                 }
             }
         }
@@ -219,14 +223,7 @@ pub fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
 impl BinaryOp {
     /// Which dtypes the op accepts: those it has a kernel for.
     pub fn accepts(self, d: DType) -> bool {
-        let (float, int, bool) = self.classes();
-        if d.is_float() {
-            float
-        } else if d == DType::Bool {
-            bool
-        } else {
-            int
-        }
+        self.classes().accepts(d)
     }
 }
 
@@ -240,12 +237,7 @@ fn check_binary(op: BinaryOp, ins: &[AvalRef<'_>]) -> Result<()> {
     check_same_shapes(op.name(), ins)?;
     check_same_dtypes(op.name(), ins)?;
     if !op.accepts(ins[0].dtype) {
-        let what = match op.classes() {
-            (true, false, false) => "needs floating-point operands",
-            (true, true, _) => "needs numeric operands",
-            (false, _, _) => "needs bool or integer operands",
-            (true, false, true) => "needs floating-point or bool operands",
-        };
+        let what = format!("needs {} operands", op.classes().needs());
         return Err(Error::dtype(op.name(), what, &[ins[0].dtype]));
     }
     Ok(())
@@ -533,7 +525,7 @@ impl Family for BinaryOp {
     fn cuda_kernels(d: DType) -> Vec<Kernel> {
         BinaryOp::ALL
             .iter()
-            .filter_map(|&op| cuda_expr(op, d).map(|e| kernel(&e.map_op(op.name(), false), &[d, d], d)))
+            .filter_map(|&op| cuda_expr(op, d).map(|e| map_kernel(&e.map_op(op.name(), false), &[d, d], d)))
             .collect()
     }
 }

@@ -2,7 +2,7 @@
 //! CPU predicate and the CUDA expression of each side by side, shape rule,
 //! lowering, JVP (no tangent), batching (elementwise) and samples.
 
-use super::cuda_c::{kernel, CudaExpr};
+use super::cuda_c::CudaExpr;
 use super::sample::{numeric, Case, Dom, Sample};
 use super::{check_arity, check_same_dtypes, check_same_shapes, Family, Props};
 use crate::array::{Array, Device};
@@ -13,7 +13,7 @@ use crate::tensor::{AvalRef, Tensor};
 use smallvec::smallvec;
 use xform_kernels::cpu::elementwise::map2;
 use xform_kernels::cpu::Par;
-use xform_kernels::cuda_source::Kernel;
+use xform_kernels::cuda_source::{map_kernel, Kernel};
 use xform_kernels::{match_buffer, CpuBuffer, DType, Layout};
 
 crate::op_enum! {
@@ -161,6 +161,9 @@ impl Family for CompareOp {
     }
 
     fn cuda_kernels(d: DType) -> Vec<Kernel> {
-        CompareOp::ALL.iter().map(|op| kernel(&op.cuda_expr().map_op(op.name(), false), &[d, d], DType::Bool)).collect()
+        CompareOp::ALL
+            .iter()
+            .map(|op| map_kernel(&op.cuda_expr().map_op(op.name(), false), &[d, d], DType::Bool))
+            .collect()
     }
 }

@@ -5,7 +5,7 @@
 //! feature, so a family whose op lacks its CUDA form does not compile in
 //! the default build either.
 
-use xform_kernels::cuda_source::{compute_type, map_kernel, storage_type, Kernel, MapOp};
+use xform_kernels::cuda_source::{compute_type, storage_type, MapOp};
 use xform_kernels::DType;
 
 /// The C types and math names of one dtype, as an op's CUDA expression
@@ -102,11 +102,6 @@ impl CudaExpr {
     pub fn map_op(self, tag: &str, raw: bool) -> MapOp {
         MapOp { tag: tag.to_string(), expr: self.expr, helpers: self.helpers, raw, param: self.param }
     }
-}
-
-/// The kernel of a map operation over operands of dtypes `ins`.
-pub fn kernel(m: &MapOp, ins: &[DType], out: DType) -> Kernel {
-    map_kernel(m, ins, out)
 }
 
 /// `b^e` with wrapping arithmetic in the unsigned type `u` (the device

@@ -3,7 +3,7 @@
 //! the operands' elements at the same index only, so all of them batch
 //! elementwise; none has math of its own to tabulate.
 
-use super::cuda_c::{kernel, CudaExpr};
+use super::cuda_c::CudaExpr;
 use super::sample::{every_dtype, generic_dom, numeric, Case, Dom, Sample};
 use super::{check_arity, check_same_dtypes, check_same_shapes, Family, Props, ViewKind};
 use crate::array::{Array, Device};
@@ -15,7 +15,7 @@ use crate::tensor::{AvalRef, Tensor};
 use smallvec::smallvec;
 use xform_kernels::cpu::elementwise::{map1, map3};
 use xform_kernels::cpu::Par;
-use xform_kernels::cuda_source::Kernel;
+use xform_kernels::cuda_source::{map_kernel, Kernel};
 use xform_kernels::{match_buffer, CpuBuffer, DType, Element, Layout};
 
 crate::family_enum! {
@@ -285,6 +285,6 @@ impl Family for ElementwiseOp {
 
     fn cuda_kernels(d: DType) -> Vec<Kernel> {
         // convert and copy are the kernels crate's structural kernels
-        vec![kernel(&select_cuda().map_op("select", true), &[DType::Bool, d, d], d)]
+        vec![map_kernel(&select_cuda().map_op("select", true), &[DType::Bool, d, d], d)]
     }
 }

@@ -70,6 +70,41 @@ pub enum OnesTranspose {
     Constant,
 }
 
+/// The dtype classes an elementwise op has kernels for, derived from its
+/// op-table entry: it accepts exactly these.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct DtypeClasses {
+    /// f64, f32, f16, bf16.
+    pub float: bool,
+    /// i32, i64, u32.
+    pub int: bool,
+    /// bool.
+    pub bool: bool,
+}
+
+impl DtypeClasses {
+    /// True if `d` is in one of the classes.
+    pub fn accepts(self, d: DType) -> bool {
+        if d.is_float() {
+            self.float
+        } else if d == DType::Bool {
+            self.bool
+        } else {
+            self.int
+        }
+    }
+
+    /// What an operand must be, for the error on another dtype.
+    pub fn needs(self) -> &'static str {
+        match (self.float, self.int, self.bool) {
+            (true, false, false) => "floating-point",
+            (true, true, _) => "numeric",
+            (false, _, _) => "bool or integer",
+            (true, false, true) => "floating-point or bool",
+        }
+    }
+}
+
 /// Static properties of a primitive, declared beside its rules; the
 /// transforms read these instead of naming primitives.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

@@ -138,10 +138,14 @@ macro_rules! unary_table {
                 match self { $( UnaryOp::$v { .. } => $cost ),* }
             }
 
-            /// Which dtype classes have an implementation: (float, int, bool).
-            fn classes(self) -> (bool, bool, bool) {
+            /// The dtype classes with an implementation: what the op accepts.
+            pub fn classes(self) -> super::DtypeClasses {
                 match self {
-                    $( UnaryOp::$v { .. } => (present!($($fx)?), present!($($ix)?), present!($($bx)?)) ),*
+                    $( UnaryOp::$v { .. } => super::DtypeClasses {
+                        float: present!($($fx)?),
+                        int: present!($($ix)?),
+                        bool: present!($($bx)?),
+                    } ),*
                 }
             }
 
