@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod buffer;
+pub mod conv_geom;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
