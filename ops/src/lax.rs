@@ -13,6 +13,7 @@ use crate::tensor::Tensor;
 use smallvec::{smallvec, SmallVec};
 use xform_kernels::{DType, Shape};
 
+pub use crate::prims::padding::Padding;
 pub use crate::prims::unary::{api::*, unary};
 
 /// Converts to `dtype` (no-op if already).

@@ -18,6 +18,7 @@ pub mod cuda_c;
 pub mod elementwise;
 pub mod indexing;
 pub mod linalg;
+pub mod padding;
 pub mod random;
 pub mod reduce;
 pub mod sample;

@@ -1,0 +1,93 @@
+//! Padding of windowed primitives (convolution, reduce_window): explicit
+//! `(low, high)` pairs per spatial axis, or JAX's "SAME" and "VALID".
+
+use crate::error::{Error, Result};
+use xform_kernels::conv_geom::dilated;
+
+/// How a windowed op pads its input's spatial axes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Padding {
+    /// No padding: only windows that fit the input.
+    Valid,
+    /// Pad so that the output has `ceil(input / stride)` positions per
+    /// axis, the odd element going after (JAX's and TensorFlow's "SAME").
+    Same,
+    /// `(low, high)` per spatial axis; negative amounts crop.
+    Explicit(Vec<(i64, i64)>),
+}
+
+impl From<Vec<(i64, i64)>> for Padding {
+    fn from(p: Vec<(i64, i64)>) -> Padding {
+        Padding::Explicit(p)
+    }
+}
+
+impl From<&[(i64, i64)]> for Padding {
+    fn from(p: &[(i64, i64)]) -> Padding {
+        Padding::Explicit(p.to_vec())
+    }
+}
+
+impl Padding {
+    /// Explicit `(low, high)` pairs for inputs of `input` sizes (after any
+    /// base dilation), windows of `window` sizes (after window dilation)
+    /// and `strides`, as JAX's `padtype_to_pads`. `op` names the caller in
+    /// the error for a wrong count of pairs or a zero stride.
+    pub fn resolve(&self, op: &str, input: &[usize], window: &[usize], strides: &[usize]) -> Result<Vec<(i64, i64)>> {
+        let n = input.len();
+        match self {
+            Padding::Valid => Ok(vec![(0, 0); n]),
+            Padding::Same => {
+                if strides.contains(&0) {
+                    return Err(Error::invalid(op, format!("window strides {strides:?} must be positive")));
+                }
+                Ok((0..n)
+                    .map(|i| {
+                        let out = input[i].div_ceil(strides[i]);
+                        let need = ((out.max(1) - 1) * strides[i] + window[i]).saturating_sub(input[i]) as i64;
+                        (need / 2, need - need / 2)
+                    })
+                    .collect())
+            }
+            Padding::Explicit(p) => {
+                if p.len() != n {
+                    return Err(Error::invalid(
+                        op,
+                        format!("padding has {} (low, high) pairs for {n} spatial axes: {p:?}", p.len()),
+                    ));
+                }
+                Ok(p.clone())
+            }
+        }
+    }
+
+    /// [`Padding::resolve`] for undilated sizes with per-axis dilations.
+    pub fn resolve_dilated(
+        &self,
+        op: &str,
+        input: &[usize],
+        base_dilation: &[usize],
+        window: &[usize],
+        window_dilation: &[usize],
+        strides: &[usize],
+    ) -> Result<Vec<(i64, i64)>> {
+        let i: Vec<usize> = input.iter().zip(base_dilation).map(|(&n, &d)| dilated(n, d)).collect();
+        let w: Vec<usize> = window.iter().zip(window_dilation).map(|(&n, &d)| dilated(n, d)).collect();
+        self.resolve(op, &i, &w, strides)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_padding_matches_jax() {
+        // jax.lax.padtype_to_pads((5, 6), (3, 4), (2, 1), "SAME") == [(1, 1), (1, 2)]
+        assert_eq!(Padding::Same.resolve("t", &[5, 6], &[3, 4], &[2, 1]).unwrap(), vec![(1, 1), (1, 2)]);
+        // A window smaller than the stride needs no padding.
+        assert_eq!(Padding::Same.resolve("t", &[4], &[1], &[2]).unwrap(), vec![(0, 0)]);
+        assert_eq!(Padding::Valid.resolve("t", &[4, 4], &[3, 3], &[1, 1]).unwrap(), vec![(0, 0), (0, 0)]);
+        assert!(Padding::Explicit(vec![(1, 1)]).resolve("t", &[4, 4], &[3, 3], &[1, 1]).is_err());
+    }
+}
