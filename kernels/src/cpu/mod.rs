@@ -5,6 +5,7 @@
 //! [`Par::for_work`]; kernels never decide on their own, and a kernel that
 //! runs a rayon loop never calls faer with `Par::rayon` inside it.
 
+pub mod conv;
 pub mod elementwise;
 pub mod indexing;
 pub mod matmul;

@@ -1,0 +1,267 @@
+//! Convolution on the CPU: im2col plus one batched GEMM.
+//!
+//! Operands are in the canonical layouts of [`ConvGeometry`] (lhs
+//! `[N, C, D, H, W]`, rhs `[O, C/fg, KD, KH, KW]`, contiguous), and so is the
+//! result (`[N/bg, O, OD, OH, OW]`). Each (output example, group) pair is
+//! one unit: its patches are unrolled into a `[C/fg * K, P]` matrix (`K`
+//! kernel taps, `P` output positions; padding and the holes of lhs dilation
+//! become zeros), and the unit's output block `[O/groups, P]` is the group's
+//! weights `[O/groups, C/fg * K]` times that matrix. All units run as one
+//! batched GEMM (`matmul::gemm_offsets`: faer, or the small-product kernel,
+//! split over rayon above its threshold). A 1x1 convolution with unit
+//! strides and no padding reads the lhs in place: its patch matrix is the
+//! input itself.
+
+use super::matmul::{gemm_offsets, FaerElem, MatOperand, One};
+use super::Par;
+use crate::conv_geom::{ConvGeometry, SPATIAL};
+use std::mem::MaybeUninit;
+
+/// For one spatial axis, the input coordinate read by each (output
+/// position, kernel tap) pair, row-major over `[output, kernel]`, or -1
+/// on padding and dilation holes.
+fn axis_table(g: &ConvGeometry, ax: usize) -> Vec<isize> {
+    let (o, k) = (g.output[ax], g.kernel[ax]);
+    let mut t = Vec::with_capacity(o * k);
+    for oi in 0..o {
+        for ki in 0..k {
+            t.push(g.input_index(ax, oi, ki).map_or(-1, |i| i as isize));
+        }
+    }
+    t
+}
+
+/// Whether the patch matrix of every unit is the unit's input block itself.
+fn reads_in_place(g: &ConvGeometry) -> bool {
+    (0..SPATIAL).all(|a| {
+        g.kernel[a] == 1 && g.stride[a] == 1 && g.lhs_dilation[a] == 1 && g.pad_lo[a] == 0 && g.pad_hi[a] == 0
+    })
+}
+
+/// The lhs example and first channel unit `(n, group)` reads.
+fn unit_input(g: &ConvGeometry, n: usize, group: usize) -> (usize, usize) {
+    if g.batch_groups > 1 {
+        (group * g.out_batch() + n, 0)
+    } else {
+        (n, group * g.group_in_features())
+    }
+}
+
+/// Writes the `[cg * K, P]` patch matrix of one unit into `dst`.
+fn im2col_unit<T: Copy + Default>(
+    g: &ConvGeometry,
+    tables: &[Vec<isize>; SPATIAL],
+    x: &[T],
+    example: usize,
+    c0: usize,
+    dst: &mut [MaybeUninit<T>],
+) {
+    let [id, ih, iw] = g.input;
+    let [kd, kh, kw] = g.kernel;
+    let [od, oh, ow] = g.output;
+    let p = od * oh * ow;
+    let plane = id * ih * iw;
+    let mut row = 0;
+    for c in 0..g.group_in_features() {
+        let base = (example * g.in_features + c0 + c) * plane;
+        for a in 0..kd {
+            for b in 0..kh {
+                for e in 0..kw {
+                    let out = &mut dst[row * p..(row + 1) * p];
+                    let mut q = 0;
+                    for zo in 0..od {
+                        let zi = tables[0][zo * kd + a];
+                        for yo in 0..oh {
+                            let yi = tables[1][yo * kh + b];
+                            if zi < 0 || yi < 0 {
+                                for slot in &mut out[q..q + ow] {
+                                    slot.write(T::default());
+                                }
+                                q += ow;
+                                continue;
+                            }
+                            let line = base + (zi as usize * ih + yi as usize) * iw;
+                            for xo in 0..ow {
+                                let xi = tables[2][xo * kw + e];
+                                out[q].write(if xi < 0 { T::default() } else { x[line + xi as usize] });
+                                q += 1;
+                            }
+                        }
+                    }
+                    row += 1;
+                }
+            }
+        }
+    }
+}
+
+/// The convolution of `lhs` and `rhs` described by `g`, in canonical
+/// layouts (see the module docs), for f32 and f64.
+pub fn conv_forward<T: FaerElem + One>(lhs: &[T], rhs: &[T], g: &ConvGeometry, par: Par) -> Vec<T> {
+    debug_assert_eq!(lhs.len(), g.lhs_len());
+    debug_assert_eq!(rhs.len(), g.rhs_len());
+    let groups = g.groups();
+    let nb = g.out_batch();
+    let units = nb * groups;
+    let m = g.group_out_features();
+    let k = g.group_in_features() * g.kernel.iter().product::<usize>();
+    let p: usize = g.output.iter().product();
+    // Weights of each unit's group: rows of `k` taps.
+    let w = MatOperand {
+        offsets: (0..units).map(|u| ((u % groups) * m * k) as isize).collect(),
+        row_stride: k as isize,
+        col_stride: 1,
+    };
+    if units * m * p == 0 {
+        return Vec::new();
+    }
+    if k == 0 {
+        // No taps: every output is an empty sum.
+        return crate::pool::from_fn(units * m * p, |_| T::default());
+    }
+    if reads_in_place(g) {
+        let plane = p as isize;
+        let cols = MatOperand {
+            offsets: (0..units)
+                .map(|u| {
+                    let (e, c0) = unit_input(g, u / groups, u % groups);
+                    (e * g.in_features + c0) as isize * plane
+                })
+                .collect(),
+            row_stride: plane,
+            col_stride: 1,
+        };
+        return gemm_offsets(rhs, &w, lhs, &cols, m, k, p, par);
+    }
+    let tables = [axis_table(g, 0), axis_table(g, 1), axis_table(g, 2)];
+    let mut col = crate::pool::alloc_uninit::<T>(units * k * p);
+    let fill = |u: usize, dst: &mut [MaybeUninit<T>]| {
+        let (e, c0) = unit_input(g, u / groups, u % groups);
+        im2col_unit(g, &tables, lhs, e, c0, dst);
+    };
+    if par == Par::Rayon && units > 1 {
+        use rayon::prelude::*;
+        col.par_chunks_mut(k * p).enumerate().for_each(|(u, dst)| fill(u, dst));
+    } else {
+        col.chunks_mut(k * p).enumerate().for_each(|(u, dst)| fill(u, dst));
+    }
+    // SAFETY: im2col_unit wrote each of the k * p slots of every unit.
+    let col = unsafe { super::assume_init(col) };
+    let cols = MatOperand {
+        offsets: (0..units).map(|u| (u * k * p) as isize).collect(),
+        row_stride: p as isize,
+        col_stride: 1,
+    };
+    gemm_offsets(rhs, &w, &col, &cols, m, k, p, par)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A direct loop over the definition.
+    fn naive(lhs: &[f64], rhs: &[f64], g: &ConvGeometry) -> Vec<f64> {
+        let mut out = vec![0.0; g.out_len()];
+        let [id, ih, iw] = g.input;
+        let [kd, kh, kw] = g.kernel;
+        let [od, oh, ow] = g.output;
+        let (m, cg) = (g.group_out_features(), g.group_in_features());
+        for n in 0..g.out_batch() {
+            for o in 0..g.out_features {
+                let group = o / m;
+                let (e, c0) = unit_input(g, n, group);
+                for z in 0..od {
+                    for y in 0..oh {
+                        for x in 0..ow {
+                            let mut s = 0.0;
+                            for c in 0..cg {
+                                for a in 0..kd {
+                                    for b in 0..kh {
+                                        for f in 0..kw {
+                                            let (Some(zi), Some(yi), Some(xi)) =
+                                                (g.input_index(0, z, a), g.input_index(1, y, b), g.input_index(2, x, f))
+                                            else {
+                                                continue;
+                                            };
+                                            let li = (((e * g.in_features + c0 + c) * id + zi) * ih + yi) * iw + xi;
+                                            let ri = (((o * cg + c) * kd + a) * kh + b) * kw + f;
+                                            s += lhs[li] * rhs[ri];
+                                        }
+                                    }
+                                }
+                            }
+                            out[(((n * g.out_features + o) * od + z) * oh + y) * ow + x] = s;
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn geometry(
+        batch: usize,
+        c: usize,
+        o: usize,
+        fg: usize,
+        bg: usize,
+        input: [usize; 3],
+        kernel: [usize; 3],
+        stride: [usize; 3],
+        pad: [(i64, i64); 3],
+        ld: [usize; 3],
+        rd: [usize; 3],
+    ) -> ConvGeometry {
+        let output = std::array::from_fn(|a| {
+            crate::conv_geom::window_positions(input[a], ld[a], pad[a].0, pad[a].1, kernel[a], rd[a], stride[a])
+                .unwrap()
+        });
+        ConvGeometry {
+            batch,
+            in_features: c,
+            out_features: o,
+            feature_groups: fg,
+            batch_groups: bg,
+            input,
+            kernel,
+            output,
+            stride,
+            pad_lo: pad.map(|p| p.0),
+            pad_hi: pad.map(|p| p.1),
+            lhs_dilation: ld,
+            rhs_dilation: rd,
+        }
+    }
+
+    fn check(g: &ConvGeometry) {
+        let lhs: Vec<f64> = (0..g.lhs_len()).map(|i| ((i * 7919) % 23) as f64 / 7.0 - 1.5).collect();
+        let rhs: Vec<f64> = (0..g.rhs_len()).map(|i| ((i * 104729) % 17) as f64 / 5.0 - 1.6).collect();
+        let want = naive(&lhs, &rhs, g);
+        for par in [Par::Seq, Par::Rayon] {
+            let got = conv_forward(&lhs, &rhs, g, par);
+            assert_eq!(got.len(), want.len(), "{g:?}");
+            for (a, b) in got.iter().zip(&want) {
+                assert!((a - b).abs() <= 1e-12 * (1.0 + b.abs()), "{g:?}: {a} vs {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn matches_the_definition_for_every_option() {
+        let one = [1, 1, 1];
+        let none = [(0, 0); 3];
+        // Plain 2-D, 1x1 in place, 3-D.
+        check(&geometry(2, 3, 4, 1, 1, [1, 6, 5], [1, 3, 2], one, none, one, one));
+        check(&geometry(2, 3, 4, 1, 1, [1, 4, 5], one, one, none, one, one));
+        check(&geometry(1, 2, 3, 1, 1, [4, 3, 5], [2, 2, 3], one, none, one, one));
+        // Strides, asymmetric and negative padding, both dilations.
+        check(&geometry(2, 2, 3, 1, 1, [1, 7, 6], [1, 3, 2], [1, 2, 3], [(0, 0), (2, -1), (1, 2)], one, one));
+        check(&geometry(1, 2, 2, 1, 1, [1, 4, 5], [1, 2, 3], [1, 1, 2], [(0, 0), (1, 1), (0, 2)], [1, 2, 3], [1, 2, 1]));
+        // Feature groups (grouped, depthwise) and batch groups.
+        check(&geometry(2, 6, 4, 2, 1, [1, 5, 5], [1, 3, 3], one, [(0, 0), (1, 1), (1, 1)], one, one));
+        check(&geometry(2, 3, 6, 3, 1, [1, 5, 4], [1, 2, 2], [1, 2, 1], none, one, one));
+        check(&geometry(6, 2, 6, 1, 3, [1, 4, 4], [1, 2, 3], one, [(0, 0), (0, 1), (1, 0)], one, [1, 1, 2]));
+        // A kernel larger than the input: no positions.
+        check(&geometry(1, 1, 1, 1, 1, [1, 2, 2], [1, 3, 3], one, none, one, one));
+    }
+}
