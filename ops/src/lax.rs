@@ -13,6 +13,7 @@ use crate::tensor::Tensor;
 use smallvec::{smallvec, SmallVec};
 use xform_kernels::{DType, Shape};
 
+pub use crate::prims::conv::{conv_general_dilated, ConvDims, ConvOptions};
 pub use crate::prims::padding::Padding;
 pub use crate::prims::unary::{api::*, unary};
 

@@ -19,6 +19,7 @@ use xform_kernels::{DType, Layout};
 
 pub use crate::prims::binary::BinaryOp;
 pub use crate::prims::compare::CompareOp;
+pub use crate::prims::conv::{ConvDims, ConvKind, ConvOp, ConvOptions, ConvParams};
 pub use crate::prims::elementwise::{ElementwiseKind, ElementwiseOp};
 pub use crate::prims::indexing::{IndexKind, IndexOp};
 pub use crate::prims::linalg::{DotDims, LinalgKind, LinalgOp};
@@ -163,6 +164,8 @@ families! {
     Index(IndexOp),
     /// dot_general (`prims/linalg.rs`).
     Linalg(LinalgOp),
+    /// conv_general_dilated (`prims/conv.rs`).
+    Conv(ConvOp),
     /// Random bits (`prims/random.rs`).
     Random(RandomOp),
 }

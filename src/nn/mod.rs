@@ -42,11 +42,13 @@
 //! assert_eq!(logits.shape().dims(), &[4, 32, 4]);
 //! ```
 
+mod conv;
 mod layers;
 mod loss;
 mod optim;
 mod tree_util;
 
+pub use conv::{Conv, Conv1d, Conv2d, Conv3d, ConvConfig, ConvTranspose2d};
 pub use layers::{Activation, Linear, Mlp};
 pub use loss::{accuracy, mse, softmax_cross_entropy, softmax_cross_entropy_per_example};
 pub use optim::{Adam, AdamState, Sgd, SgdState};

@@ -3,6 +3,7 @@
 
 mod harness;
 mod reference;
+mod reference_conv;
 mod registry;
 
 mod compositions;

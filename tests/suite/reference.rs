@@ -3,7 +3,7 @@
 //! kernels against.
 
 use xform::core::prim::{
-    ArgOp, BinaryOp, CompareOp, ElementwiseOp, IndexOp, LinalgOp, RandomOp, ReduceOp, Reduction, ShapeOp, UnaryOp,
+    ArgOp, BinaryOp, CompareOp, ConvOp, ElementwiseOp, IndexOp, LinalgOp, RandomOp, ReduceOp, Reduction, ShapeOp, UnaryOp,
 };
 use xform::{DType, Prim, Tensor};
 
@@ -35,6 +35,9 @@ impl Nd {
     }
     pub fn at(&self, idx: &[usize]) -> f64 {
         self.data[self.flat(idx)]
+    }
+    pub fn flat_index(&self, idx: &[usize]) -> usize {
+        self.flat(idx)
     }
     fn flat(&self, idx: &[usize]) -> usize {
         idx.iter().zip(self.strides()).map(|(i, s)| i * s).sum()
@@ -647,6 +650,7 @@ pub fn apply(prim: &Prim, ins: &[Nd], dtypes: &[DType]) -> Vec<Nd> {
             }
             one(out)
         }
+        Prim::Conv(ConvOp::ConvGeneralDilated(p)) => one(super::reference_conv::conv(p, &ins[0], &ins[1])),
         Prim::Random(RandomOp::Threefry2x32) => {
             let n = ins[0].data.len();
             let (mut y0, mut y1) = (Vec::with_capacity(n), Vec::with_capacity(n));

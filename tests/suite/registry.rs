@@ -38,10 +38,14 @@ pub struct Entry {
     pub smooth: bool,
 }
 
-/// The registry: every family's samples.
+/// The registry: every family's samples. While working on one primitive,
+/// `XFORM_REGISTRY_ONLY=name` keeps only the entries whose name contains
+/// `name` (CI never sets it).
 pub fn entries() -> Vec<Entry> {
+    let only = std::env::var("XFORM_REGISTRY_ONLY").ok();
     Prim::samples()
         .into_iter()
+        .filter(|s| only.as_ref().is_none_or(|o| s.name.contains(o.as_str())))
         .map(|s| {
             let draw = s.draw.clone();
             Entry {
