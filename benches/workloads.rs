@@ -346,6 +346,70 @@ fn w3() {
     emit("W3_jacobian_hessian", "hessian(f)", "float32", &sizes, &st, "");
 }
 
+/// The W5 CNN of peers.py (the functorch tutorial's, without dropout):
+/// conv weights OIHW, dense weights `[in, out]`.
+/// 2x2 max pooling, stride 2, of `[N, C, H, W]`.
+fn max_pool_2x2(x: &Tensor) -> Tensor {
+    let s = x.shape();
+    let (n, c, h, w) = (s[0] as isize, s[1] as isize, s[2] as isize, s[3] as isize);
+    x.reshape(&[n, c, h / 2, 2, w / 2, 2]).max_axes(&[3, 5], false)
+}
+
+type CnnParams = (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor);
+
+fn make_cnn(key: &Key) -> CnnParams {
+    let shapes: [&[usize]; 8] = [&[32, 1, 3, 3], &[32], &[64, 32, 3, 3], &[64], &[9216, 128], &[128], &[128, 10], &[10]];
+    let p: Vec<Tensor> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let fan_in: usize = if s.len() == 4 { s[1..].iter().product() } else { s[0] };
+            let scale = if s.len() > 1 { 1.0 / (fan_in as f64).sqrt() } else { 0.1 };
+            key.fold_in(i as u32).normal(s.to_vec(), DType::F32) * scale
+        })
+        .collect();
+    (p[0].clone(), p[1].clone(), p[2].clone(), p[3].clone(), p[4].clone(), p[5].clone(), p[6].clone(), p[7].clone())
+}
+
+fn conv_bias(x: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
+    let y = xform::lax::conv_general_dilated(x, w, &xform::lax::ConvOptions::default()).unwrap();
+    y + b.reshape(&[-1, 1, 1])
+}
+
+/// x[N,1,28,28] -> logits[N,10].
+fn cnn_predict(p: &CnnParams, x: &Tensor) -> Tensor {
+    let h = conv_bias(x, &p.0, &p.1).relu();
+    let h = conv_bias(&h, &p.2, &p.3).relu();
+    let h = max_pool_2x2(&h);
+    let h = h.reshape(&[h.dim(0) as isize, -1]);
+    let h = (h.matmul(&p.4) + &p.5).relu();
+    h.matmul(&p.6) + &p.7
+}
+
+fn cnn_loss_one(p: &CnnParams, x: &Tensor, y: &Tensor) -> Tensor {
+    let logits = cnn_predict(p, &x.unsqueeze(0)).squeeze(0);
+    logits.logsumexp(0, false) - logits.take(y, 0)
+}
+
+fn w5() {
+    let b = 32;
+    let key = Key::new(4);
+    let params = make_cnn(&key);
+    let xs = key.fold_in(100).normal([b, 1, 28, 28], DType::F32);
+    let ys = key.fold_in(101).randint([b], 0, 10, DType::I32);
+    let sizes = format!("{{\"B\": {b}, \"n_params\": 1199882}}");
+    let psg = vmap(|(x, y): &(Tensor, Tensor)| grad(|p: &CnnParams| cnn_loss_one(p, x, y))(&params));
+    let batch = (xs.clone(), ys.clone());
+    let st = measure(|| drop(psg(&batch)), false);
+    emit("W5_cnn_per_sample_grad", "vmap(grad)", "float32", &sizes, &st, "");
+    let batch_grad = grad(|p: &CnnParams| {
+        let logits = cnn_predict(p, &xs);
+        (logits.logsumexp(1, false) - logits.take_along_axis(&ys.unsqueeze(1), 1).squeeze(1)).mean()
+    });
+    let st = measure(|| drop(batch_grad(&params)), false);
+    emit("W5_cnn_per_sample_grad", "grad(mean loss) batch ref", "float32", &sizes, &st, "");
+}
+
 /// Peak resident memory of this process, in MiB (Linux).
 fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
@@ -401,6 +465,9 @@ fn main() {
     }
     if enabled("W3") {
         w3();
+    }
+    if enabled("W5") {
+        w5();
     }
     if enabled("dispatch") {
         dispatch();
