@@ -158,7 +158,8 @@ pub fn conv_forward_with(
     }
 }
 
-/// The generated direct kernel: one thread per output element.
+/// The generated direct kernel: one work item per output position and
+/// block of up to `CONV_RB` output features of a group.
 fn direct(
     dev: &Arc<CudaDevice>,
     lhs: &CudaBuffer,
@@ -179,8 +180,9 @@ fn direct(
     // XfConv by value); `check_operands` verified the dtypes and that the
     // buffers hold the canonical lhs and rhs, and `check_geometry` that
     // every index the kernel forms stays inside them; `y` holds `total`
-    // elements and every one is written.
-    unsafe { b.launch(grid(n)) }.map_err(|e| CudaError::driver(&format!("launching {}", kernel.name), e))?;
+    // elements and the `threads` work items write every one exactly once.
+    unsafe { b.launch(grid(p.threads as usize)) }
+        .map_err(|e| CudaError::driver(&format!("launching {}", kernel.name), e))?;
     Ok(y)
 }
 

@@ -9,10 +9,12 @@ use crate::conv_geom::{ConvGeometry, SPATIAL};
 use crate::dtype::DType;
 use std::fmt::Write;
 
-/// The `XfConv` parameter struct (its layout is [`ConvParams`]'s): 8
+/// The `XfConv` parameter struct (its layout is [`ConvParams`]'s): 10
 /// scalars, then 7 per-axis triples, all `long long`.
 pub const CONV_STRUCT: &str = r#"struct XfConv {
     long long total;  // output elements
+    long long threads; // work items: output positions x blocks of rb features
+    long long rb;     // output features per work item (1 to XF_CONV_RB)
     long long o;      // output features O
     long long og;     // output features per group
     long long c;      // lhs features C
@@ -30,6 +32,11 @@ pub const CONV_STRUCT: &str = r#"struct XfConv {
 pub struct ConvParams {
     /// Output elements.
     pub total: i64,
+    /// Work items (threads of the grid-stride loop): each computes `rb`
+    /// output features of one group at one output position.
+    pub threads: i64,
+    /// Output features per work item, `min(og, CONV_RB)`.
+    pub rb: i64,
     /// Output features `O`.
     pub o: i64,
     /// Output features per group (at least 1).
@@ -60,13 +67,23 @@ pub struct ConvParams {
     pub rhs_dilation: [i64; SPATIAL],
 }
 
+/// The most output features one work item of [`conv_kernel`] computes
+/// (each lhs value it loads serves all of them).
+pub const CONV_RB: usize = 4;
+
 /// The parameters of [`conv_kernel`] for a checked geometry `g`.
 pub fn conv_params(g: &ConvGeometry) -> ConvParams {
     let tri = |a: [usize; SPATIAL]| a.map(|v| v as i64);
+    let og = g.group_out_features().max(1);
+    let rb = og.min(CONV_RB);
+    let groups = g.out_features / og;
+    let threads = g.out_batch() * groups * og.div_ceil(rb) * g.output.iter().product::<usize>();
     ConvParams {
         total: g.out_len() as i64,
+        threads: threads as i64,
+        rb: rb as i64,
         o: g.out_features as i64,
-        og: g.group_out_features().max(1) as i64,
+        og: og as i64,
         c: g.in_features as i64,
         cg: g.group_in_features() as i64,
         fg: g.feature_groups as i64,
@@ -88,7 +105,10 @@ pub const CONV_DTYPES: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::
 /// The direct convolution of dtype `d` (f16/bf16 accumulate in f32, f64 in
 /// double): `out[nb, f, od, oh, ow] = sum over the group's input features
 /// and the valid taps of lhs * rhs`, contiguous operands in the canonical
-/// layouts. `None` for non-float dtypes.
+/// layouts. One work item computes up to [`CONV_RB`] output features of
+/// one group at one output position (adjacent items: adjacent positions,
+/// so loads and stores coalesce and the weights are uniform across a
+/// warp). `None` for non-float dtypes.
 pub fn conv_kernel(d: DType) -> Option<Kernel> {
     if !CONV_DTYPES.contains(&d) {
         return None;
@@ -98,13 +118,14 @@ pub fn conv_kernel(d: DType) -> Option<Kernel> {
     let t = storage_type(d);
     let acc = if d == DType::F64 { "double" } else { "float" };
     let xv = load(d, "x[ci * isp + xo]");
-    let wv = load(d, "w[ci * ksp + wo]");
-    let fin = store(d, "a");
+    let wv = load(d, "w[j * wstep + ci * ksp + wo]");
+    let fin = store(d, "a[j]");
     let mut s = prelude(half);
     s.push_str(CONV_STRUCT);
     let _ = write!(
         s,
-        r#"// The lhs coordinate that output position `o` and tap `k` read along
+        r#"#define XF_CONV_RB {CONV_RB}
+// The lhs coordinate that output position `o` and tap `k` read along
 // axis `ax`, or -1 on padding or on a hole of the lhs dilation.
 static __device__ __forceinline__ long long xf_conv_in(const XfConv& p, int ax, long long o, long long k) {{
     long long q = o * p.stride[ax] + k * p.rdil[ax] - p.plo[ax];
@@ -115,21 +136,29 @@ static __device__ __forceinline__ long long xf_conv_in(const XfConv& p, int ax, 
 extern "C" __global__ void {name}({t}* __restrict__ out, const {t}* __restrict__ lhs, const {t}* __restrict__ rhs, const XfConv p) {{
     const long long isp = p.in[0] * p.in[1] * p.in[2];
     const long long ksp = p.k[0] * p.k[1] * p.k[2];
-    XF_GRID_LOOP(i, p.total) {{
+    const long long osp = p.out[0] * p.out[1] * p.out[2];
+    const long long nfb = (p.og + p.rb - 1) / p.rb;  // feature blocks per group
+    const long long blocks = (p.o / p.og) * nfb;      // feature blocks in all
+    const long long wstep = p.cg * ksp;               // one output feature's weights
+    XF_GRID_LOOP(i, p.threads) {{
         long long r = i;
         const long long ow = r % p.out[2]; r /= p.out[2];
         const long long oh = r % p.out[1]; r /= p.out[1];
         const long long od = r % p.out[0]; r /= p.out[0];
-        const long long f = r % p.o;
-        const long long nb = r / p.o;
+        const long long fb = r % blocks;
+        const long long nb = r / blocks;
         // Group g of the output reads feature group g (fg > 1) or batch
         // group g (bg > 1, examples nb + g * N/bg); one of fg, bg is 1.
-        const long long g = f / p.og;
+        const long long g = fb / nfb;
+        const long long j0 = (fb % nfb) * p.rb;
+        const long long f0 = g * p.og + j0;
+        const int cnt = (int)(p.og - j0 < p.rb ? p.og - j0 : p.rb);
         const long long n = nb + (p.bg > 1 ? g * p.nper : 0);
         const long long c0 = p.fg > 1 ? g * p.cg : 0;
         const {t}* x = lhs + (n * p.c + c0) * isp;
-        const {t}* w = rhs + f * p.cg * ksp;
-        {acc} a = 0;
+        const {t}* w = rhs + f0 * wstep;
+        {acc} a[XF_CONV_RB];
+        for (int j = 0; j < XF_CONV_RB; ++j) a[j] = 0;
         for (long long kd = 0; kd < p.k[0]; ++kd) {{
             const long long id = xf_conv_in(p, 0, od, kd);
             if (id < 0) continue;
@@ -142,12 +171,19 @@ extern "C" __global__ void {name}({t}* __restrict__ out, const {t}* __restrict__
                     const long long xo = (id * p.in[1] + ih) * p.in[2] + iw;
                     const long long wo = (kd * p.k[1] + kh) * p.k[2] + kw;
                     for (long long ci = 0; ci < p.cg; ++ci) {{
-                        a += ({acc})({xv}) * ({acc})({wv});
+                        const {acc} xv = ({acc})({xv});
+#pragma unroll
+                        for (int j = 0; j < XF_CONV_RB; ++j) {{
+                            if (j < cnt) a[j] += xv * ({acc})({wv});
+                        }}
                     }}
                 }}
             }}
         }}
-        out[i] = {fin};
+        const long long o0 = (nb * p.o + f0) * osp + (od * p.out[1] + oh) * p.out[2] + ow;
+        for (int j = 0; j < XF_CONV_RB; ++j) {{
+            if (j < cnt) out[o0 + j * osp] = {fin};
+        }}
     }}
 }}
 "#
@@ -217,6 +253,10 @@ pub(crate) mod test_cases {
             (
                 "2-d feature groups",
                 geom((2, 6, 9, 3, 1), [1, 5, 6], [1, 3, 2], one, [(0, 0), (1, 1), (0, 0)], one, one),
+            ),
+            (
+                "2-d groups of 6 features",
+                geom((2, 4, 12, 2, 1), [1, 5, 5], [1, 2, 3], [1, 1, 2], [(0, 0), (0, 1), (1, 1)], one, one),
             ),
             (
                 "2-d depthwise",
@@ -313,8 +353,8 @@ mod tests {
             }
         }
         // Half types accumulate in float, f64 in double.
-        assert!(conv_kernel(DType::BF16).unwrap().source.contains("float a = 0;"));
-        assert!(conv_kernel(DType::F64).unwrap().source.contains("double a = 0;"));
+        assert!(conv_kernel(DType::BF16).unwrap().source.contains("float a[XF_CONV_RB];"));
+        assert!(conv_kernel(DType::F64).unwrap().source.contains("double a[XF_CONV_RB];"));
     }
 
     #[test]
@@ -325,13 +365,20 @@ mod tests {
         // 7 + 1 - 1 = 7 wide, window 5, stride 2: 2; 9 + 2 = 11 wide, window 2: 10.
         assert_eq!(p.output, [1, 2, 10]);
         assert_eq!(p.total, 4 * 9 * 2 * 10);
+        // og = 3: one block of 3 features per group and position.
+        assert_eq!((p.rb, p.threads), (3, 4 * 3 * 2 * 10));
         assert_eq!(p.pad_lo, [0, 1, 2]);
         // Batch groups: the output batch is N / bg, the groups split O.
         let g = geom((6, 2, 4, 1, 2), [1, 1, 5], [1, 1, 3], [1; 3], [(0, 0); 3], [1; 3], [1; 3]);
         let p = conv_params(&g);
         assert_eq!((p.og, p.cg, p.nper, p.total), (2, 2, 3, 3 * 4 * 3));
-        // XfConv: 8 scalars and 7 triples of i64, no padding.
-        assert_eq!(std::mem::size_of::<ConvParams>(), 8 * (8 + 7 * 3));
+        assert_eq!((p.rb, p.threads), (2, 3 * 2 * 3));
+        // og = 10 in blocks of 4: 4, 4, 2.
+        let g = geom((2, 3, 10, 1, 1), [1, 1, 5], [1, 1, 3], [1; 3], [(0, 0); 3], [1; 3], [1; 3]);
+        let p = conv_params(&g);
+        assert_eq!((p.rb, p.threads), (4, 2 * 3 * 3));
+        // XfConv: 10 scalars and 7 triples of i64, no padding.
+        assert_eq!(std::mem::size_of::<ConvParams>(), 8 * (10 + 7 * 3));
     }
 
     /// Shims that let g++ compile a generated kernel as host C++: one
