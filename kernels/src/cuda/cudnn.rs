@@ -20,10 +20,12 @@
 //! in FMA math (no TF32, so results match the CPU to f32 rounding), f64 in
 //! double, f16/bf16 with float accumulation and tensor cores allowed.
 //!
-//! The algorithm is cuDNN's heuristic order (cudnnGetConvolutionForwardAlgorithm_v7):
-//! the first candidate whose status is success, whose workspace can be
-//! allocated and that runs is used, and remembered per device, geometry and
-//! dtype.
+//! The algorithm is cuDNN's heuristic order (cudnnGetConvolutionForwardAlgorithm_v7)
+//! restricted to those that sum the products directly (GEMM-based and
+//! DIRECT; no FFT or Winograd, whose error is not bounded by each output's
+//! terms): the first candidate whose status is success, whose workspace can
+//! be allocated and that runs is used, and remembered per device, geometry
+//! and dtype (a declined case too, so the fallback does not ask again).
 
 use super::buffer::CudaBuffer;
 use super::device::CudaDevice;
@@ -356,6 +358,23 @@ fn algo_from(v: u32) -> Option<sys::cudnnConvolutionFwdAlgo_t> {
     .find(|a| *a as u32 == v)
 }
 
+/// True for the algorithms that sum the products directly (the implicit
+/// and explicit GEMMs, DIRECT): FFT and Winograd transform the operands
+/// and lose accuracy relative to each output's terms (worst near the
+/// borders), so they are never used and results match the CPU's rounding.
+fn sums_directly(code: u32) -> bool {
+    use sys::cudnnConvolutionFwdAlgo_t::*;
+    matches!(
+        algo_from(code),
+        Some(
+            CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM
+                | CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM
+                | CUDNN_CONVOLUTION_FWD_ALGO_GEMM
+                | CUDNN_CONVOLUTION_FWD_ALGO_DIRECT
+        )
+    )
+}
+
 type AlgoKey = (usize, ConvGeometry, DType);
 
 /// Per device, geometry and dtype: the algorithm that worked, or `None`
@@ -470,7 +489,7 @@ fn run(
             let ok = sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS as u32;
             perf[..(returned.clamp(0, COUNT as c_int) as usize)]
                 .iter()
-                .filter(|r| r.status == ok)
+                .filter(|r| r.status == ok && sums_directly(r.algo))
                 .map(|r| r.algo)
                 .collect()
         }
@@ -614,6 +633,8 @@ mod tests {
             Some(sys::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM)
         );
         assert_eq!(algo_from(99), None);
+        assert!(sums_directly(0) && sums_directly(1) && sums_directly(2) && sums_directly(3));
+        assert!(!sums_directly(4) && !sums_directly(5) && !sums_directly(6) && !sums_directly(7) && !sums_directly(99));
         assert_eq!(contiguous_strides(&[2, 3, 4, 5]), vec![60, 20, 5, 1]);
     }
 }
