@@ -66,7 +66,8 @@ if [ -d "$here/lib" ]; then
 fi
 # cuDNN for the convolution: the first directory holding libcudnn.so.9.
 cudnn_dir=""
-for d in "$here/cudnn" \
+ld_path="${LD_LIBRARY_PATH:-}"
+for d in "$here/cudnn" ${ld_path//:/ } \
     $(python3 -c 'import nvidia.cudnn as m, os; print(" ".join(os.path.join(p, "lib") for p in m.__path__))' 2>/dev/null) \
     /usr/local/cuda/lib64 /usr/local/cuda-*/lib64 /usr/lib/x86_64-linux-gnu; do
     if [ -e "$d/libcudnn.so.9" ]; then
