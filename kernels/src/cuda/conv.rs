@@ -11,9 +11,11 @@ use super::buffer::CudaBuffer;
 use super::cudnn;
 use super::device::CudaDevice;
 use super::error::{CudaError, Result};
+use super::exec;
 use super::source::conv::{conv_kernel, conv_params, ConvParams};
 use crate::conv_geom::{window_positions, ConvGeometry, SPATIAL};
 use crate::dtype::DType;
+use crate::layout::Layout;
 use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
 use std::sync::Arc;
 
@@ -116,7 +118,9 @@ fn check_operands(lhs: &CudaBuffer, rhs: &CudaBuffer, g: &ConvGeometry, dtype: D
 }
 
 /// `conv_general_dilated` of the contiguous canonical operands `lhs` and
-/// `rhs` (dtype `dtype`: f32, f64, f16 or bf16) with geometry `g`: cuDNN
+/// `rhs`, each starting at element 0 of its buffer (see
+/// [`conv_forward_layouts`] for views), dtype `dtype` (f32, f64, f16 or
+/// bf16), with geometry `g`: cuDNN
 /// where it loads and supports the case, else the generated kernel. The
 /// result is a fresh contiguous `[N/bg, O, OD, OH, OW]`.
 ///
@@ -127,6 +131,47 @@ fn check_operands(lhs: &CudaBuffer, rhs: &CudaBuffer, g: &ConvGeometry, dtype: D
 pub fn conv_forward(lhs: &CudaBuffer, rhs: &CudaBuffer, g: &ConvGeometry, dtype: DType) -> Result<CudaBuffer> {
     let path = if cudnn_enabled() { ConvPath::Auto } else { ConvPath::Kernel };
     conv_forward_with(lhs, rhs, g, dtype, path)
+}
+
+/// [`conv_forward`] over operands given with their layouts (the other
+/// launchers' convention): each must hold the canonical operand's elements
+/// in row-major order; a view that does not start at element 0 of its
+/// buffer, or is not contiguous, is copied first.
+///
+/// # Errors
+/// As [`conv_forward`], and a layout whose size is not the operand's.
+pub fn conv_forward_layouts(
+    lhs: &CudaBuffer,
+    ll: &Layout,
+    rhs: &CudaBuffer,
+    lr: &Layout,
+    g: &ConvGeometry,
+    dtype: DType,
+) -> Result<CudaBuffer> {
+    if ll.numel() != g.lhs_len() || lr.numel() != g.rhs_len() {
+        return Err(CudaError::unsupported(format!(
+            "conv_general_dilated: operands of shapes {} and {} for an lhs of {} and an rhs of {} elements",
+            ll.shape,
+            lr.shape,
+            g.lhs_len(),
+            g.rhs_len()
+        )));
+    }
+    let at_zero = |l: &Layout, n: usize| l.contiguous_range() == Some(0..n);
+    let (lc, rc);
+    let lhs = if at_zero(ll, g.lhs_len()) {
+        lhs
+    } else {
+        lc = exec::to_contiguous(lhs, ll)?;
+        &lc
+    };
+    let rhs = if at_zero(lr, g.rhs_len()) {
+        rhs
+    } else {
+        rc = exec::to_contiguous(rhs, lr)?;
+        &rc
+    };
+    conv_forward(lhs, rhs, g, dtype)
 }
 
 /// [`conv_forward`] restricted to one implementation (tests compare them).

@@ -140,3 +140,27 @@ fn cuda_conv_rejects_mismatched_operands() {
     let e = conv_forward(&short, &x, &g, DType::F32).unwrap_err();
     assert!(e.to_string().contains("buffers of 3"), "{e}");
 }
+
+#[test]
+#[ignore = "needs a CUDA device; run scripts/cuda_device_run.sh"]
+fn cuda_conv_reads_views_through_their_layouts() {
+    use crate::layout::{Layout, Shape};
+    assert!(is_available(), "no CUDA device");
+    let (name, g) = cases().swap_remove(5);
+    let d = DType::F32;
+    let (xh, wh) = (values(g.lhs_len(), 7, d), values(g.rhs_len(), 8, d));
+    let want = reference(&g, &to_f64(&xh), &to_f64(&wh));
+    // The lhs 3 elements into a longer buffer; the rhs as the transpose
+    // view of its [O, rest] matrix stored the other way round.
+    let mut xv = vec![9.0f32; 3];
+    xv.extend(xh.as_slice::<f32>());
+    let x = CudaBuffer::upload(0, &CpuBuffer::from_vec(xv)).unwrap();
+    let mut lx = Layout::contiguous(Shape::from([g.batch, g.in_features, g.input[0], g.input[1], g.input[2]]));
+    lx.offset = 3;
+    let (o, rest) = (g.out_features, g.rhs_len() / g.out_features);
+    let wt: Vec<f32> = (0..rest * o).map(|i| wh.as_slice::<f32>()[(i % o) * rest + i / o]).collect();
+    let w = CudaBuffer::upload(0, &CpuBuffer::from_vec(wt)).unwrap();
+    let lw = Layout::contiguous(Shape::from([rest, o])).permute(&[1, 0]);
+    let y = super::conv::conv_forward_layouts(&x, &lx, &w, &lw, &g, d).unwrap();
+    compare(&format!("{name} through views"), &y, &want, d).unwrap();
+}

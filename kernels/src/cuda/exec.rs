@@ -14,7 +14,7 @@ use cudarc::cublas::{Gemm, GemmConfig, StridedBatchedConfig};
 use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
 use std::sync::Arc;
 
-pub use super::conv::{check_geometry, conv_forward, conv_forward_with, cudnn_enabled, ConvPath};
+pub use super::conv::{check_geometry, conv_forward, conv_forward_layouts, conv_forward_with, cudnn_enabled, ConvPath};
 
 /// Threads per block of the one-dimensional kernels.
 const BLOCK: u32 = 256;
