@@ -3,7 +3,7 @@
 # machine that has an NVIDIA driver but no Rust toolchain (and possibly no
 # network, no NVRTC and no cuBLAS).
 #
-#   scripts/cuda_device_run.sh build [DIR] [--with-nvrtc]   # here
+#   scripts/cuda_device_run.sh build [DIR] [--with-nvrtc] [--with-cudnn]   # here
 #   DIR/run.sh [cuda|suite|device-suite|bench|all]...        # on the GPU machine
 #   scripts/cuda_device_run.sh run [DIR] [PHASE]...          # same, from a checkout
 #
@@ -17,10 +17,15 @@
 #   include/  cuda_fp16.h / cuda_bf16.h and friends (only used if NVRTC is
 #             there after all, for a kernel missing from ptx/);
 #   lib/      libnvrtc (only with --with-nvrtc: about 100 MB);
+#   cudnn/    libcudnn*.so.9 from the nvidia-cudnn-cu13 wheel (only with
+#             --with-cudnn: about 850 MB, without the RNN/attention library);
 #   run.sh    the runner.
 # NVRTC comes from the PyPI wheels nvidia-cuda-nvrtc / nvidia-cuda-runtime,
 # pinned to CUDA 13.0 so its PTX (ISA 9.0) loads under any CUDA 13 driver.
 # GEMMs use cuBLAS when libcublas is on the GPU machine, else a generated
+# kernel. The convolution uses cuDNN when run.sh finds libcudnn.so.9 (the
+# bundle's cudnn/, the loader's path, a pip-installed nvidia-cudnn wheel of
+# any python3 on the machine, /usr/local/cuda*/lib64), else a generated
 # kernel. The binaries need only glibc (the CUDA libraries load at run time).
 #
 # Phases of run.sh: `cuda` (default): the suite's CUDA tests (every primitive
@@ -59,12 +64,29 @@ fi
 if [ -d "$here/lib" ]; then
     export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
+# cuDNN for the convolution: the first directory holding libcudnn.so.9.
+cudnn_dir=""
+ld_path="${LD_LIBRARY_PATH:-}"
+for d in "$here/cudnn" ${ld_path//:/ } \
+    $(python3 -c 'import nvidia.cudnn as m, os; print(" ".join(os.path.join(p, "lib") for p in m.__path__))' 2>/dev/null) \
+    /usr/local/cuda/lib64 /usr/local/cuda-*/lib64 /usr/lib/x86_64-linux-gnu; do
+    if [ -e "$d/libcudnn.so.9" ]; then
+        cudnn_dir="$d"
+        break
+    fi
+done
+if [ -z "$cudnn_dir" ] && ldconfig -p 2>/dev/null | grep -q 'libcudnn\.so\.9 '; then
+    cudnn_dir="(the loader's cache)"
+elif [ -n "$cudnn_dir" ]; then
+    export LD_LIBRARY_PATH="$cudnn_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
 phases=("$@")
 [ ${#phases[@]} -eq 0 ] && phases=(cuda)
 echo "== GPU"
 nvidia-smi -L 2>/dev/null || echo "(nvidia-smi not found)"
 echo "== $(ls "$XFORM_CUDA_PTX_CACHE" 2>/dev/null | wc -l) precompiled kernels in $XFORM_CUDA_PTX_CACHE"
+echo "== cuDNN: ${cudnn_dir:-not found (the convolution runs its generated kernel)}"
 status=0
 run() {
     echo "== $*"
@@ -79,9 +101,15 @@ for phase in "${phases[@]}"; do
             # The device tests are #[ignore]d in a plain run (no GPU there):
             # include them, so a missing device fails instead of passing.
             run "$here/bin/suite" cuda --include-ignored --skip cuda::nvrtc --nocapture
+            # The kernels crate's device tests are #[ignore]d too.
             for t in "$here"/bin/unit-*; do
-                [ -x "$t" ] && run "$t" cuda --skip nvrtc
+                [ -x "$t" ] && run "$t" cuda --include-ignored --skip nvrtc --skip cudnn_library
             done
+            if [ -n "$cudnn_dir" ]; then
+                for t in "$here"/bin/unit-*; do
+                    [ -x "$t" ] && run "$t" cudnn_library --include-ignored
+                done
+            fi
             if [ -d "$here/lib" ]; then
                 run "$here/bin/suite" cuda::nvrtc --include-ignored
                 for t in "$here"/bin/unit-*; do
@@ -133,6 +161,20 @@ nvrtc_env() {
     export XFORM_CUDA_INCLUDE="$cuda_include"
 }
 
+# Installs (once) the cuDNN wheel into the same venv (517 MB download) and
+# sets cudnn_lib.
+cudnn_env() {
+    local venv="${XFORM_CUDA_VENV:-${HOME:-/root}/.cache/xform-cuda-venv}"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps 'nvidia-cudnn-cu13==9.*'
+    local site
+    site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    cudnn_lib="$site/nvidia/cudnn/lib"
+    [ -e "$cudnn_lib/libcudnn.so.9" ] || {
+        echo "libcudnn.so.9 not found under $cudnn_lib" >&2
+        exit 1
+    }
+}
+
 # Prints "name<TAB>kind<TAB>executable" for each test/bench executable in
 # cargo's JSON messages on stdin.
 executables() {
@@ -152,17 +194,18 @@ for line in sys.stdin:
 }
 
 build() {
-    local dir="$repo/target/cuda-bundle" with_nvrtc=0
+    local dir="$repo/target/cuda-bundle" with_nvrtc=0 with_cudnn=0
     for a in "$@"; do
         case "$a" in
             --with-nvrtc) with_nvrtc=1 ;;
+            --with-cudnn) with_cudnn=1 ;;
             -*) usage ;;
             *) dir="$a" ;;
         esac
     done
     mkdir -p "$dir"
     dir="$(cd "$dir" && pwd)"
-    rm -rf "$dir/bin" "$dir/ptx" "$dir/include" "$dir/lib"
+    rm -rf "$dir/bin" "$dir/ptx" "$dir/include" "$dir/lib" "$dir/cudnn"
     mkdir -p "$dir/bin" "$dir/ptx"
     cd "$repo"
     nvrtc_env
@@ -205,6 +248,15 @@ build() {
     if [ "$with_nvrtc" = 1 ]; then
         mkdir -p "$dir/lib"
         cp -L "$cuda_lib"/libnvrtc.so.13 "$cuda_lib"/libnvrtc-builtins.so.* "$dir/lib/"
+    fi
+    if [ "$with_cudnn" = 1 ]; then
+        cudnn_env
+        mkdir -p "$dir/cudnn"
+        local f
+        for f in "$cudnn_lib"/libcudnn*.so.9; do
+            case "$f" in */libcudnn_adv.so.9) continue ;; esac
+            cp -L "$f" "$dir/cudnn/"
+        done
     fi
     write_runner "$dir"
     echo "== bundle: $dir ($(du -sh "$dir" | cut -f1)); on the GPU machine run: $dir/run.sh"

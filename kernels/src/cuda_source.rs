@@ -7,7 +7,8 @@
 //! the caller ([`MapOp`], [`Fold`], [`Ranking`]): the ops crate maps its op
 //! enums to expressions; this crate knows no op enum. Structural kernels
 //! (copy, convert, strided write, pad, iota, gather, scatter-add, GEMM,
-//! Threefry) are generated here in full; their semantics mirror `crate::cpu`.
+//! Threefry, the convolution in [`conv`]) are generated here in full; their
+//! semantics mirror `crate::cpu`.
 //!
 //! Generating source needs no GPU, toolkit or the `cuda` feature, so this
 //! module is always built: the default build checks that every op has its
@@ -16,6 +17,9 @@
 
 use crate::dtype::DType;
 use std::fmt::Write;
+
+pub mod conv;
+pub use conv::conv_kernel;
 
 /// Largest rank a kernel's layout parameters hold (after coalescing).
 pub const MAX_DIMS: usize = 16;
@@ -795,6 +799,7 @@ pub fn builtin_catalog() -> Vec<Kernel> {
         v.push(gather_kernel(d));
         v.extend(scatter_add_kernel(d));
         v.extend(gemm_kernel(d));
+        v.extend(conv_kernel(d));
     }
     v.push(check_indices_kernel());
     v.push(threefry_kernel());

@@ -1,6 +1,7 @@
 //! Launching the generated kernels: every function takes device buffers with
 //! any strided layouts and returns fresh contiguous row-major results, like
-//! the CPU kernels in `crate::cpu`.
+//! the CPU kernels in `crate::cpu` (the convolution, in `conv.rs`, takes
+//! contiguous canonical operands instead).
 
 use super::buffer::{CudaBuffer, DeviceVec};
 use super::device::{device, CudaDevice};
@@ -12,6 +13,8 @@ use crate::layout::{Coalesced, Dims, Layout, Shape, Strides};
 use cudarc::cublas::{Gemm, GemmConfig, StridedBatchedConfig};
 use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
 use std::sync::Arc;
+
+pub use super::conv::{check_geometry, conv_forward, conv_forward_layouts, conv_forward_with, cudnn_enabled, ConvPath};
 
 /// Threads per block of the one-dimensional kernels.
 const BLOCK: u32 = 256;

@@ -5,12 +5,17 @@
 //! Everything loads the CUDA libraries at run time (cudarc with dynamic
 //! loading), so this builds without a toolkit; with no driver or no device
 //! every entry point returns [`CudaError`] ("no CUDA device") instead of
-//! panicking. [`source`] generates the kernels, [`exec`] launches them, and
+//! panicking. [`source`] generates the kernels, [`exec`] launches them,
 //! [`compile`] runs NVRTC (see it for the header, architecture and PTX
-//! cache settings).
+//! cache settings), and [`cudnn`] loads cuDNN for the convolution (its
+//! absence is not an error: the generated kernel runs instead).
 
 mod buffer;
 pub mod compile;
+mod conv;
+#[cfg(test)]
+mod conv_tests;
+pub mod cudnn;
 mod device;
 mod error;
 pub mod exec;
