@@ -128,7 +128,7 @@ impl<const N: usize> Conv<N> {
         dtype: DType,
     ) -> Conv<N> {
         let name = format!("Conv{N}d::init");
-        if groups == 0 || in_channels % groups != 0 || out_channels % groups != 0 {
+        if groups == 0 || !in_channels.is_multiple_of(groups) || !out_channels.is_multiple_of(groups) {
             Error::invalid(
                 name,
                 format!("in_channels {in_channels} and out_channels {out_channels} must be divisible by groups {groups}"),
@@ -352,7 +352,7 @@ impl ConvTranspose2d {
         let c = &self.config;
         let g = c.groups;
         let ws = self.w.shape();
-        if ws.rank() != 4 || ws[0] % g != 0 {
+        if ws.rank() != 4 || g == 0 || !ws[0].is_multiple_of(g) {
             return Err(Error::shape(layer, format!("weights must be [in, out / {g}, kH, kW]"), &[&ws]));
         }
         let (cin, og, kh, kw) = (ws[0], ws[1], ws[2], ws[3]);

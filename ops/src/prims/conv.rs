@@ -282,7 +282,7 @@ fn geometry(p: &ConvParams, ls: &Shape, rs: &Shape) -> Result<(Shape, ConvGeomet
     let d = &p.dims;
     let (batch, c) = (ls[d.lhs[0]], ls[d.lhs[1]]);
     let (o, ci) = (rs[d.rhs[0]], rs[d.rhs[1]]);
-    if c % fg != 0 {
+    if !c.is_multiple_of(fg) {
         return Err(shape_err(format!("lhs features {c} are not divisible by feature_group_count {fg}")));
     }
     if c / fg != ci {
@@ -291,13 +291,13 @@ fn geometry(p: &ConvParams, ls: &Shape, rs: &Shape) -> Result<(Shape, ConvGeomet
             c / fg
         )));
     }
-    if o % fg != 0 {
+    if !o.is_multiple_of(fg) {
         return Err(shape_err(format!("rhs output features {o} are not divisible by feature_group_count {fg}")));
     }
-    if batch % bg != 0 {
+    if !batch.is_multiple_of(bg) {
         return Err(shape_err(format!("lhs batch {batch} is not divisible by batch_group_count {bg}")));
     }
-    if o % bg != 0 {
+    if !o.is_multiple_of(bg) {
         return Err(shape_err(format!("rhs output features {o} are not divisible by batch_group_count {bg}")));
     }
     // Canonical spatial axes: the leading ones of size 1.
@@ -391,7 +391,7 @@ fn lower_conv(p: &ConvParams, lhs: &Array, rhs: &Array) -> Result<Array> {
         },
         #[cfg(feature = "cuda")]
         Device::Cuda(_) => crate::backend::cuda_launch(OP, &[&l, &r], canon, lhs.dtype, |b| {
-            xform_kernels::cuda::exec::conv_forward(b[0].0, b[1].0, &g, lhs.dtype)
+            xform_kernels::cuda::exec::conv_forward_layouts(b[0].0, b[0].1, b[1].0, b[1].1, &g, lhs.dtype)
         })?,
         #[cfg(not(feature = "cuda"))]
         Device::Cuda(_) => unreachable!("CUDA arrays exist only with the cuda feature"),
