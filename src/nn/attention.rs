@@ -135,8 +135,7 @@ pub fn scaled_dot_product_attention(
         Error::shape(op, "query and key must have the same last axis E (shapes: query, key)", &[&sq, &sk]).raise();
     }
     if sv[sv.rank() - 2] != s {
-        Error::shape(op, "key and value must have the same number S of keys (shapes: key, value)", &[&sk, &sv])
-            .raise();
+        Error::shape(op, "key and value must have the same number S of keys (shapes: key, value)", &[&sk, &sv]).raise();
     }
     let scale = scale.unwrap_or(1.0 / (e.max(1) as f64).sqrt());
     let dt = q.dtype();
@@ -210,7 +209,7 @@ impl MultiHeadAttention {
     /// If `num_heads` is zero or does not divide `embed_dim`.
     #[track_caller]
     pub fn init(key: &Key, embed_dim: usize, num_heads: usize, dtype: DType) -> MultiHeadAttention {
-        if num_heads == 0 || embed_dim % num_heads != 0 {
+        if num_heads == 0 || !embed_dim.is_multiple_of(num_heads) {
             Error::invalid(
                 "MultiHeadAttention",
                 format!("embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})"),
@@ -278,8 +277,12 @@ impl MultiHeadAttention {
             .raise();
         }
         if sq[r - 1] != e || sk[r - 1] != e || sv[r - 1] != e {
-            Error::shape(op, format!("query, key and value must have embed_dim E = {e} as last axis"), &[&sq, &sk, &sv])
-                .raise();
+            Error::shape(
+                op,
+                format!("query, key and value must have embed_dim E = {e} as last axis"),
+                &[&sq, &sk, &sv],
+            )
+            .raise();
         }
         if sk[r - 2] != sv[r - 2] || (batched && (sk[0] != sq[0] || sv[0] != sq[0])) {
             Error::shape(op, "key and value must have the same [N, S] (and N the query's)", &[&sq, &sk, &sv]).raise();
@@ -305,7 +308,6 @@ impl MultiHeadAttention {
 
     /// The sum of the masks as one additive bias broadcasting to
     /// `[.., H, L, S]`, or `None` without masks.
-    #[allow(clippy::too_many_arguments)]
     #[track_caller]
     fn mask_bias(
         &self,
@@ -363,7 +365,8 @@ impl MultiHeadAttention {
                 )
                 .raise();
             }
-            let dims: Vec<isize> = if batched { vec![sq[0] as isize, 1, 1, s as isize] } else { vec![1, 1, s as isize] };
+            let dims: Vec<isize> =
+                if batched { vec![sq[0] as isize, 1, 1, s as isize] } else { vec![1, 1, s as isize] };
             add(as_bias(m, "key_padding_mask").reshape(&dims));
         }
         if masks.is_causal {

@@ -2,7 +2,6 @@
 
 use crate::{Error, Key, Leaves, Shape, Tensor, Tree};
 
-
 /// Inverted dropout (`torch.nn.functional.dropout`): in training, each
 /// element of `x` is zeroed with probability `p` and the kept ones are
 /// scaled by `1 / (1 - p)`, so the expectation is `x`; out of training it

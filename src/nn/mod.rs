@@ -88,8 +88,8 @@ pub use attention::{causal_mask, scaled_dot_product_attention, AttentionMasks, M
 pub use dropout::{dropout, Dropout};
 pub use embedding::Embedding;
 pub use layers::{Activation, Linear, Mlp};
-pub use norm::{batch_norm, BatchNorm, BatchNormStats, GroupNorm, LayerNorm};
 pub use loss::{accuracy, mse, softmax_cross_entropy, softmax_cross_entropy_per_example};
+pub use norm::{batch_norm, BatchNorm, BatchNormStats, GroupNorm, LayerNorm};
 pub use optim::{Adam, AdamState, Sgd, SgdState};
 pub use tree_util::{
     clip_by_global_norm, stack, tree_add, tree_average, tree_axpy, tree_cast, tree_dot, tree_lerp, tree_map, tree_map3,

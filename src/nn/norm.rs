@@ -177,7 +177,7 @@ impl GroupNorm {
     /// If `num_groups` is zero or does not divide `num_channels`.
     #[track_caller]
     pub fn new(num_groups: usize, num_channels: usize, dtype: DType) -> GroupNorm {
-        if num_groups == 0 || num_channels % num_groups != 0 {
+        if num_groups == 0 || !num_channels.is_multiple_of(num_groups) {
             Error::invalid(
                 "GroupNorm",
                 format!("num_channels ({num_channels}) must be divisible by num_groups ({num_groups})"),
@@ -368,7 +368,10 @@ pub fn batch_norm(
     if s.rank() < 2 || s[1] != c[0] {
         Error::shape(
             op,
-            format!("the input must be [N, C] or [N, C, *] with C = {} features (the running statistics' length)", c[0]),
+            format!(
+                "the input must be [N, C] or [N, C, *] with C = {} features (the running statistics' length)",
+                c[0]
+            ),
             &[&s, &c],
         )
         .raise();

@@ -314,7 +314,14 @@ fn scaled_dot_product_attention_matches_pytorch() {
     let fmask = det(&[3, 5], 4.0);
     close(&v(&sdpa(Some(&fmask), false, None)), &SDPA_FLOAT, 1e-12);
     // f32 inputs: softmax in f32.
-    let o32 = scaled_dot_product_attention(&q.cast(DType::F32), &k.cast(DType::F32), &val.cast(DType::F32), None, false, None);
+    let o32 = scaled_dot_product_attention(
+        &q.cast(DType::F32),
+        &k.cast(DType::F32),
+        &val.cast(DType::F32),
+        None,
+        false,
+        None,
+    );
     assert_eq!(o32.dtype(), DType::F32);
     close(&v(&o32), &SDPA, 2e-6);
     // Gradients are finite with a fully masked row, zero for its query,
@@ -328,7 +335,11 @@ fn scaled_dot_product_attention_matches_pytorch() {
     // Errors.
     let op = "scaled_dot_product_attention";
     fails(|| sdpa(Some(&bmask), true, None), op, &["is_causal"]);
-    fails(|| scaled_dot_product_attention(&q, &det(&[2, 5, 3], 0.0), &val, None, false, None), op, &["[2, 3, 4], [2, 5, 3]"]);
+    fails(
+        || scaled_dot_product_attention(&q, &det(&[2, 5, 3], 0.0), &val, None, false, None),
+        op,
+        &["[2, 3, 4], [2, 5, 3]"],
+    );
     fails(|| scaled_dot_product_attention(&q, &k, &det(&[2, 4, 2], 0.0), None, false, None), op, &["number S of keys"]);
     fails(|| sdpa(Some(&det(&[3, 4], 0.0)), false, None), op, &["[.., 3, 5]", "[3, 4]"]);
 }
@@ -459,7 +470,12 @@ fn per_sample_gradients_of_every_layer_equal_a_loop() {
     let loss = |p: &Tiny, (ids, pad, key, y): &Example| {
         softmax_cross_entropy(&p.forward(ids, pad, &Key::from_tensor(key.clone()), &stats), y)
     };
-    let per = vmap(|ex: &Example| grad(|p: &Tiny| loss(p, ex))(&model))(&(ids.clone(), pad.clone(), keys.clone(), labels.clone()));
+    let per = vmap(|ex: &Example| grad(|p: &Tiny| loss(p, ex))(&model))(&(
+        ids.clone(),
+        pad.clone(),
+        keys.clone(),
+        labels.clone(),
+    ));
     assert_eq!(per.mha.in_proj.w.shape().dims(), &[b, 8, 24]);
     assert_eq!(per.bn.momentum, 0.1);
     let each = unstack(&per);
@@ -507,8 +523,9 @@ fn ensembles_under_vmap_equal_a_loop() {
             Member { ln, mha: MultiHeadAttention::init(k, 8, 4, DType::F64), bn: BatchNorm::new(8, DType::F64) }
         })
         .collect();
-    let stats: Vec<BatchNormStats> =
-        (0..n).map(|i| BatchNormStats { mean: det(&[8], i as f64), var: det(&[8], i as f64 + 0.5).powi(2) + 1.0 }).collect();
+    let stats: Vec<BatchNormStats> = (0..n)
+        .map(|i| BatchNormStats { mean: det(&[8], i as f64), var: det(&[8], i as f64 + 0.5).powi(2) + 1.0 })
+        .collect();
     let x = det(&[4, 6, 8], 0.25);
     // Forward and updated running statistics of every member in one call.
     let (ys, new_stats) = vmap_with(
@@ -524,7 +541,8 @@ fn ensembles_under_vmap_equal_a_loop() {
     }
     // Gradients of the whole ensemble at once equal a loop.
     let loss = |m: &Member, s: &BatchNormStats| member_forward(m, s, &x).0.powi(2).mean();
-    let g = vmap(|(m, s): &(Member, BatchNormStats)| grad(|m: &Member| loss(m, s))(m))(&(stack(&members), stack(&stats)));
+    let g =
+        vmap(|(m, s): &(Member, BatchNormStats)| grad(|m: &Member| loss(m, s))(m))(&(stack(&members), stack(&stats)));
     let g = unstack(&g);
     for i in 0..n {
         let gi = grad(|m: &Member| loss(m, &stats[i]))(&members[i]);
@@ -682,4 +700,3 @@ const MHA_MASKED_W: [f64; 30] = [
     0.27474180493750555, 0.5081542981072485, 0.0, 0.0, 0.2702774172461492, 0.23377339455250223, 0.23613485860149724,
     0.25981432959985135,
 ];
-
