@@ -220,9 +220,10 @@ impl MultiHeadAttention {
         let e = embed_dim;
         let w_in = init::xavier_uniform(&k[0], [e, 3 * e], e, 3 * e, 1.0, dtype);
         let w_out = init::fan_in_uniform(&k[1], [e, e], e, dtype);
-        let zeros = |n: usize| Tensor::zeros([n], dtype).to_device(w_in.device());
+        let device = w_in.device();
+        let zeros = |n: usize| Tensor::zeros([n], dtype).to_device(device);
         MultiHeadAttention {
-            in_proj: Linear { w: w_in.clone(), b: zeros(3 * e) },
+            in_proj: Linear { w: w_in, b: zeros(3 * e) },
             out_proj: Linear { w: w_out, b: zeros(e) },
             num_heads,
         }

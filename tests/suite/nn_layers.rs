@@ -211,7 +211,7 @@ fn batch_norm_train_eval_and_running_stats() {
         s.mean.sum() + s.var.sum()
     })(&x);
     assert_eq!(g.abs().max().item_f64(), 0.0);
-    // A training step threads the statistics through: 50 steps on the same
+    // A training step threads the statistics through: 200 steps on the same
     // batch converge to its statistics.
     let mut s = stats.clone();
     for _ in 0..200 {
@@ -547,6 +547,33 @@ fn ensembles_under_vmap_equal_a_loop() {
     for i in 0..n {
         let gi = grad(|m: &Member| loss(m, &stats[i]))(&members[i]);
         assert!(max_diff(&gi, &g[i]) < 1e-12, "member {i}");
+    }
+
+    // Stacked embeddings, group norms and dropout keys on shared ids.
+    let ids = Tensor::from_vec(vec![1i64, 4, 4, 0, 2, 3], [2, 3]);
+    type Emb = (Embedding, GroupNorm, Tensor);
+    let embs: Vec<Emb> = Key::new(4)
+        .split(n)
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            let mut gn = GroupNorm::new(2, 4, DType::F64);
+            gn.weight = Some(det(&[4], i as f64) + 1.0);
+            (Embedding::init(k, 5, 4, DType::F64).with_padding_idx(4), gn, k.fold_in(9).tensor().clone())
+        })
+        .collect();
+    let run = |(e, gn): &(Embedding, GroupNorm), k: &Tensor| {
+        let h = gn.forward(&e.forward(&ids).transpose(1, 2)); // [2, C = 4, 3]
+        dropout(&h, 0.5, &Key::from_tensor(k.clone()), true).powi(2).sum()
+    };
+    let ge =
+        vmap(|(e, gn, k): &Emb| grad(|p: &(Embedding, GroupNorm)| run(p, k))(&(e.clone(), gn.clone())))(&stack(&embs));
+    let ge = unstack(&ge);
+    for (i, (e, gn, k)) in embs.iter().enumerate() {
+        let gi = grad(|p: &(Embedding, GroupNorm)| run(p, k))(&(e.clone(), gn.clone()));
+        assert!(max_diff(&gi, &ge[i]) < 1e-12, "member {i}");
+        assert_eq!(v(&ge[i].0.weight.index(4)), vec![0.0; 4]); // the padding row
+        assert!(ge[i].0.weight.abs().max().item_f64() > 0.0);
     }
 }
 
