@@ -3,6 +3,7 @@
 //! default initialization, on `lax::conv_general_dilated`.
 
 use crate::lax::{self, ConvDims, ConvOptions, Padding};
+use super::init::fan_in_uniform;
 use crate::{DType, Error, Key, Leaves, OrRaise, Tensor, Tree};
 
 /// Hyperparameters of a convolution layer. A pytree without leaves:
@@ -36,14 +37,6 @@ impl Tree for ConvConfig {
     }
     fn build_map<T>(&self, _: &mut dyn Iterator<Item = T>) -> Self::Map<T> {}
     fn leaf_paths(&self, _: &str, _: &mut Vec<String>) {}
-}
-
-/// `U(-bound, bound)` with `bound = 1 / sqrt(fan_in)`: PyTorch's default
-/// for convolution and linear weights (`kaiming_uniform_(a=sqrt(5))`) and
-/// biases.
-fn fan_in_uniform(key: &Key, shape: &[usize], fan_in: usize, dtype: DType) -> Tensor {
-    let bound = 1.0 / (fan_in.max(1) as f64).sqrt();
-    key.uniform_range(shape.to_vec(), -bound, bound, dtype)
 }
 
 /// A convolution layer over `N` spatial axes, channels first: input
@@ -143,8 +136,8 @@ impl<const N: usize> Conv<N> {
         let fan_in = in_channels / groups * kernel.iter().product::<usize>();
         let mut shape = vec![out_channels, in_channels / groups];
         shape.extend(kernel);
-        let w = fan_in_uniform(&kw, &shape, fan_in, dtype);
-        let b = Some(fan_in_uniform(&kb, &[out_channels], fan_in, dtype));
+        let w = fan_in_uniform(&kw, shape, fan_in, dtype);
+        let b = Some(fan_in_uniform(&kb, [out_channels], fan_in, dtype));
         Conv { w, b, config: ConvConfig { groups, ..ConvConfig::new(N) } }
     }
 
@@ -247,28 +240,7 @@ pub struct ConvTranspose2d {
     pub output_padding: [usize; 2],
 }
 
-impl Tree for ConvTranspose2d {
-    type Map<T> = std::collections::BTreeMap<String, T>;
-    fn flatten_into(&self, out: &mut Leaves) {
-        self.w.flatten_into(out);
-        self.b.flatten_into(out);
-    }
-    fn rebuild(&self, leaves: &mut dyn Iterator<Item = Tensor>) -> Self {
-        ConvTranspose2d {
-            w: self.w.rebuild(leaves),
-            b: self.b.rebuild(leaves),
-            config: self.config.clone(),
-            output_padding: self.output_padding,
-        }
-    }
-    fn build_map<T>(&self, items: &mut dyn Iterator<Item = T>) -> Self::Map<T> {
-        self.paths().into_iter().map(|p| (p, items.next().expect("too few items"))).collect()
-    }
-    fn leaf_paths(&self, prefix: &str, out: &mut Vec<String>) {
-        self.w.leaf_paths(&format!("{prefix}.w"), out);
-        self.b.leaf_paths(&format!("{prefix}.b"), out);
-    }
-}
+layer_tree!(ConvTranspose2d { w, b } config { config, output_padding });
 
 impl ConvTranspose2d {
     /// A layer with PyTorch's default initialization (uniform in
@@ -301,7 +273,7 @@ impl ConvTranspose2d {
         let fan_in = out_channels / groups * kernel.iter().product::<usize>();
         ConvTranspose2d {
             w: c.w,
-            b: Some(fan_in_uniform(&kb, &[out_channels], fan_in, dtype)),
+            b: Some(fan_in_uniform(&kb, [out_channels], fan_in, dtype)),
             config: ConvConfig { groups, ..ConvConfig::new(2) },
             output_padding: [0, 0],
         }

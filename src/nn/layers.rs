@@ -18,9 +18,10 @@ pub struct Linear {
 impl_tree!(Linear { w, b });
 
 impl Linear {
-    /// A layer with LeCun-normal weights, `w ~ N(0, 1 / d_in)` (so
-    /// activations keep unit variance through a linear layer: the default
-    /// of JAX's Flax `Dense`, suited to tanh), and zero bias.
+    /// A layer with PyTorch's default initialization (`torch.nn.Linear`):
+    /// weight and bias both U(-1/sqrt(d_in), 1/sqrt(d_in)) (the weight's
+    /// `kaiming_uniform_(a=sqrt(5))`; see [`init`](super::init)). The
+    /// weight is stored `[d_in, d_out]`, the transpose of PyTorch's.
     ///
     /// ```
     /// use xform::prelude::*;
@@ -28,16 +29,18 @@ impl Linear {
     ///
     /// let layer = Linear::init(&Key::new(0), 64, 32, DType::F32);
     /// assert_eq!(layer.w.shape().dims(), &[64, 32]);
+    /// assert!(layer.w.abs().max().item::<f32>() <= 0.125); // 1 / sqrt(64)
     /// let std = layer.w.std_axes(&[0, 1], 0, false).item::<f32>();
-    /// assert!((std - 0.125).abs() < 0.01); // 1 / sqrt(64)
+    /// assert!((std - 0.125 / 3f32.sqrt()).abs() < 0.005); // a uniform's std: bound / sqrt(3)
     /// ```
     ///
     /// # Panics
     /// If `dtype` is not a float type.
     #[track_caller]
     pub fn init(key: &Key, d_in: usize, d_out: usize, dtype: DType) -> Linear {
-        let w = key.normal([d_in, d_out], dtype) * (1.0 / (d_in.max(1) as f64).sqrt());
-        let b = Tensor::zeros([d_out], dtype).to_device(w.device());
+        let k = key.split(2);
+        let w = super::init::fan_in_uniform(&k[0], [d_in, d_out], d_in, dtype);
+        let b = super::init::fan_in_uniform(&k[1], [d_out], d_in, dtype);
         Linear { w, b }
     }
 

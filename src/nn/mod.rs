@@ -3,7 +3,14 @@
 //! optimizers as pure functions.
 //!
 //! - Layers: [`Linear`] and [`Mlp`] (pytrees through
-//!   [`impl_tree!`](crate::impl_tree)), initialized from a [`Key`](crate::Key).
+//!   [`impl_tree!`](crate::impl_tree)), initialized from a [`Key`](crate::Key)
+//!   with PyTorch's default distributions ([`init`] holds the initializers
+//!   and fan helpers).
+//! - Normalization: [`LayerNorm`], [`GroupNorm`], [`BatchNorm`] (functional:
+//!   [`batch_norm`] takes and returns the running [`BatchNormStats`]).
+//! - [`Dropout`] / [`dropout`] with an explicit key, [`Embedding`].
+//! - Attention: [`scaled_dot_product_attention`], [`MultiHeadAttention`]
+//!   with [`AttentionMasks`], [`causal_mask`].
 //! - Trees: [`tree_map`], [`tree_zip_map`], [`tree_map3`], [`tree_add`],
 //!   [`tree_sub`], [`tree_scale`], [`tree_axpy`], [`tree_dot`],
 //!   [`tree_norm`], [`tree_lerp`], [`tree_average`], [`tree_zeros_like`],
@@ -42,15 +49,49 @@
 //! assert_eq!(logits.shape().dims(), &[4, 32, 4]);
 //! ```
 
+/// Implements [`Tree`](crate::Tree) for a layer struct: the fields in the
+/// braces are its parameters (trees: tensors, `Option<Tensor>`, layers), the
+/// fields after `config` are plain settings (sizes, `eps`) that are not
+/// leaves and are cloned into every rebuilt tree, so `grad` of a loss with
+/// respect to a layer is the same layer type with the same settings.
+macro_rules! layer_tree {
+    ($name:ident { $($field:ident),* $(,)? } config { $($cfg:ident),* $(,)? }) => {
+        impl $crate::Tree for $name {
+            type Map<T> = ::std::collections::BTreeMap<String, T>;
+            fn flatten_into(&self, out: &mut $crate::Leaves) {
+                $($crate::Tree::flatten_into(&self.$field, out);)*
+            }
+            fn rebuild(&self, leaves: &mut dyn Iterator<Item = $crate::Tensor>) -> Self {
+                $name { $($field: $crate::Tree::rebuild(&self.$field, leaves),)* $($cfg: self.$cfg.clone(),)* }
+            }
+            fn build_map<T>(&self, items: &mut dyn Iterator<Item = T>) -> Self::Map<T> {
+                $crate::Tree::paths(self).into_iter().map(|p| (p, items.next().expect("too few items"))).collect()
+            }
+            fn leaf_paths(&self, prefix: &str, out: &mut Vec<String>) {
+                $($crate::Tree::leaf_paths(&self.$field, &format!("{}.{}", prefix, stringify!($field)), out);)*
+            }
+        }
+    };
+}
+
+mod attention;
+mod dropout;
+mod embedding;
 mod conv;
+pub mod init;
 mod layers;
 mod loss;
+mod norm;
 mod optim;
 mod tree_util;
 
 pub use conv::{Conv, Conv1d, Conv2d, Conv3d, ConvConfig, ConvTranspose2d};
+pub use attention::{causal_mask, scaled_dot_product_attention, AttentionMasks, MultiHeadAttention};
+pub use dropout::{dropout, Dropout};
+pub use embedding::Embedding;
 pub use layers::{Activation, Linear, Mlp};
 pub use loss::{accuracy, mse, softmax_cross_entropy, softmax_cross_entropy_per_example};
+pub use norm::{batch_norm, BatchNorm, BatchNormStats, GroupNorm, LayerNorm};
 pub use optim::{Adam, AdamState, Sgd, SgdState};
 pub use tree_util::{
     clip_by_global_norm, stack, tree_add, tree_average, tree_axpy, tree_cast, tree_dot, tree_lerp, tree_map, tree_map3,

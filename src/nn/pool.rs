@@ -5,22 +5,7 @@
 //! its first maximum, as PyTorch does).
 
 use crate::lax::{self, Padding};
-use crate::{Leaves, OrRaise, Tensor, Tree};
-
-/// A pytree without leaves for the configuration-only layers.
-macro_rules! no_leaves {
-    ($t:ty) => {
-        impl Tree for $t {
-            type Map<T> = ();
-            fn flatten_into(&self, _: &mut Leaves) {}
-            fn rebuild(&self, _: &mut dyn Iterator<Item = Tensor>) -> Self {
-                self.clone()
-            }
-            fn build_map<T>(&self, _: &mut dyn Iterator<Item = T>) -> Self::Map<T> {}
-            fn leaf_paths(&self, _: &str, _: &mut Vec<String>) {}
-        }
-    };
-}
+use crate::{OrRaise, Tensor};
 
 /// Symmetric padding pairs from PyTorch's per-axis `padding`.
 fn symmetric(p: [usize; 2]) -> Padding {
@@ -47,7 +32,7 @@ pub struct MaxPool2d {
     /// Padding per axis, both sides.
     pub padding: [usize; 2],
 }
-no_leaves!(MaxPool2d);
+layer_tree!(MaxPool2d {} config { kernel, stride, padding });
 
 impl MaxPool2d {
     /// Windows of `kernel` moving by `kernel`, no padding.
@@ -98,7 +83,7 @@ pub struct AvgPool2d {
     /// Padding per axis, both sides (zeros, counted in the average).
     pub padding: [usize; 2],
 }
-no_leaves!(AvgPool2d);
+layer_tree!(AvgPool2d {} config { kernel, stride, padding });
 
 impl AvgPool2d {
     /// Windows of `kernel` moving by `kernel`, no padding.

@@ -16,6 +16,7 @@ mod limits;
 mod methods;
 mod mutation;
 mod nn;
+mod nn_layers;
 mod prims_eval;
 mod random;
 mod rules;
