@@ -358,7 +358,8 @@ fn max_pool_2x2(x: &Tensor) -> Tensor {
 type CnnParams = (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor);
 
 fn make_cnn(key: &Key) -> CnnParams {
-    let shapes: [&[usize]; 8] = [&[32, 1, 3, 3], &[32], &[64, 32, 3, 3], &[64], &[9216, 128], &[128], &[128, 10], &[10]];
+    let shapes: [&[usize]; 8] =
+        [&[32, 1, 3, 3], &[32], &[64, 32, 3, 3], &[64], &[9216, 128], &[128], &[128, 10], &[10]];
     let p: Vec<Tensor> = shapes
         .iter()
         .enumerate()

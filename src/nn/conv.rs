@@ -2,8 +2,8 @@
 //! [`Conv`]) and [`ConvTranspose2d`], with PyTorch's parameter layouts and
 //! default initialization, on `lax::conv_general_dilated`.
 
-use crate::lax::{self, ConvDims, ConvOptions, Padding};
 use super::init::fan_in_uniform;
+use crate::lax::{self, ConvDims, ConvOptions, Padding};
 use crate::{DType, Error, Key, Leaves, OrRaise, Tensor, Tree};
 
 /// Hyperparameters of a convolution layer. A pytree without leaves:
@@ -124,7 +124,9 @@ impl<const N: usize> Conv<N> {
         if groups == 0 || !in_channels.is_multiple_of(groups) || !out_channels.is_multiple_of(groups) {
             Error::invalid(
                 name,
-                format!("in_channels {in_channels} and out_channels {out_channels} must be divisible by groups {groups}"),
+                format!(
+                    "in_channels {in_channels} and out_channels {out_channels} must be divisible by groups {groups}"
+                ),
             )
             .raise();
         }
@@ -185,7 +187,14 @@ impl<const N: usize> Conv<N> {
 
 /// `x` convolved with `w` (channels first, PyTorch's layouts) plus the bias
 /// broadcast over the spatial axes; a rank `n + 1` input is one example.
-fn conv_forward(x: &Tensor, w: &Tensor, b: Option<&Tensor>, c: &ConvConfig, n: usize, layer: &str) -> crate::Result<Tensor> {
+fn conv_forward(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    c: &ConvConfig,
+    n: usize,
+    layer: &str,
+) -> crate::Result<Tensor> {
     let unbatched = x.rank() == n + 1;
     if !unbatched && x.rank() != n + 2 {
         return Err(Error::shape(
@@ -250,7 +259,13 @@ impl ConvTranspose2d {
     /// # Panics
     /// If a size is zero or `dtype` is not a float type.
     #[track_caller]
-    pub fn init(key: &Key, in_channels: usize, out_channels: usize, kernel: [usize; 2], dtype: DType) -> ConvTranspose2d {
+    pub fn init(
+        key: &Key,
+        in_channels: usize,
+        out_channels: usize,
+        kernel: [usize; 2],
+        dtype: DType,
+    ) -> ConvTranspose2d {
         Self::init_grouped(key, in_channels, out_channels, kernel, 1, dtype)
     }
 

@@ -75,9 +75,9 @@ macro_rules! layer_tree {
 }
 
 mod attention;
+mod conv;
 mod dropout;
 mod embedding;
-mod conv;
 pub mod init;
 mod layers;
 mod loss;
@@ -85,8 +85,8 @@ mod norm;
 mod optim;
 mod tree_util;
 
-pub use conv::{Conv, Conv1d, Conv2d, Conv3d, ConvConfig, ConvTranspose2d};
 pub use attention::{causal_mask, scaled_dot_product_attention, AttentionMasks, MultiHeadAttention};
+pub use conv::{Conv, Conv1d, Conv2d, Conv3d, ConvConfig, ConvTranspose2d};
 pub use dropout::{dropout, Dropout};
 pub use embedding::Embedding;
 pub use layers::{Activation, Linear, Mlp};

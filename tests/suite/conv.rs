@@ -147,7 +147,9 @@ fn per_example_cnn_gradients_equal_a_loop_and_do_not_loop() {
     let model = cnn();
     let x = Key::new(1).normal([5, 1, 7, 7], DType::F64);
     let y = Tensor::from_vec(vec![0i32, 2, 1, 1, 0], [5]);
-    let loss = |p: &Cnn, x: &Tensor, y: &Tensor| xform::nn::softmax_cross_entropy(&p.forward(&x.unsqueeze(0)), &y.unsqueeze(0));
+    let loss = |p: &Cnn, x: &Tensor, y: &Tensor| {
+        xform::nn::softmax_cross_entropy(&p.forward(&x.unsqueeze(0)), &y.unsqueeze(0))
+    };
     let per = vmap(|(x, y): &(Tensor, Tensor)| grad(|p: &Cnn| loss(p, x, y))(&model))(&(x.clone(), y.clone()));
     assert_eq!(per.c2.w.shape().dims(), &[5, 6, 2, 3, 3]);
     for i in 0..5 {
@@ -165,7 +167,9 @@ fn per_example_cnn_gradients_equal_a_loop_and_do_not_loop() {
         let xs = Key::new(2).normal([b, 1, 7, 7], DType::F64);
         let ys = Tensor::zeros([b], DType::I32);
         let prog = trace(
-            |(x, y): &(Tensor, Tensor)| vmap(|(x, y): &(Tensor, Tensor)| grad(|p: &Cnn| loss(p, x, y))(&model))(&(x.clone(), y.clone())),
+            |(x, y): &(Tensor, Tensor)| {
+                vmap(|(x, y): &(Tensor, Tensor)| grad(|p: &Cnn| loss(p, x, y))(&model))(&(x.clone(), y.clone()))
+            },
             &(xs, ys),
         );
         format!("{prog}").matches("conv_general_dilated").count()
@@ -239,7 +243,10 @@ fn bad_convolutions_are_clear_errors() {
     let err = |r: xform::Result<Tensor>| r.unwrap_err();
     // A kernel larger than the padded input.
     let e = err(lax::conv_general_dilated(&x, &Tensor::zeros([2, 4, 7, 3], DType::F32), &ConvOptions::default()));
-    assert!(e.to_string().contains("conv_general_dilated") && e.to_string().contains("larger than the padded input"), "{e}");
+    assert!(
+        e.to_string().contains("conv_general_dilated") && e.to_string().contains("larger than the padded input"),
+        "{e}"
+    );
     assert!(e.to_string().contains("[1, 4, 5, 5]"), "{e}");
     // Channels not divisible by the groups.
     let opts = ConvOptions { feature_group_count: 3, ..ConvOptions::default() };

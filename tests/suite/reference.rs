@@ -3,7 +3,8 @@
 //! kernels against.
 
 use xform::core::prim::{
-    ArgOp, BinaryOp, CompareOp, ConvOp, ElementwiseOp, IndexOp, LinalgOp, RandomOp, ReduceOp, Reduction, ShapeOp, UnaryOp,
+    ArgOp, BinaryOp, CompareOp, ConvOp, ElementwiseOp, IndexOp, LinalgOp, RandomOp, ReduceOp, Reduction, ShapeOp,
+    UnaryOp,
 };
 use xform::{DType, Prim, Tensor};
 

@@ -24,7 +24,8 @@ pub fn conv(p: &ConvParams, lhs: &Nd, rhs: &Nd) -> Nd {
         let k = ksizes[i] as i64;
         let dil_k = if k == 0 { 0 } else { 1 + p.rhs_dilation[i] as i64 * (k - 1) };
         let padded = dil_in + p.padding[i].0 + p.padding[i].1;
-        out_shape[d.out[2 + i]] = if padded < dil_k { 0 } else { ((padded - dil_k) / p.strides[i] as i64 + 1) as usize };
+        out_shape[d.out[2 + i]] =
+            if padded < dil_k { 0 } else { ((padded - dil_k) / p.strides[i] as i64 + 1) as usize };
     }
     let mut out = Nd::filled(out_shape.clone(), 0.0);
     for idx in indices(&out_shape) {

@@ -31,11 +31,33 @@ fn axis_table(g: &ConvGeometry, ax: usize) -> Vec<isize> {
     t
 }
 
+/// For the innermost axis without lhs dilation, per kernel tap: the output
+/// positions `lo..hi` that read the input, and the (possibly negative)
+/// input index of output position 0, so that position `o` reads
+/// `start + o * stride`.
+fn row_runs(g: &ConvGeometry) -> Vec<(usize, usize, isize)> {
+    let (ow, iw, s) = (g.output[2], g.input[2] as isize, g.stride[2] as isize);
+    (0..g.kernel[2])
+        .map(|e| {
+            let start = (e * g.rhs_dilation[2]) as isize - g.pad_lo[2] as isize;
+            // First o with start + o*s >= 0, first o with start + o*s >= iw.
+            let first = |bound: isize| -> usize {
+                if start >= bound {
+                    0
+                } else {
+                    ((bound - start + s - 1) / s).min(ow as isize) as usize
+                }
+            };
+            let (lo, hi) = (first(0), first(iw));
+            (lo, hi.max(lo), start)
+        })
+        .collect()
+}
+
 /// Whether the patch matrix of every unit is the unit's input block itself.
 fn reads_in_place(g: &ConvGeometry) -> bool {
-    (0..SPATIAL).all(|a| {
-        g.kernel[a] == 1 && g.stride[a] == 1 && g.lhs_dilation[a] == 1 && g.pad_lo[a] == 0 && g.pad_hi[a] == 0
-    })
+    (0..SPATIAL)
+        .all(|a| g.kernel[a] == 1 && g.stride[a] == 1 && g.lhs_dilation[a] == 1 && g.pad_lo[a] == 0 && g.pad_hi[a] == 0)
 }
 
 /// The lhs example and first channel unit `(n, group)` reads.
@@ -61,6 +83,7 @@ fn im2col_unit<T: Copy + Default>(
     let [od, oh, ow] = g.output;
     let p = od * oh * ow;
     let plane = id * ih * iw;
+    let runs = (g.lhs_dilation[2] == 1).then(|| row_runs(g));
     let mut row = 0;
     for c in 0..g.group_in_features() {
         let base = (example * g.in_features + c0 + c) * plane;
@@ -81,10 +104,35 @@ fn im2col_unit<T: Copy + Default>(
                                 continue;
                             }
                             let line = base + (zi as usize * ih + yi as usize) * iw;
-                            for xo in 0..ow {
-                                let xi = tables[2][xo * kw + e];
-                                out[q].write(if xi < 0 { T::default() } else { x[line + xi as usize] });
-                                q += 1;
+                            let dst = &mut out[q..q + ow];
+                            q += ow;
+                            if let Some(r) = &runs {
+                                // Zeros, then a run of the input line, then zeros.
+                                let (lo, hi, start) = r[e];
+                                for slot in &mut dst[..lo] {
+                                    slot.write(T::default());
+                                }
+                                // Input index of output position o: src + o * stride (>= 0 for o >= lo).
+                                let src = line as isize + start;
+                                let s = g.stride[2] as isize;
+                                if s == 1 {
+                                    let from = (src + lo as isize) as usize;
+                                    for (slot, v) in dst[lo..hi].iter_mut().zip(&x[from..from + (hi - lo)]) {
+                                        slot.write(*v);
+                                    }
+                                } else {
+                                    for (o, slot) in (lo..hi).zip(dst[lo..hi].iter_mut()) {
+                                        slot.write(x[(src + o as isize * s) as usize]);
+                                    }
+                                }
+                                for slot in &mut dst[hi..] {
+                                    slot.write(T::default());
+                                }
+                            } else {
+                                for (xo, slot) in dst.iter_mut().enumerate() {
+                                    let xi = tables[2][xo * kw + e];
+                                    slot.write(if xi < 0 { T::default() } else { x[line + xi as usize] });
+                                }
                             }
                         }
                     }
@@ -178,9 +226,11 @@ mod tests {
                                 for a in 0..kd {
                                     for b in 0..kh {
                                         for f in 0..kw {
-                                            let (Some(zi), Some(yi), Some(xi)) =
-                                                (g.input_index(0, z, a), g.input_index(1, y, b), g.input_index(2, x, f))
-                                            else {
+                                            let (Some(zi), Some(yi), Some(xi)) = (
+                                                g.input_index(0, z, a),
+                                                g.input_index(1, y, b),
+                                                g.input_index(2, x, f),
+                                            ) else {
                                                 continue;
                                             };
                                             let li = (((e * g.in_features + c0 + c) * id + zi) * ih + yi) * iw + xi;
@@ -256,7 +306,19 @@ mod tests {
         check(&geometry(1, 2, 3, 1, 1, [4, 3, 5], [2, 2, 3], one, none, one, one));
         // Strides, asymmetric and negative padding, both dilations.
         check(&geometry(2, 2, 3, 1, 1, [1, 7, 6], [1, 3, 2], [1, 2, 3], [(0, 0), (2, -1), (1, 2)], one, one));
-        check(&geometry(1, 2, 2, 1, 1, [1, 4, 5], [1, 2, 3], [1, 1, 2], [(0, 0), (1, 1), (0, 2)], [1, 2, 3], [1, 2, 1]));
+        check(&geometry(
+            1,
+            2,
+            2,
+            1,
+            1,
+            [1, 4, 5],
+            [1, 2, 3],
+            [1, 1, 2],
+            [(0, 0), (1, 1), (0, 2)],
+            [1, 2, 3],
+            [1, 2, 1],
+        ));
         // Feature groups (grouped, depthwise) and batch groups.
         check(&geometry(2, 6, 4, 2, 1, [1, 5, 5], [1, 3, 3], one, [(0, 0), (1, 1), (1, 1)], one, one));
         check(&geometry(2, 3, 6, 3, 1, [1, 5, 4], [1, 2, 2], [1, 2, 1], none, one, one));

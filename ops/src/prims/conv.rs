@@ -187,7 +187,13 @@ pub fn conv_general_dilated(lhs: &Tensor, rhs: &Tensor, o: &ConvOptions) -> Resu
     }
     let n = lhs.rank() - 2;
     let dims = o.dims.clone().unwrap_or_else(|| ConvDims::channels_first(n));
-    let ones = |v: &[usize]| -> Axes { if v.is_empty() { smallvec![1; n] } else { v.into() } };
+    let ones = |v: &[usize]| -> Axes {
+        if v.is_empty() {
+            smallvec![1; n]
+        } else {
+            v.into()
+        }
+    };
     let strides = ones(&o.strides);
     let (lhs_dilation, rhs_dilation) = (ones(&o.lhs_dilation), ones(&o.rhs_dilation));
     let padding: Pads = match &o.padding {
@@ -271,7 +277,10 @@ fn geometry(p: &ConvParams, ls: &Shape, rs: &Shape) -> Result<(Shape, ConvGeomet
     }
     let (fg, bg) = (p.feature_group_count, p.batch_group_count);
     if fg == 0 || bg == 0 {
-        return Err(Error::invalid(OP, format!("feature_group_count {fg} and batch_group_count {bg} must be positive")));
+        return Err(Error::invalid(
+            OP,
+            format!("feature_group_count {fg} and batch_group_count {bg} must be positive"),
+        ));
     }
     if fg > 1 && bg > 1 {
         return Err(Error::invalid(
@@ -548,7 +557,10 @@ fn transpose_conv(p: &ConvParams, cts: &[Option<Tensor>], args: &[LinearArg]) ->
     match (&args[0], &args[1]) {
         (LinearArg::Linear(a), LinearArg::Const(b)) => Ok(smallvec![Some(transpose_lhs(p, ct, b, a)?), None]),
         (LinearArg::Const(a), LinearArg::Linear(b)) => Ok(smallvec![None, Some(transpose_rhs(p, ct, a, b)?)]),
-        _ => Err(Error::transform(OP, "a convolution is linear in one operand at a time, so it cannot be transposed in both")),
+        _ => Err(Error::transform(
+            OP,
+            "a convolution is linear in one operand at a time, so it cannot be transposed in both",
+        )),
     }
 }
 
@@ -751,7 +763,10 @@ mod tests {
         // lax.conv_dimension_numbers((1,2,3,4), (5,6,7,8), ('NHWC', 'HWIO', 'NHWC'))
         //   == ConvDimensionNumbers(lhs_spec=(0, 3, 1, 2), rhs_spec=(3, 2, 0, 1), out_spec=(0, 3, 1, 2))
         let d = ConvDims::from_strings("NHWC", "HWIO", "NHWC").unwrap();
-        assert_eq!((d.lhs.as_slice(), d.rhs.as_slice(), d.out.as_slice()), (&[0, 3, 1, 2][..], &[3, 2, 0, 1][..], &[0, 3, 1, 2][..]));
+        assert_eq!(
+            (d.lhs.as_slice(), d.rhs.as_slice(), d.out.as_slice()),
+            (&[0, 3, 1, 2][..], &[3, 2, 0, 1][..], &[0, 3, 1, 2][..])
+        );
         let d = ConvDims::from_strings("NCHW", "OIHW", "NCHW").unwrap();
         assert_eq!(d, ConvDims::channels_first(2));
         assert!(ConvDims::from_strings("NCHW", "OIH", "NCHW").is_err());
