@@ -27,6 +27,7 @@ pub use crate::prims::random::{RandomKind, RandomOp};
 pub use crate::prims::reduce::{ArgOp, ReduceOp, Reduction, ReductionKind};
 pub use crate::prims::shape::{ShapeKind, ShapeOp};
 pub use crate::prims::unary::{UnaryKind, UnaryOp};
+pub use crate::prims::window::{SelectOp, WindowKind, WindowOp, WindowParams};
 
 /// A list of axes.
 pub type Axes = SmallVec<[usize; 4]>;
@@ -168,6 +169,8 @@ families! {
     Conv(ConvOp),
     /// Random bits (`prims/random.rs`).
     Random(RandomOp),
+    /// reduce_window, select-and-gather / select-and-scatter-add (`prims/window.rs`).
+    Window(WindowOp),
 }
 
 impl Prim {

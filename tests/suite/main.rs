@@ -21,3 +21,4 @@ mod prims_eval;
 mod random;
 mod rules;
 mod views;
+mod window;

@@ -2,6 +2,8 @@
 //! the definitions (index loops, no views, no kernels), to check the
 //! kernels against.
 
+mod window;
+
 use xform::core::prim::{
     ArgOp, BinaryOp, CompareOp, ConvOp, ElementwiseOp, IndexOp, LinalgOp, RandomOp, ReduceOp, Reduction, ShapeOp,
     UnaryOp,
@@ -667,6 +669,7 @@ pub fn apply(prim: &Prim, ins: &[Nd], dtypes: &[DType]) -> Vec<Nd> {
             }
             vec![Nd::new(ins[0].shape.clone(), y0), Nd::new(ins[0].shape.clone(), y1)]
         }
+        Prim::Window(op) => one(window::apply(op, ins, d0)),
     }
 }
 

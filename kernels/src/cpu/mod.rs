@@ -14,6 +14,7 @@ pub mod random;
 pub mod reduce;
 pub mod shape;
 pub mod small_gemm;
+pub mod window;
 
 use std::mem::MaybeUninit;
 

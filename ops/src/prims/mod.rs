@@ -25,6 +25,7 @@ pub mod reduce;
 pub mod sample;
 pub mod shape;
 pub mod unary;
+pub mod window;
 
 use crate::array::Array;
 use crate::error::{Error, Result};

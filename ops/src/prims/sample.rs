@@ -89,14 +89,19 @@ pub enum Dom {
     /// Start indices: `[-n - 2, n + 2]` (exercising the wrap of negative
     /// starts and the clamp on both sides).
     Start(usize),
+    /// The `n` points `lo + (k + 1/2) (hi - lo) / n` in random order: no
+    /// ties, neighbours `(hi - lo) / n` apart (max and min stay put under
+    /// finite differences).
+    Distinct(f64, f64),
 }
 
 /// A tensor of `shape`, `dtype` with values from `dom`, drawn from `seed`.
 pub fn values(seed: u64, shape: &[usize], dtype: DType, dom: Dom) -> Tensor {
     let mut g = Gen::new(seed);
     let n: usize = shape.iter().product();
+    let order = if let Dom::Distinct(..) = dom { g.perm(n) } else { Vec::new() };
     let v: Vec<f64> = (0..n)
-        .map(|_| match dom {
+        .map(|i| match dom {
             Dom::Real(lo, hi) => {
                 if dtype.is_int() {
                     (lo + (hi - lo) * g.f64()).floor()
@@ -127,6 +132,14 @@ pub fn values(seed: u64, shape: &[usize], dtype: DType, dom: Dom) -> Tensor {
             Dom::Bits => g.u64() as u32 as f64,
             Dom::Index(m) => g.int(0, 2 * m - 1) as f64 - m as f64,
             Dom::Start(m) => g.int(0, 2 * m + 4) as f64 - m as f64 - 2.0,
+            Dom::Distinct(lo, hi) => {
+                let v = lo + (hi - lo) * (order[i] as f64 + 0.5) / n as f64;
+                if dtype.is_int() {
+                    v.floor()
+                } else {
+                    v
+                }
+            }
         })
         .collect();
     Tensor::from_vec(v, shape.to_vec()).cast(dtype)
