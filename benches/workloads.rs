@@ -348,6 +348,8 @@ fn w3() {
 
 /// The W5 CNN of peers.py (the functorch tutorial's, without dropout):
 /// conv weights OIHW, dense weights `[in, out]`.
+/// The W5 CNN of peers.py (the functorch tutorial's, without dropout):
+/// conv weights OIHW, dense weights `[in, out]`.
 /// 2x2 max pooling, stride 2, of `[N, C, H, W]`.
 fn max_pool_2x2(x: &Tensor) -> Tensor {
     let s = x.shape();
@@ -381,7 +383,7 @@ fn conv_bias(x: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
 fn cnn_predict(p: &CnnParams, x: &Tensor) -> Tensor {
     let h = conv_bias(x, &p.0, &p.1).relu();
     let h = conv_bias(&h, &p.2, &p.3).relu();
-    let h = max_pool_2x2(&h);
+    let h = xform::lax::max_pool(&h, &[2, 2], &[2, 2], &xform::lax::Padding::Valid).unwrap();
     let h = h.reshape(&[h.dim(0) as isize, -1]);
     let h = (h.matmul(&p.4) + &p.5).relu();
     h.matmul(&p.6) + &p.7

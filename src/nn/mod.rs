@@ -6,6 +6,9 @@
 //!   [`impl_tree!`](crate::impl_tree)), initialized from a [`Key`](crate::Key)
 //!   with PyTorch's default distributions ([`init`] holds the initializers
 //!   and fan helpers).
+//! - Convolution and pooling: [`Conv1d`], [`Conv2d`], [`Conv3d`] (one generic
+//!   [`Conv`] with a [`ConvConfig`]), [`ConvTranspose2d`], [`MaxPool2d`],
+//!   [`AvgPool2d`], [`global_avg_pool`], and [`ResidualBlock`].
 //! - Normalization: [`LayerNorm`], [`GroupNorm`], [`BatchNorm`] (functional:
 //!   [`batch_norm`] takes and returns the running [`BatchNormStats`]).
 //! - [`Dropout`] / [`dropout`] with an explicit key, [`Embedding`].
@@ -56,6 +59,8 @@
 /// respect to a layer is the same layer type with the same settings.
 macro_rules! layer_tree {
     ($name:ident { $($field:ident),* $(,)? } config { $($cfg:ident),* $(,)? }) => {
+        // A layer without parameters (pooling) leaves the arguments unused.
+        #[allow(unused_variables)]
         impl $crate::Tree for $name {
             type Map<T> = ::std::collections::BTreeMap<String, T>;
             fn flatten_into(&self, out: &mut $crate::Leaves) {
@@ -83,6 +88,8 @@ mod layers;
 mod loss;
 mod norm;
 mod optim;
+mod pool;
+mod residual;
 mod tree_util;
 
 pub use attention::{causal_mask, scaled_dot_product_attention, AttentionMasks, MultiHeadAttention};
@@ -93,6 +100,8 @@ pub use layers::{Activation, Linear, Mlp};
 pub use loss::{accuracy, mse, softmax_cross_entropy, softmax_cross_entropy_per_example};
 pub use norm::{batch_norm, BatchNorm, BatchNormStats, GroupNorm, LayerNorm};
 pub use optim::{Adam, AdamState, Sgd, SgdState};
+pub use pool::{global_avg_pool, AvgPool2d, MaxPool2d};
+pub use residual::ResidualBlock;
 pub use tree_util::{
     clip_by_global_norm, stack, tree_add, tree_average, tree_axpy, tree_cast, tree_dot, tree_lerp, tree_map, tree_map3,
     tree_norm, tree_normal_like, tree_numel, tree_ones_like, tree_scale, tree_sub, tree_zeros_like, tree_zip_map,
