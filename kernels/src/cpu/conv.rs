@@ -115,7 +115,8 @@ fn im2col_unit<T: Copy + Default>(
                                 // Input index of output position o: src + o * stride (>= 0 for o >= lo).
                                 let src = line as isize + start;
                                 let s = g.stride[2] as isize;
-                                if s == 1 {
+                                // An empty run reads nothing (its slice could start past the end).
+                                if hi > lo && s == 1 {
                                     let from = (src + lo as isize) as usize;
                                     for (slot, v) in dst[lo..hi].iter_mut().zip(&x[from..from + (hi - lo)]) {
                                         slot.write(*v);
@@ -206,6 +207,7 @@ pub fn conv_forward<T: FaerElem + One>(lhs: &[T], rhs: &[T], g: &ConvGeometry, p
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::conv_geom::dilated;
 
     /// A direct loop over the definition.
     fn naive(lhs: &[f64], rhs: &[f64], g: &ConvGeometry) -> Vec<f64> {
@@ -325,5 +327,44 @@ mod tests {
         check(&geometry(6, 2, 6, 1, 3, [1, 4, 4], [1, 2, 3], one, [(0, 0), (0, 1), (1, 0)], one, [1, 1, 2]));
         // A kernel larger than the input: no positions.
         check(&geometry(1, 1, 1, 1, 1, [1, 2, 2], [1, 3, 3], one, none, one, one));
+    }
+
+    #[test]
+    fn matches_the_definition_on_random_geometries() {
+        let mut seed = 0x1234_5678_9abc_def0u64;
+        let mut next = |n: u64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((seed >> 33) % n) as usize
+        };
+        for _ in 0..400 {
+            let (mut input, mut kernel, mut stride, mut pad, mut ld, mut rd) =
+                ([1; 3], [1; 3], [1; 3], [(0i64, 0i64); 3], [1; 3], [1; 3]);
+            for a in 0..3 {
+                input[a] = 1 + next(5);
+                kernel[a] = 1 + next(3);
+                stride[a] = 1 + next(3);
+                ld[a] = 1 + next(2);
+                rd[a] = 1 + next(2);
+                let (di, dk) = (dilated(input[a], ld[a]) as i64, dilated(kernel[a], rd[a]) as i64);
+                let lo = next(4) as i64 - 1;
+                let hi = (dk - di - lo).max(-1) + next(3) as i64;
+                pad[a] = (lo, hi);
+            }
+            let fg = 1 + next(2);
+            let bg = if fg == 1 { 1 + next(2) } else { 1 };
+            check(&geometry(
+                bg * (1 + next(2)),
+                fg * (1 + next(2)),
+                fg * bg * (1 + next(2)),
+                fg,
+                bg,
+                input,
+                kernel,
+                stride,
+                pad,
+                ld,
+                rd,
+            ));
+        }
     }
 }
