@@ -348,15 +348,6 @@ fn w3() {
 
 /// The W5 CNN of peers.py (the functorch tutorial's, without dropout):
 /// conv weights OIHW, dense weights `[in, out]`.
-/// The W5 CNN of peers.py (the functorch tutorial's, without dropout):
-/// conv weights OIHW, dense weights `[in, out]`.
-/// 2x2 max pooling, stride 2, of `[N, C, H, W]`.
-fn max_pool_2x2(x: &Tensor) -> Tensor {
-    let s = x.shape();
-    let (n, c, h, w) = (s[0] as isize, s[1] as isize, s[2] as isize, s[3] as isize);
-    x.reshape(&[n, c, h / 2, 2, w / 2, 2]).max_axes(&[3, 5], false)
-}
-
 type CnnParams = (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor);
 
 fn make_cnn(key: &Key) -> CnnParams {
