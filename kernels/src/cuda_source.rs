@@ -7,7 +7,8 @@
 //! the caller ([`MapOp`], [`Fold`], [`Ranking`]): the ops crate maps its op
 //! enums to expressions; this crate knows no op enum. Structural kernels
 //! (copy, convert, strided write, pad, iota, gather, scatter-add, GEMM,
-//! Threefry, the window selections) are generated here in full; their semantics mirror `crate::cpu`.
+//! Threefry, the window selections) are generated here in full; their
+//! semantics mirror `crate::cpu`.
 //!
 //! Generating source needs no GPU, toolkit or the `cuda` feature, so this
 //! module is always built: the default build checks that every op has its
