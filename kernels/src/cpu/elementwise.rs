@@ -226,14 +226,47 @@ where
     for_run_chunks(&mut out, len, par, |first, dst| {
         let mut k = 0;
         co.for_runs(first, dst.len() / len, |[oa, ob, oc], n, [sa, sb, sc]| {
-            for (i, d) in dst[k..k + n].iter_mut().enumerate() {
-                d.write(f(at(a, oa, i, sa), at(b, ob, i, sb), at(c, oc, i, sc)));
+            let d = &mut dst[k..k + n];
+            // Contiguous runs and broadcast scalars (select's zeros) get
+            // loops the compiler vectorizes; other strides index.
+            match (sa, sb, sc) {
+                (1, 1, 1) => run3::<_, _, _, _, _, 1, 1, 1>(a, oa, b, ob, c, oc, d, &f),
+                (1, 0, 1) => run3::<_, _, _, _, _, 1, 0, 1>(a, oa, b, ob, c, oc, d, &f),
+                (1, 1, 0) => run3::<_, _, _, _, _, 1, 1, 0>(a, oa, b, ob, c, oc, d, &f),
+                (1, 0, 0) => run3::<_, _, _, _, _, 1, 0, 0>(a, oa, b, ob, c, oc, d, &f),
+                _ => {
+                    for (i, d) in d.iter_mut().enumerate() {
+                        d.write(f(at(a, oa, i, sa), at(b, ob, i, sb), at(c, oc, i, sc)));
+                    }
+                }
             }
             k += n;
         });
     });
     // SAFETY: every output slot was written above.
     unsafe { assume_init(out) }
+}
+
+/// One run of [`map3`] whose strides are the constants `SA`, `SB`, `SC`
+/// (each 0 or 1), so that the loop vectorizes.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn run3<A: Copy, B: Copy, C: Copy, U, F: Fn(A, B, C) -> U, const SA: usize, const SB: usize, const SC: usize>(
+    a: &[A],
+    oa: usize,
+    b: &[B],
+    ob: usize,
+    c: &[C],
+    oc: usize,
+    dst: &mut [MaybeUninit<U>],
+    f: &F,
+) {
+    let n = dst.len();
+    let span = |s: usize| if s == 0 { 1 } else { n };
+    let (a, b, c) = (&a[oa..oa + span(SA)], &b[ob..ob + span(SB)], &c[oc..oc + span(SC)]);
+    for (i, d) in dst.iter_mut().enumerate() {
+        d.write(f(a[i * SA], b[i * SB], c[i * SC]));
+    }
 }
 
 /// A contiguous copy of the logical elements of `x`.
