@@ -10,7 +10,8 @@
 //! batched GEMM (`matmul::gemm_offsets`: faer, or the small-product kernel,
 //! split over rayon above its threshold). A 1x1 convolution with unit
 //! strides and no padding reads the lhs in place: its patch matrix is the
-//! input itself.
+//! input itself. A depthwise convolution (one input and one output feature
+//! per group) runs direct loops over shifted input lines instead.
 
 use super::matmul::{gemm_offsets, FaerElem, MatOperand, One};
 use super::Par;
@@ -144,9 +145,63 @@ fn im2col_unit<T: Copy + Default>(
     }
 }
 
+/// A depthwise convolution (one input and one output feature per group):
+/// each output plane is a weighted sum of shifted input lines, computed
+/// directly (a GEMM of one row would spend its time unrolling patches).
+fn depthwise<T>(lhs: &[T], rhs: &[T], g: &ConvGeometry, par: Par) -> Vec<T>
+where
+    T: Copy + Default + Send + Sync + std::ops::Add<Output = T> + std::ops::Mul<Output = T>,
+{
+    let groups = g.groups();
+    let [id, ih, iw] = g.input;
+    let [kd, kh, kw] = g.kernel;
+    let [od, oh, ow] = g.output;
+    let p = od * oh * ow;
+    let tables = [axis_table(g, 0), axis_table(g, 1), axis_table(g, 2)];
+    let taps = kd * kh * kw;
+    let plane = id * ih * iw;
+    let unit = |u: usize, dst: &mut [T]| {
+        let (e, c0) = unit_input(g, u / groups, u % groups);
+        let x = &lhs[(e * g.in_features + c0) * plane..][..plane];
+        let w = &rhs[(u % groups) * taps..][..taps];
+        dst.fill(T::default());
+        for (t, &wt) in w.iter().enumerate() {
+            let (a, b, c) = (t / (kh * kw), (t / kw) % kh, t % kw);
+            for zo in 0..od {
+                let zi = tables[0][zo * kd + a];
+                for yo in 0..oh {
+                    let yi = tables[1][yo * kh + b];
+                    if zi < 0 || yi < 0 {
+                        continue;
+                    }
+                    let line = &x[(zi as usize * ih + yi as usize) * iw..][..iw];
+                    let out = &mut dst[(zo * oh + yo) * ow..][..ow];
+                    for (xo, o) in out.iter_mut().enumerate() {
+                        let xi = tables[2][xo * kw + c];
+                        if xi >= 0 {
+                            *o = *o + wt * line[xi as usize];
+                        }
+                    }
+                }
+            }
+        }
+    };
+    let mut out = crate::pool::from_fn(g.out_len(), |_| T::default());
+    if par == Par::Rayon && out.len() > p {
+        use rayon::prelude::*;
+        out.par_chunks_mut(p).enumerate().for_each(|(u, dst)| unit(u, dst));
+    } else {
+        out.chunks_mut(p.max(1)).enumerate().for_each(|(u, dst)| unit(u, dst));
+    }
+    out
+}
+
 /// The convolution of `lhs` and `rhs` described by `g`, in canonical
 /// layouts (see the module docs), for f32 and f64.
-pub fn conv_forward<T: FaerElem + One>(lhs: &[T], rhs: &[T], g: &ConvGeometry, par: Par) -> Vec<T> {
+pub fn conv_forward<T>(lhs: &[T], rhs: &[T], g: &ConvGeometry, par: Par) -> Vec<T>
+where
+    T: FaerElem + One + std::ops::Add<Output = T> + std::ops::Mul<Output = T>,
+{
     debug_assert_eq!(lhs.len(), g.lhs_len());
     debug_assert_eq!(rhs.len(), g.rhs_len());
     let groups = g.groups();
@@ -167,6 +222,9 @@ pub fn conv_forward<T: FaerElem + One>(lhs: &[T], rhs: &[T], g: &ConvGeometry, p
     if k == 0 {
         // No taps: every output is an empty sum.
         return crate::pool::from_fn(units * m * p, |_| T::default());
+    }
+    if m == 1 && g.group_in_features() == 1 && !reads_in_place(g) {
+        return depthwise(lhs, rhs, g, par);
     }
     if reads_in_place(g) {
         let plane = p as isize;
@@ -324,6 +382,9 @@ mod tests {
         // Feature groups (grouped, depthwise) and batch groups.
         check(&geometry(2, 6, 4, 2, 1, [1, 5, 5], [1, 3, 3], one, [(0, 0), (1, 1), (1, 1)], one, one));
         check(&geometry(2, 3, 6, 3, 1, [1, 5, 4], [1, 2, 2], [1, 2, 1], none, one, one));
+        // Depthwise (one feature per group): the direct loops.
+        check(&geometry(2, 4, 4, 4, 1, [1, 6, 5], [1, 3, 3], [1, 2, 1], [(0, 0), (1, 1), (2, 0)], one, [1, 1, 2]));
+        check(&geometry(2, 3, 3, 3, 1, [2, 4, 5], [2, 2, 3], one, none, [1, 2, 1], one));
         check(&geometry(6, 2, 6, 1, 3, [1, 4, 4], [1, 2, 3], one, [(0, 0), (0, 1), (1, 0)], one, [1, 1, 2]));
         // A kernel larger than the input: no positions.
         check(&geometry(1, 1, 1, 1, 1, [1, 2, 2], [1, 3, 3], one, none, one, one));
