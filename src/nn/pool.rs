@@ -20,7 +20,7 @@ fn symmetric(p: [usize; 2]) -> Padding {
 /// use xform::prelude::*;
 /// use xform::nn::MaxPool2d;
 ///
-/// let x = Tensor::arange(16.0, DType::F32).reshape(&[1, 1, 4, 4]);
+/// let x = Tensor::from_vec((0..16).map(|i| i as f32).collect::<Vec<_>>(), [1, 1, 4, 4]);
 /// assert_eq!(MaxPool2d::new([2, 2]).forward(&x).to_vec::<f32>(), vec![5.0, 7.0, 13.0, 15.0]);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,7 +71,7 @@ impl MaxPool2d {
 /// use xform::prelude::*;
 /// use xform::nn::AvgPool2d;
 ///
-/// let x = Tensor::arange(16.0, DType::F32).reshape(&[1, 1, 4, 4]);
+/// let x = Tensor::from_vec((0..16).map(|i| i as f32).collect::<Vec<_>>(), [1, 1, 4, 4]);
 /// assert_eq!(AvgPool2d::new([2, 2]).forward(&x).to_vec::<f32>(), vec![2.5, 4.5, 10.5, 12.5]);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
