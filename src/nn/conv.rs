@@ -93,9 +93,9 @@ impl<const N: usize> Tree for Conv<N> {
 impl<const N: usize> Conv<N> {
     /// A layer with PyTorch's default initialization: weights and bias
     /// uniform in `±1/sqrt(fan_in)`, `fan_in = in_channels * prod(kernel)`;
-    /// stride 1, no padding, one group. Change those with the `with_*`
-    /// methods ([`Conv::with_groups`] before anything reads the weights:
-    /// it draws them again).
+    /// stride 1, no padding, one group. Change the stride, padding and
+    /// dilation with the `with_*` methods; groups change the weights' shape,
+    /// so they are chosen at initialization ([`Conv::init_grouped`]).
     ///
     /// # Panics
     /// If a size is zero or `dtype` is not a float type.
