@@ -85,6 +85,23 @@ pub fn window_positions(
 }
 
 impl ConvGeometry {
+    /// The same geometry with `output` computed from the other fields, or
+    /// `None` where a stride is zero or a size overflows.
+    pub fn with_output(mut self) -> Option<ConvGeometry> {
+        for a in 0..SPATIAL {
+            self.output[a] = window_positions(
+                self.input[a],
+                self.lhs_dilation[a],
+                self.pad_lo[a],
+                self.pad_hi[a],
+                self.kernel[a],
+                self.rhs_dilation[a],
+                self.stride[a],
+            )?;
+        }
+        Some(self)
+    }
+
     /// Output batch size `N / bg`.
     pub fn out_batch(&self) -> usize {
         self.batch / self.batch_groups
@@ -105,7 +122,7 @@ impl ConvGeometry {
         self.out_features / self.groups()
     }
 
-    /// Elements of the lhs, rhs and output.
+    /// Elements of the lhs.
     pub fn lhs_len(&self) -> usize {
         self.batch * self.in_features * self.input.iter().product::<usize>()
     }

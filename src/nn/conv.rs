@@ -39,6 +39,29 @@ impl Tree for ConvConfig {
     fn leaf_paths(&self, _: &str, _: &mut Vec<String>) {}
 }
 
+/// Raises the error of a layer whose channels or kernel cannot make weights.
+#[track_caller]
+fn check_channels(name: &str, in_channels: usize, out_channels: usize, kernel: &[usize], groups: usize) {
+    if groups == 0 || !in_channels.is_multiple_of(groups) || !out_channels.is_multiple_of(groups) {
+        Error::invalid(
+            name,
+            format!("in_channels {in_channels} and out_channels {out_channels} must be divisible by groups {groups}"),
+        )
+        .raise();
+    }
+    if in_channels == 0 || out_channels == 0 || kernel.contains(&0) {
+        Error::invalid(name, format!("sizes must be positive: {in_channels} -> {out_channels}, kernel {kernel:?}"))
+            .raise();
+    }
+}
+
+/// Weights of `shape` and a bias of `bias_len`, both uniform in
+/// `±1/sqrt(fan_in)` (PyTorch's defaults), from two keys split from `key`.
+fn draw(key: &Key, shape: Vec<usize>, bias_len: usize, fan_in: usize, dtype: DType) -> (Tensor, Tensor) {
+    let [kw, kb] = <[Key; 2]>::try_from(key.split(2)).expect("two keys");
+    (fan_in_uniform(&kw, shape, fan_in, dtype), fan_in_uniform(&kb, [bias_len], fan_in, dtype))
+}
+
 /// A convolution layer over `N` spatial axes, channels first: input
 /// `[batch, in_channels, spatial..]` or one example `[in_channels,
 /// spatial..]`, weights `[out_channels, in_channels / groups, kernel..]`
@@ -120,26 +143,11 @@ impl<const N: usize> Conv<N> {
         groups: usize,
         dtype: DType,
     ) -> Conv<N> {
-        let name = format!("Conv{N}d::init");
-        if groups == 0 || !in_channels.is_multiple_of(groups) || !out_channels.is_multiple_of(groups) {
-            Error::invalid(
-                name,
-                format!(
-                    "in_channels {in_channels} and out_channels {out_channels} must be divisible by groups {groups}"
-                ),
-            )
-            .raise();
-        }
-        if in_channels == 0 || out_channels == 0 || kernel.contains(&0) {
-            Error::invalid(name, format!("sizes must be positive: {in_channels} -> {out_channels}, kernel {kernel:?}"))
-                .raise();
-        }
-        let [kw, kb] = <[Key; 2]>::try_from(key.split(2)).expect("two keys");
-        let fan_in = in_channels / groups * kernel.iter().product::<usize>();
+        check_channels(&format!("Conv{N}d::init"), in_channels, out_channels, &kernel, groups);
         let mut shape = vec![out_channels, in_channels / groups];
         shape.extend(kernel);
-        let w = fan_in_uniform(&kw, shape, fan_in, dtype);
-        let b = Some(fan_in_uniform(&kb, [out_channels], fan_in, dtype));
+        let (w, b) = draw(key, shape, out_channels, in_channels / groups * kernel.iter().product::<usize>(), dtype);
+        let b = Some(b);
         Conv { w, b, config: ConvConfig { groups, ..ConvConfig::new(N) } }
     }
 
@@ -152,7 +160,7 @@ impl<const N: usize> Conv<N> {
     /// The same layer with `padding` zeros on both sides of each spatial
     /// axis (PyTorch's `padding=(p, ..)`).
     pub fn with_padding(mut self, padding: [usize; N]) -> Conv<N> {
-        self.config.padding = Padding::Explicit(padding.iter().map(|&p| (p as i64, p as i64)).collect());
+        self.config.padding = Padding::symmetric(&padding);
         self
     }
 
@@ -181,7 +189,16 @@ impl<const N: usize> Conv<N> {
     /// On shapes the convolution refuses (the error names them).
     #[track_caller]
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        conv_forward(x, &self.w, self.b.as_ref(), &self.config, N, &format!("Conv{N}d")).or_raise()
+        let c = &self.config;
+        let opts = ConvOptions {
+            strides: c.stride.clone(),
+            padding: c.padding.clone(),
+            rhs_dilation: c.dilation.clone(),
+            feature_group_count: c.groups,
+            dims: Some(ConvDims::channels_first(N)),
+            ..ConvOptions::default()
+        };
+        conv_forward(x, &self.w, self.b.as_ref(), &opts, N, &format!("Conv{N}d")).or_raise()
     }
 }
 
@@ -191,7 +208,7 @@ fn conv_forward(
     x: &Tensor,
     w: &Tensor,
     b: Option<&Tensor>,
-    c: &ConvConfig,
+    opts: &ConvOptions,
     n: usize,
     layer: &str,
 ) -> crate::Result<Tensor> {
@@ -204,15 +221,7 @@ fn conv_forward(
         ));
     }
     let x = if unbatched { x.unsqueeze(0) } else { x.clone() };
-    let opts = ConvOptions {
-        strides: c.stride.clone(),
-        padding: c.padding.clone(),
-        rhs_dilation: c.dilation.clone(),
-        feature_group_count: c.groups,
-        dims: Some(ConvDims::channels_first(n)),
-        ..ConvOptions::default()
-    };
-    let mut y = lax::conv_general_dilated(&x, w, &opts)?;
+    let mut y = lax::conv_general_dilated(&x, w, opts)?;
     if let Some(b) = b {
         let mut shape = vec![b.numel() as isize];
         shape.extend(std::iter::repeat_n(1, n));
@@ -282,16 +291,11 @@ impl ConvTranspose2d {
         groups: usize,
         dtype: DType,
     ) -> ConvTranspose2d {
-        let c = Conv::<2>::init_grouped(key, out_channels, in_channels, kernel, groups, dtype);
-        // Conv's [in, out/g, k] draw has fan_in = out/g * k: PyTorch's for this layout.
-        let [_, kb] = <[Key; 2]>::try_from(key.split(2)).expect("two keys");
-        let fan_in = out_channels / groups * kernel.iter().product::<usize>();
-        ConvTranspose2d {
-            w: c.w,
-            b: Some(fan_in_uniform(&kb, [out_channels], fan_in, dtype)),
-            config: ConvConfig { groups, ..ConvConfig::new(2) },
-            output_padding: [0, 0],
-        }
+        check_channels("ConvTranspose2d::init", in_channels, out_channels, &kernel, groups);
+        let shape = vec![in_channels, out_channels / groups, kernel[0], kernel[1]];
+        // PyTorch's fan_in for this layout is the weight's second axis times the kernel.
+        let (w, b) = draw(key, shape, out_channels, out_channels / groups * kernel.iter().product::<usize>(), dtype);
+        ConvTranspose2d { w, b: Some(b), config: ConvConfig { groups, ..ConvConfig::new(2) }, output_padding: [0, 0] }
     }
 
     /// The same layer with strides `stride`.
@@ -303,7 +307,7 @@ impl ConvTranspose2d {
     /// The same layer with PyTorch's `padding` (removed from both sides of
     /// the output).
     pub fn with_padding(mut self, padding: [usize; 2]) -> ConvTranspose2d {
-        self.config.padding = Padding::Explicit(padding.iter().map(|&p| (p as i64, p as i64)).collect());
+        self.config.padding = Padding::symmetric(&padding);
         self
     }
 
@@ -350,41 +354,28 @@ impl ConvTranspose2d {
             .permute(&[0, 2, 1, 3, 4])
             .reshape(&[(g * og) as isize, (cin / g) as isize, kh as isize, kw as isize])
             .flip(&[2, 3]);
-        let pads: Vec<(usize, usize)> = match &c.padding {
-            Padding::Explicit(p) if p.len() == 2 && p.iter().all(|&(a, b)| a == b && a >= 0) => {
-                p.iter().map(|&(a, _)| (a as usize, a as usize)).collect()
-            }
-            Padding::Valid => vec![(0, 0); 2],
+        // PyTorch's padding p removes p from both sides of the output: the
+        // equivalent convolution pads the dilated input by dilation * (k - 1) - p.
+        let pads: [i64; 2] = match &c.padding {
+            Padding::Explicit(p) if p.len() == 2 && p.iter().all(|&(a, b)| a == b && a >= 0) => [p[0].0, p[1].0],
+            Padding::Valid => [0, 0],
             other => {
                 return Err(Error::invalid(layer, format!("padding must be symmetric and non-negative, got {other:?}")))
             }
         };
-        let padding: Vec<(i64, i64)> = (0..2)
+        let padding = (0..2)
             .map(|i| {
                 let k = (c.dilation[i] * ([kh, kw][i] - 1)) as i64;
-                (k - pads[i].0 as i64, k - pads[i].1 as i64 + self.output_padding[i] as i64)
+                (k - pads[i], k - pads[i] + self.output_padding[i] as i64)
             })
             .collect();
-        let conv = ConvConfig {
-            stride: vec![1, 1],
-            padding: Padding::Explicit(padding),
-            dilation: c.dilation.clone(),
-            groups: g,
-        };
-        let unbatched = x.rank() == 3;
-        let xb = if unbatched { x.unsqueeze(0) } else { x.clone() };
         let opts = ConvOptions {
-            strides: conv.stride.clone(),
-            padding: conv.padding.clone(),
+            padding: Padding::Explicit(padding),
             lhs_dilation: c.stride.clone(),
-            rhs_dilation: conv.dilation.clone(),
+            rhs_dilation: c.dilation.clone(),
             feature_group_count: g,
             ..ConvOptions::default()
         };
-        let mut y = lax::conv_general_dilated(&xb, &w, &opts)?;
-        if let Some(b) = &self.b {
-            y = y.try_add(&b.reshape(&[b.numel() as isize, 1, 1]))?;
-        }
-        Ok(if unbatched { y.squeeze(0) } else { y })
+        conv_forward(x, &w, self.b.as_ref(), &opts, 2, layer)
     }
 }

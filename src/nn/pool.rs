@@ -7,11 +7,6 @@
 use crate::lax::{self, Padding};
 use crate::{OrRaise, Tensor};
 
-/// Symmetric padding pairs from PyTorch's per-axis `padding`.
-fn symmetric(p: [usize; 2]) -> Padding {
-    Padding::Explicit(p.iter().map(|&a| (a as i64, a as i64)).collect())
-}
-
 /// 2-D max pooling of `[N, C, H, W]` (or `[C, H, W]`): PyTorch's
 /// `MaxPool2d(kernel_size, stride=kernel_size, padding=0)`, padding with
 /// -inf.
@@ -59,7 +54,7 @@ impl MaxPool2d {
     /// two spatial axes (the error names the shapes).
     #[track_caller]
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        lax::max_pool(x, &self.kernel, &self.stride, &symmetric(self.padding)).or_raise()
+        lax::max_pool(x, &self.kernel, &self.stride, &Padding::symmetric(&self.padding)).or_raise()
     }
 }
 
@@ -109,7 +104,7 @@ impl AvgPool2d {
     /// As [`MaxPool2d::forward`], and on an integer input.
     #[track_caller]
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        lax::avg_pool(x, &self.kernel, &self.stride, &symmetric(self.padding)).or_raise()
+        lax::avg_pool(x, &self.kernel, &self.stride, &Padding::symmetric(&self.padding)).or_raise()
     }
 }
 

@@ -39,10 +39,7 @@ impl Nd {
     pub fn at(&self, idx: &[usize]) -> f64 {
         self.data[self.flat(idx)]
     }
-    pub fn flat_index(&self, idx: &[usize]) -> usize {
-        self.flat(idx)
-    }
-    fn flat(&self, idx: &[usize]) -> usize {
+    pub fn flat(&self, idx: &[usize]) -> usize {
         idx.iter().zip(self.strides()).map(|(i, s)| i * s).sum()
     }
     fn set(&mut self, idx: &[usize], v: f64) {

@@ -57,7 +57,7 @@ pub fn conv(p: &ConvParams, lhs: &Nd, rhs: &Nd) -> Nd {
                 s += lhs.at(&li) * rhs.at(&ri);
             }
         }
-        let flat = out.flat_index(&idx);
+        let flat = out.flat(&idx);
         out.data[flat] = s;
     }
     out

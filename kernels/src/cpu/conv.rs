@@ -322,10 +322,6 @@ mod tests {
         ld: [usize; 3],
         rd: [usize; 3],
     ) -> ConvGeometry {
-        let output = std::array::from_fn(|a| {
-            crate::conv_geom::window_positions(input[a], ld[a], pad[a].0, pad[a].1, kernel[a], rd[a], stride[a])
-                .unwrap()
-        });
         ConvGeometry {
             batch,
             in_features: c,
@@ -334,13 +330,15 @@ mod tests {
             batch_groups: bg,
             input,
             kernel,
-            output,
+            output: [0; 3],
             stride,
             pad_lo: pad.map(|p| p.0),
             pad_hi: pad.map(|p| p.1),
             lhs_dilation: ld,
             rhs_dilation: rd,
         }
+        .with_output()
+        .expect("a valid geometry")
     }
 
     fn check(g: &ConvGeometry) {

@@ -556,7 +556,6 @@ fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conv_geom::window_positions;
 
     fn geom(
         nc: (usize, usize, usize, usize, usize),
@@ -566,7 +565,6 @@ mod tests {
         ld: [usize; 3],
     ) -> ConvGeometry {
         let (n, c, o, fg, bg) = nc;
-        let output = std::array::from_fn(|a| window_positions(i[a], ld[a], pad[a].0, pad[a].1, k[a], 1, 1).unwrap());
         ConvGeometry {
             batch: n,
             in_features: c,
@@ -575,13 +573,15 @@ mod tests {
             batch_groups: bg,
             input: i,
             kernel: k,
-            output,
+            output: [0; 3],
             stride: [1; 3],
             pad_lo: pad.map(|p| p.0),
             pad_hi: pad.map(|p| p.1),
             lhs_dilation: ld,
             rhs_dilation: [1; 3],
         }
+        .with_output()
+        .expect("a valid geometry")
     }
 
     #[test]

@@ -195,7 +195,7 @@ extern "C" __global__ void {name}({t}* __restrict__ out, const {t}* __restrict__
 /// loop, shared by the CPU emulation below and the device tests.
 #[cfg(test)]
 pub(crate) mod test_cases {
-    use crate::conv_geom::{window_positions, ConvGeometry};
+    use crate::conv_geom::ConvGeometry;
 
     /// A geometry from `(N, C, O, fg, bg)`, the spatial sizes, strides,
     /// `(lo, hi)` padding and dilations (the output sizes follow).
@@ -208,9 +208,6 @@ pub(crate) mod test_cases {
         ldil: [usize; 3],
         rdil: [usize; 3],
     ) -> ConvGeometry {
-        let output = std::array::from_fn(|a| {
-            window_positions(input[a], ldil[a], pad[a].0, pad[a].1, kernel[a], rdil[a], stride[a]).unwrap()
-        });
         ConvGeometry {
             batch: n,
             in_features: c,
@@ -219,13 +216,15 @@ pub(crate) mod test_cases {
             batch_groups: bg,
             input,
             kernel,
-            output,
+            output: [0; 3],
             stride,
             pad_lo: pad.map(|p| p.0),
             pad_hi: pad.map(|p| p.1),
             lhs_dilation: ldil,
             rhs_dilation: rdil,
         }
+        .with_output()
+        .expect("a valid geometry")
     }
 
     /// Named geometries covering every option.

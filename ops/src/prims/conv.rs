@@ -200,15 +200,6 @@ pub fn conv_general_dilated(lhs: &Tensor, rhs: &Tensor, o: &ConvOptions) -> Resu
         Padding::Explicit(p) => p.iter().copied().collect(),
         pad => {
             check_dims(&dims, lhs.rank())?;
-            let per_axis = |v: &Axes, what: &str| -> Result<()> {
-                if v.len() != n {
-                    return Err(Error::invalid(OP, format!("{what} has {} entries for {n} spatial axes", v.len())));
-                }
-                Ok(())
-            };
-            per_axis(&strides, "strides")?;
-            per_axis(&lhs_dilation, "lhs_dilation")?;
-            per_axis(&rhs_dilation, "rhs_dilation")?;
             let (ls, rs) = (lhs.shape(), rhs.shape());
             let input: Vec<usize> = (0..n).map(|i| ls[dims.lhs[2 + i]]).collect();
             let window: Vec<usize> = (0..n).map(|i| rs[dims.rhs[2 + i]]).collect();

@@ -16,6 +16,13 @@ pub enum Padding {
     Explicit(Vec<(i64, i64)>),
 }
 
+impl Padding {
+    /// `p[i]` on both sides of spatial axis `i` (PyTorch's `padding=(p, ..)`).
+    pub fn symmetric(p: &[usize]) -> Padding {
+        Padding::Explicit(p.iter().map(|&a| (a as i64, a as i64)).collect())
+    }
+}
+
 impl From<Vec<(i64, i64)>> for Padding {
     fn from(p: Vec<(i64, i64)>) -> Padding {
         Padding::Explicit(p)
@@ -38,6 +45,8 @@ impl Padding {
         match self {
             Padding::Valid => Ok(vec![(0, 0); n]),
             Padding::Same => {
+                check_len(op, "window", window.len(), n)?;
+                check_len(op, "strides", strides.len(), n)?;
                 if strides.contains(&0) {
                     return Err(Error::invalid(op, format!("window strides {strides:?} must be positive")));
                 }
@@ -71,10 +80,26 @@ impl Padding {
         window_dilation: &[usize],
         strides: &[usize],
     ) -> Result<Vec<(i64, i64)>> {
+        for (what, len) in [
+            ("base (lhs) dilation", base_dilation.len()),
+            ("window", window.len()),
+            ("window (rhs) dilation", window_dilation.len()),
+            ("strides", strides.len()),
+        ] {
+            check_len(op, what, len, input.len())?;
+        }
         let i: Vec<usize> = input.iter().zip(base_dilation).map(|(&n, &d)| dilated(n, d)).collect();
         let w: Vec<usize> = window.iter().zip(window_dilation).map(|(&n, &d)| dilated(n, d)).collect();
         self.resolve(op, &i, &w, strides)
     }
+}
+
+/// The error for a per-axis parameter with the wrong number of entries.
+fn check_len(op: &str, what: &str, len: usize, axes: usize) -> Result<()> {
+    if len != axes {
+        return Err(Error::invalid(op, format!("{what} has {len} entries for {axes} spatial axes")));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -89,5 +114,7 @@ mod tests {
         assert_eq!(Padding::Same.resolve("t", &[4], &[1], &[2]).unwrap(), vec![(0, 0)]);
         assert_eq!(Padding::Valid.resolve("t", &[4, 4], &[3, 3], &[1, 1]).unwrap(), vec![(0, 0), (0, 0)]);
         assert!(Padding::Explicit(vec![(1, 1)]).resolve("t", &[4, 4], &[3, 3], &[1, 1]).is_err());
+        let e = Padding::Same.resolve_dilated("t", &[4, 4], &[1, 1], &[3, 3], &[1, 1], &[1, 1, 1]).unwrap_err();
+        assert!(e.to_string().contains("strides has 3 entries for 2 spatial axes"), "{e}");
     }
 }
