@@ -30,9 +30,15 @@ pub mod data;
 pub mod nn;
 pub mod testing;
 
+pub use xform_ops::prim::RematPolicy;
 pub use xform_ops::{
     catch, default_device, lax, s, set_default_device, Array, Aval, DType, Device, DotDims, Error, ErrorKind, Idx, Key,
     OrRaise, Prim, Program, Result, Scalar, Shape, Tensor,
+};
+pub use xform_transforms::control;
+pub use xform_transforms::{
+    checkpoint, checkpoint_with, cond, custom_jvp, custom_vjp, fori_loop, scan, scan_with, switch, while_loop,
+    while_loop_with, Bound, ScanOptions, ScanRemat, WhileOptions,
 };
 pub use xform_transforms::{
     functionalize, functionalize_with, grad, grad_with_aux, hessian, impl_tree, jacfwd, jacfwd_with, jacrev,
@@ -51,9 +57,10 @@ pub mod core {
 /// Everything a typical program needs: `use xform::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        catch, functionalize, grad, grad_with_aux, hessian, impl_tree, jacfwd, jacrev, jvp, linearize, s, trace,
-        value_and_grad, value_and_grad_with_aux, vjp, vmap, vmap_with, Axes, DType, Device, Idx, Key, Program, Shape,
-        Tensor, Tree, VmapOptions,
+        catch, checkpoint, cond, custom_jvp, custom_vjp, fori_loop, functionalize, grad, grad_with_aux, hessian,
+        impl_tree, jacfwd, jacrev, jvp, linearize, s, scan, scan_with, switch, trace, value_and_grad,
+        value_and_grad_with_aux, vjp, vmap, vmap_with, while_loop, Axes, DType, Device, Idx, Key, Program, ScanOptions,
+        Shape, Tensor, Tree, VmapOptions,
     };
 }
 

@@ -19,6 +19,7 @@ use xform_kernels::{DType, Layout};
 
 pub use crate::prims::binary::BinaryOp;
 pub use crate::prims::compare::CompareOp;
+pub use crate::prims::control::{Body, ControlKind, ControlOp, RematPolicy};
 pub use crate::prims::conv::{ConvDims, ConvKind, ConvOp, ConvOptions, ConvParams};
 pub use crate::prims::elementwise::{ElementwiseKind, ElementwiseOp};
 pub use crate::prims::indexing::{IndexKind, IndexOp};
@@ -171,6 +172,8 @@ families! {
     Random(RandomOp),
     /// reduce_window, select-and-gather / select-and-scatter-add (`prims/window.rs`).
     Window(WindowOp),
+    /// Control flow, custom derivative rules, checkpoint (`prims/control/`).
+    Control(ControlOp),
 }
 
 impl Prim {

@@ -121,6 +121,78 @@ impl Program {
         Ok(())
     }
 
+    /// The program with its constants turned into leading inputs (in the
+    /// constants' order), and the constants: a closed body for a
+    /// higher-order primitive, whose captured values are then operands
+    /// that every interpreter sees.
+    pub fn hoist_consts(mut self) -> (Program, Vec<Tensor>) {
+        let consts = std::mem::take(&mut self.consts);
+        self.const_versions.clear();
+        if consts.is_empty() {
+            return (self, consts);
+        }
+        let mut inputs = Vec::with_capacity(consts.len() + self.inputs.len());
+        for c in &consts {
+            self.avals.push(c.aval());
+            inputs.push(Var(self.avals.len() as u32 - 1));
+        }
+        let hoisted = inputs.clone();
+        let map = |a: &mut Atom| {
+            if let Atom::Const(i) = *a {
+                *a = Atom::Var(hoisted[i]);
+            }
+        };
+        for e in &mut self.eqns {
+            e.inputs.iter_mut().for_each(map);
+        }
+        self.outputs.iter_mut().for_each(map);
+        inputs.append(&mut self.inputs);
+        self.inputs = inputs;
+        (self, consts)
+    }
+
+    /// The program with unused inputs of abstract values `before` placed
+    /// ahead of its inputs and `after` behind them (so that several bodies
+    /// take one operand list).
+    pub fn pad_inputs(mut self, before: &[Aval], after: &[Aval]) -> Program {
+        let mut inputs = Vec::with_capacity(before.len() + self.inputs.len() + after.len());
+        for a in before {
+            self.avals.push(a.clone());
+            inputs.push(Var(self.avals.len() as u32 - 1));
+        }
+        inputs.append(&mut self.inputs);
+        for a in after {
+            self.avals.push(a.clone());
+            inputs.push(Var(self.avals.len() as u32 - 1));
+        }
+        self.inputs = inputs;
+        self
+    }
+
+    /// The program with unused inputs of abstract values `avals` inserted
+    /// at input position `at`.
+    pub fn insert_inputs(mut self, at: usize, avals: &[Aval]) -> Program {
+        let mut new = Vec::with_capacity(avals.len());
+        for a in avals {
+            self.avals.push(a.clone());
+            new.push(Var(self.avals.len() as u32 - 1));
+        }
+        let tail = self.inputs.split_off(at);
+        self.inputs.extend(new);
+        self.inputs.extend(tail);
+        self
+    }
+
+    /// The abstract values of the inputs.
+    pub fn in_avals(&self) -> Vec<Aval> {
+        self.inputs.iter().map(|v| self.aval(*v).clone()).collect()
+    }
+
+    /// The abstract values of the outputs.
+    pub fn out_avals(&self) -> Vec<Aval> {
+        self.outputs.iter().map(|a| self.atom_aval(*a)).collect()
+    }
+
     /// Evaluates the program on `args` through the current interpreter.
     ///
     /// # Errors

@@ -322,10 +322,69 @@ impl Tensor {
                 op,
                 format!(
                     "needs a concrete value, but got a tracer of {} with shape {}; \
-                     read values outside the transformed function",
+ read values outside the transformed function",
                     t.tag.name, t.aval.shape
                 ),
             )),
+        }
+    }
+
+    /// The value where it is known at this level: the concrete array, or
+    /// the primal of a JVP tracer (grad, jvp, linearize, jacfwd, jacrev),
+    /// recursively, or a functionalized value. `None` under vmap (a
+    /// value per example) and staging (trace: no value yet).
+    pub fn known_array(&self) -> Option<Array> {
+        match &*self.value() {
+            Value::Array(a) => Some(a.clone()),
+            Value::Tracer(t) => match &t.data {
+                TracerData::Dual { primal, .. } => primal.known_array(),
+                TracerData::Functional { value } => value.known_array(),
+                TracerData::Batched { .. } | TracerData::Staged { .. } => None,
+            },
+        }
+    }
+
+    /// Whether any element of a bool tensor is true in any example of any
+    /// enclosing vmap, where the values exist (everywhere but staging).
+    /// Control flow uses it to end a loop whose predicate vmap batched:
+    /// the loop runs until no example's predicate holds.
+    pub fn known_any(&self) -> Option<bool> {
+        match &*self.value() {
+            Value::Array(a) => {
+                let b = if a.dtype == DType::Bool {
+                    Tensor::from_array(a.clone())
+                } else {
+                    crate::lax::convert(&Tensor::from_array(a.clone()), DType::Bool).ok()?
+                };
+                Some(b.array()?.to_vec::<bool>().ok()?.into_iter().any(|v| v))
+            }
+            Value::Tracer(t) => match &t.data {
+                TracerData::Dual { primal, .. } => primal.known_any(),
+                TracerData::Functional { value } | TracerData::Batched { value, .. } => value.known_any(),
+                TracerData::Staged { .. } => None,
+            },
+        }
+    }
+
+    /// The known value (see [`Tensor::known_array`]), or an error naming
+    /// `op` that says why it is not known and what to use instead.
+    pub fn known(&self, op: &str) -> Result<Array> {
+        if let Some(a) = self.known_array() {
+            return Ok(a);
+        }
+        let mut t = self.clone();
+        // The innermost level whose value is unknown names the reason.
+        loop {
+            let next = match &*t.value() {
+                Value::Tracer(tr) => match &tr.data {
+                    TracerData::Dual { primal, .. } => primal.clone(),
+                    TracerData::Functional { value } => value.clone(),
+                    TracerData::Batched { .. } => return Err(unknown_under_vmap(op, &tr.aval)),
+                    TracerData::Staged { .. } => return Err(unknown_under_trace(op, &tr.aval)),
+                },
+                Value::Array(_) => unreachable!("known_array would have found it"),
+            };
+            t = next;
         }
     }
 
@@ -505,4 +564,28 @@ mod tests {
     fn tracer_data_is_three_words() {
         assert_eq!(size_of::<TracerData>(), 2 * size_of::<Option<Tensor>>() + size_of::<usize>());
     }
+}
+
+#[cold]
+fn unknown_under_vmap(op: &str, aval: &Aval) -> Error {
+    Error::transform(
+        op,
+        format!(
+            "needs a concrete value, but under vmap the value of this {aval} tensor differs per example, so plain \
+             Rust control flow cannot branch on it. Select per example with `where`/`select` (both branches \
+             computed), or use `cond`/`switch` (and `while_loop` for loops), which vmap batches"
+        ),
+    )
+}
+
+#[cold]
+fn unknown_under_trace(op: &str, aval: &Aval) -> Error {
+    Error::transform(
+        op,
+        format!(
+            "needs a concrete value, but this {aval} tensor is being staged into a program (trace) and has no \
+             value yet. Use `cond`/`switch`, `while_loop`, `fori_loop` or `scan`, which stage control flow, or \
+             `where`/`select`"
+        ),
+    )
 }

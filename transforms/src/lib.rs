@@ -19,6 +19,7 @@
 
 #![warn(missing_docs)]
 
+pub mod control;
 mod functionalize;
 mod grad;
 mod jac;
@@ -28,6 +29,10 @@ mod trace;
 pub mod tree;
 mod vmap;
 
+pub use control::{
+    checkpoint, checkpoint_with, cond, custom_jvp, custom_vjp, fori_loop, scan, scan_with, switch, try_cond,
+    try_switch, while_loop, while_loop_with, Bound, CustomJvp, CustomVjp, ScanOptions, ScanRemat, WhileOptions,
+};
 pub use functionalize::{functionalize, functionalize_with, FunctionalizeOptions};
 pub use grad::{grad, grad_with_aux, value_and_grad, value_and_grad_with_aux};
 pub use jac::{hessian, jacfwd, jacfwd_with, jacrev, jacrev_with, JacOptions};

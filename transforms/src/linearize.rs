@@ -11,12 +11,12 @@
 //! `jacfwd(jacrev(f))` need no special case.
 
 use crate::jvp::JvpInterp;
-use crate::trace::TraceInterp;
 use crate::tree::{Leaves, Tree};
 use smallvec::SmallVec;
 use xform_ops::interp::with_interpreter;
 use xform_ops::prim::{transpose_rule, LinearArg};
 use xform_ops::prims::OnesTranspose;
+use xform_ops::staging::Staging;
 use xform_ops::{lax, Atom, Aval, Eqn, Error, OrRaise, Program, Result, Tensor};
 
 /// A function linearized at a point.
@@ -37,7 +37,7 @@ pub(crate) struct Linearized<Y> {
 
 /// Linearizes `f` at `x` (see NOTE: [linearize]).
 pub(crate) fn linearize_flat<X: Tree, Y: Tree>(label: &'static str, f: impl FnOnce(&X) -> Y, x: &X) -> Linearized<Y> {
-    let tracer = TraceInterp::new(label, false);
+    let tracer = Staging::new(label, false);
     let jvp = JvpInterp::new(label);
     let in_leaves = x.leaves();
     let mut diff: SmallVec<[bool; 4]> = SmallVec::new();

@@ -158,8 +158,11 @@ impl Tensor {
     /// The elements, row-major, as `T`.
     ///
     /// # Panics
-    /// If `T` is not the dtype, or this is a tracer (values do not exist
-    /// inside a transform; return them from the transformed function).
+    /// If `T` is not the dtype, or the value is not known here: under
+    /// grad, jvp, linearize, jacfwd and jacrev a tracer's primal is read
+    /// (as in JAX without jit, and torch.func), so plain Rust control flow
+    /// works; under vmap (a value per example) and trace (no value yet) it
+    /// is an error that points to `where`/`select` and `cond`.
     #[track_caller]
     pub fn to_vec<T: Element>(&self) -> Vec<T> {
         self.try_to_vec().or_raise()
@@ -167,16 +170,16 @@ impl Tensor {
 
     /// [`Tensor::to_vec`] returning an error instead of panicking.
     pub fn try_to_vec<T: Element>(&self) -> Result<Vec<T>> {
-        self.concrete("to_vec")?.to_vec::<T>()
+        self.known("to_vec")?.to_vec::<T>()
     }
 
     /// The elements converted to f64, whatever the dtype.
     ///
     /// # Panics
-    /// If this is a tracer.
+    /// If the value is not known here (see [`Tensor::to_vec`]).
     #[track_caller]
     pub fn to_vec_f64(&self) -> Vec<f64> {
-        let a = self.concrete("to_vec_f64").or_raise();
+        let a = self.known("to_vec_f64").or_raise();
         let c = lax::convert(&Tensor::from_array(a), DType::F64).or_raise();
         c.to_vec::<f64>()
     }
@@ -184,8 +187,8 @@ impl Tensor {
     /// The single element of a one-element tensor.
     ///
     /// # Panics
-    /// If the tensor has more than one element, `T` is not its dtype, or it
-    /// is a tracer.
+    /// If the tensor has more than one element, `T` is not its dtype, or
+    /// its value is not known here (see [`Tensor::to_vec`]).
     #[track_caller]
     pub fn item<T: Element>(&self) -> T {
         if self.numel() != 1 {

@@ -14,6 +14,7 @@ mod unary_table;
 pub mod batching;
 pub mod binary;
 pub mod compare;
+pub mod control;
 pub mod conv;
 pub mod cuda_c;
 pub mod elementwise;

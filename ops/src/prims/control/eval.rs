@@ -1,0 +1,324 @@
+//! Rules over whole programs, for the bodies of the control-flow
+//! primitives: a program's JVP, its batched form and its transpose,
+//! evaluated equation by equation with each primitive's own rule at the
+//! current level (no interpreter is pushed), and the partial evaluation of
+//! a JVP into a known (primal) and an unknown (tangent) program. Staged
+//! with [`crate::staging::stage`], each gives the transformed body that a
+//! rule binds when control flow must stay control flow.
+
+use crate::error::{Error, OrRaise, Result};
+use crate::interp::{bind, with_interpreter};
+use crate::lax;
+use crate::prim::{batch_rule, jvp_rule, transpose_rule, LinearArg};
+use crate::prims::batching::to_position;
+use crate::program::{Atom, Program};
+use crate::staging::{stage, Staging};
+use crate::tensor::{Aval, Tensor};
+use smallvec::SmallVec;
+
+/// Zeros where a tangent or cotangent is a symbolic zero.
+pub(crate) fn instantiate(t: Option<Tensor>, aval: &Aval) -> Result<Tensor> {
+    match t {
+        Some(t) => Ok(t),
+        None => lax::zeros_aval(aval),
+    }
+}
+
+/// The primal outputs and their tangents (`None`: zero) of `p` at
+/// `primals` along `tangents`.
+pub(crate) fn jvp_eval(
+    p: &Program,
+    primals: &[Tensor],
+    tangents: &[Option<Tensor>],
+) -> Result<(Vec<Tensor>, Vec<Option<Tensor>>)> {
+    jvp_eval_with(p, primals, tangents, &mut |_, _| None)
+}
+
+/// [`jvp_eval`] where `known(i, outs)` may replace the primal outputs of
+/// equation `i` (values saved by a forward pass; the recomputed ones are
+/// then dead code).
+pub(crate) fn jvp_eval_with(
+    p: &Program,
+    primals: &[Tensor],
+    tangents: &[Option<Tensor>],
+    known: &mut dyn FnMut(usize, &[Tensor]) -> Option<Vec<Tensor>>,
+) -> Result<(Vec<Tensor>, Vec<Option<Tensor>>)> {
+    let n = p.avals.len();
+    let mut env_p: Vec<Option<Tensor>> = vec![None; n];
+    let mut env_t: Vec<Option<Tensor>> = vec![None; n];
+    for ((v, x), t) in p.inputs.iter().zip(primals).zip(tangents) {
+        env_p[v.0 as usize] = Some(x.clone());
+        env_t[v.0 as usize] = t.clone();
+    }
+    let read = |env_p: &[Option<Tensor>], env_t: &[Option<Tensor>], a: &Atom| -> (Tensor, Option<Tensor>) {
+        match a {
+            Atom::Var(v) => (env_p[v.0 as usize].clone().expect("defined before use"), env_t[v.0 as usize].clone()),
+            Atom::Const(i) => (p.consts[*i].clone(), None),
+        }
+    };
+    for (i, e) in p.eqns.iter().enumerate() {
+        let mut ps: SmallVec<[Tensor; 4]> = SmallVec::new();
+        let mut ts: SmallVec<[Option<Tensor>; 4]> = SmallVec::new();
+        for a in &e.inputs {
+            let (x, t) = read(&env_p, &env_t, a);
+            ps.push(x);
+            ts.push(t);
+        }
+        let (mut outs, touts): (Vec<Tensor>, Vec<Option<Tensor>>) = if ts.iter().all(Option::is_none) {
+            let outs = bind(&e.prim, &ps)?;
+            let k = outs.len();
+            (outs.into_vec(), vec![None; k])
+        } else {
+            let (o, t) = jvp_rule(&e.prim, &ps, &ts)?;
+            (o.into_vec(), t.into_vec())
+        };
+        if let Some(saved) = known(i, &outs) {
+            outs = saved;
+        }
+        for ((v, o), t) in e.outputs.iter().zip(outs).zip(touts) {
+            env_p[v.0 as usize] = Some(o);
+            env_t[v.0 as usize] = t;
+        }
+    }
+    let mut outs = Vec::with_capacity(p.outputs.len());
+    let mut touts = Vec::with_capacity(p.outputs.len());
+    for a in &p.outputs {
+        let (x, t) = read(&env_p, &env_t, a);
+        outs.push(x);
+        touts.push(t);
+    }
+    Ok((outs, touts))
+}
+
+/// The outputs of `p` on batched operands `ins` (batch dims `bdims`) and
+/// their batch dims, by each equation's batch rule.
+pub(crate) fn batch_eval(
+    p: &Program,
+    ins: &[Tensor],
+    bdims: &[Option<usize>],
+) -> Result<(Vec<Tensor>, Vec<Option<usize>>)> {
+    let n = p.avals.len();
+    let mut env: Vec<Option<(Tensor, Option<usize>)>> = vec![None; n];
+    for ((v, x), b) in p.inputs.iter().zip(ins).zip(bdims) {
+        env[v.0 as usize] = Some((x.clone(), *b));
+    }
+    let read = |env: &[Option<(Tensor, Option<usize>)>], a: &Atom| -> (Tensor, Option<usize>) {
+        match a {
+            Atom::Var(v) => env[v.0 as usize].clone().expect("defined before use"),
+            Atom::Const(i) => (p.consts[*i].clone(), None),
+        }
+    };
+    for e in &p.eqns {
+        let mut xs: SmallVec<[Tensor; 4]> = SmallVec::new();
+        let mut bs: SmallVec<[Option<usize>; 4]> = SmallVec::new();
+        for a in &e.inputs {
+            let (x, b) = read(&env, a);
+            xs.push(x);
+            bs.push(b);
+        }
+        let (outs, obs): (Vec<Tensor>, Vec<Option<usize>>) = if bs.iter().all(Option::is_none) {
+            let outs = bind(&e.prim, &xs)?;
+            let k = outs.len();
+            (outs.into_vec(), vec![None; k])
+        } else {
+            let (o, b) = batch_rule(&e.prim, &xs, &bs)?;
+            (o.into_vec(), b.into_vec())
+        };
+        for ((v, o), b) in e.outputs.iter().zip(outs).zip(obs) {
+            env[v.0 as usize] = Some((o, b));
+        }
+    }
+    Ok(p.outputs.iter().map(|a| read(&env, a)).unzip())
+}
+
+/// `aval` with a batch axis of `size` at `bdim` (`None`: unchanged).
+pub(crate) fn batched_aval(aval: &Aval, bdim: Option<usize>, size: usize) -> Aval {
+    match bdim {
+        None => aval.clone(),
+        Some(d) => {
+            let mut shape = aval.shape.clone();
+            shape.0.insert(d, size);
+            Aval { shape, dtype: aval.dtype, device: aval.device }
+        }
+    }
+}
+
+/// `p` batched: its inputs batched at `in_bdims` (size `size`), and each
+/// output moved (or broadcast) to batch dim 0 where `out_batched` says so
+/// (`None`: every output). Returns the program and which outputs it
+/// batched; an output left unbatched by request must be unbatched.
+pub(crate) fn batch_program(
+    p: &Program,
+    in_bdims: &[Option<usize>],
+    size: usize,
+    out_batched: Option<&[bool]>,
+) -> Result<(Program, Vec<bool>)> {
+    let avals: Vec<Aval> = p.in_avals().iter().zip(in_bdims).map(|(a, b)| batched_aval(a, *b, size)).collect();
+    let mut which = Vec::new();
+    let program = stage("vmap", &avals, |ins| {
+        let (outs, bdims) = batch_eval(p, ins, in_bdims)?;
+        let mut r = Vec::with_capacity(outs.len());
+        for (i, (o, b)) in outs.into_iter().zip(bdims).enumerate() {
+            let want = out_batched.map_or(true, |w| w[i]);
+            if want {
+                r.push(to_position(&o, b, 0, size)?);
+            } else if b.is_some() {
+                return Err(Error::transform(
+                    "vmap",
+                    format!(
+                        "internal error: output {i} of a control-flow body is batched where it was expected not to be"
+                    ),
+                ));
+            } else {
+                r.push(o);
+            }
+            which.push(want);
+        }
+        Ok(r)
+    })?;
+    Ok((program, which))
+}
+
+/// Which outputs of `p` are batched when its inputs are batched at
+/// `in_bdims` (by staging its batched form).
+pub(crate) fn batched_outputs(p: &Program, in_bdims: &[Option<usize>], size: usize) -> Result<Vec<bool>> {
+    let avals: Vec<Aval> = p.in_avals().iter().zip(in_bdims).map(|(a, b)| batched_aval(a, *b, size)).collect();
+    let mut which = Vec::new();
+    stage("vmap", &avals, |ins| {
+        let (outs, bdims) = batch_eval(p, ins, in_bdims)?;
+        which = bdims.iter().map(Option::is_some).collect();
+        Ok(outs)
+    })?;
+    Ok(which)
+}
+
+/// Cotangents of the linear inputs of `p` (those whose `known` entry is
+/// `None`; the others are given values) from cotangents of its outputs.
+/// Equations with no linear input are evaluated first, those whose results
+/// the linear ones read (the rest is dead code): this is where a
+/// checkpointed body recomputes its forward pass.
+pub(crate) fn transpose_eval(
+    p: &Program,
+    known: &[Option<Tensor>],
+    cts: &[Option<Tensor>],
+) -> Result<Vec<Option<Tensor>>> {
+    let n = p.avals.len();
+    let mut val: Vec<Option<Tensor>> = vec![None; n];
+    let mut lin = vec![false; n];
+    for (v, k) in p.inputs.iter().zip(known) {
+        match k {
+            Some(t) => val[v.0 as usize] = Some(t.clone()),
+            None => lin[v.0 as usize] = true,
+        }
+    }
+    let is_lin = |lin: &[bool], a: &Atom| matches!(a, Atom::Var(v) if lin[v.0 as usize]);
+    let mut linear_eqn = vec![false; p.eqns.len()];
+    for (i, e) in p.eqns.iter().enumerate() {
+        if e.inputs.iter().any(|a| is_lin(&lin, a)) {
+            linear_eqn[i] = true;
+            for o in &e.outputs {
+                lin[o.0 as usize] = true;
+            }
+        }
+    }
+    // Known values the linear equations read, and what those need.
+    let mut needed = vec![false; n];
+    for (i, e) in p.eqns.iter().enumerate().rev() {
+        let wanted = linear_eqn[i] || e.outputs.iter().any(|o| needed[o.0 as usize]);
+        if wanted {
+            for a in &e.inputs {
+                if let Atom::Var(v) = a {
+                    if !lin[v.0 as usize] {
+                        needed[v.0 as usize] = true;
+                    }
+                }
+            }
+        }
+    }
+    for (i, e) in p.eqns.iter().enumerate() {
+        if linear_eqn[i] || !e.outputs.iter().any(|o| needed[o.0 as usize]) {
+            continue;
+        }
+        let ins: SmallVec<[Tensor; 4]> = e
+            .inputs
+            .iter()
+            .map(|a| match a {
+                Atom::Var(v) => val[v.0 as usize].clone().expect("known before use"),
+                Atom::Const(c) => p.consts[*c].clone(),
+            })
+            .collect();
+        for (o, t) in e.outputs.iter().zip(bind(&e.prim, &ins)?) {
+            val[o.0 as usize] = Some(t);
+        }
+    }
+    let mut ct: Vec<Option<Tensor>> = vec![None; n];
+    let add = |slot: &mut Option<Tensor>, t: Tensor| -> Result<()> {
+        *slot = Some(match slot.take() {
+            None => t,
+            Some(old) => lax::add(&old, &t)?,
+        });
+        Ok(())
+    };
+    for (a, c) in p.outputs.iter().zip(cts) {
+        if let (Atom::Var(v), Some(c)) = (a, c) {
+            if lin[v.0 as usize] {
+                add(&mut ct[v.0 as usize], c.clone())?;
+            }
+        }
+    }
+    for (i, e) in p.eqns.iter().enumerate().rev() {
+        if !linear_eqn[i] || e.outputs.iter().all(|o| ct[o.0 as usize].is_none()) {
+            continue;
+        }
+        let outs: SmallVec<[Option<Tensor>; 2]> = e.outputs.iter().map(|o| ct[o.0 as usize].take()).collect();
+        let args: SmallVec<[LinearArg; 4]> = e
+            .inputs
+            .iter()
+            .map(|a| match a {
+                Atom::Var(v) if lin[v.0 as usize] => LinearArg::Linear(p.aval(*v)),
+                Atom::Var(v) => LinearArg::Const(val[v.0 as usize].as_ref().expect("known before use")),
+                Atom::Const(c) => LinearArg::Const(&p.consts[*c]),
+            })
+            .collect();
+        let cts_in = transpose_rule(&e.prim, &outs, &args)?;
+        for (a, c) in e.inputs.iter().zip(cts_in) {
+            if let (Atom::Var(v), Some(c)) = (a, c) {
+                if lin[v.0 as usize] {
+                    add(&mut ct[v.0 as usize], c)?;
+                }
+            }
+        }
+    }
+    Ok(p.inputs.iter().map(|v| if lin[v.0 as usize] { ct[v.0 as usize].take() } else { None }).collect())
+}
+
+/// The JVP of `p`, split: `known` maps the primal inputs to the primal
+/// outputs followed by residuals; `unknown` maps the residuals followed by
+/// the tangents of the inputs `mask` selects to the tangents of every
+/// output (zeros where they are zero). This is linearize's split (primal
+/// work staged below, tangent work above, the values the tangent work
+/// reads from the primal side are the residuals), applied to a body.
+pub(crate) fn partial_eval_jvp(p: &Program, mask: &[bool]) -> Result<(Program, Program, usize)> {
+    let primal = Staging::new("partial_eval", false);
+    let tangent = Staging::new("partial_eval", false);
+    let in_avals = p.in_avals();
+    let out_avals = p.out_avals();
+    crate::error::catch(|| {
+        with_interpreter(&primal, || {
+            let ps: Vec<Tensor> = in_avals.iter().map(|a| primal.new_input(a.clone())).collect();
+            let (outs, unknown) = with_interpreter(&tangent, || {
+                let ts: Vec<Option<Tensor>> =
+                    in_avals.iter().zip(mask).map(|(a, &m)| m.then(|| tangent.new_input(a.clone()))).collect();
+                let (outs, touts) = jvp_eval(p, &ps, &ts).or_raise();
+                let touts: Vec<Tensor> =
+                    touts.into_iter().zip(&out_avals).map(|(t, a)| instantiate(t, a)).collect::<Result<_>>().or_raise();
+                (outs, tangent.finish(&touts).or_raise())
+            });
+            let (unknown, residuals) = unknown.hoist_consts();
+            let nres = residuals.len();
+            let mut all = outs;
+            all.extend(residuals);
+            (primal.finish(&all).or_raise(), unknown, nres)
+        })
+    })
+}

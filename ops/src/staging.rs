@@ -1,0 +1,129 @@
+//! Staging: the interpreter that records primitive applications on its
+//! tracers into a [`Program`]; everything that does not depend on them is
+//! computed by the parent and enters the program as a constant (constant
+//! folding comes free). `trace` stages a whole function, `linearize`
+//! records tangent work with it, and the control-flow primitives stage
+//! their bodies (and the bodies their rules derive) with [`stage`].
+
+use crate::error::{OrRaise, Result};
+use crate::interp::{with_interpreter, Interpreter, Level, Outs, Tag};
+use crate::prim::{shape_rule, Prim};
+use crate::program::{Atom, Program, ProgramBuilder, Var};
+use crate::tensor::{Aval, Tensor, Tracer, TracerData, Value};
+use smallvec::SmallVec;
+use std::cell::RefCell;
+
+/// The staging interpreter.
+pub struct Staging {
+    tag: Tag,
+    builder: RefCell<ProgramBuilder>,
+    /// Shown in errors, or hidden (internal recorders).
+    visible: Option<&'static str>,
+}
+
+impl Staging {
+    /// A staging interpreter named `name`; `visible` ones appear in the
+    /// transforms errors list ("trace"), hidden ones do not.
+    pub fn new(name: &'static str, visible: bool) -> Staging {
+        Staging {
+            tag: Tag::fresh(name),
+            builder: RefCell::new(ProgramBuilder::new()),
+            visible: visible.then_some(name),
+        }
+    }
+
+    /// A new program input and its tracer.
+    pub fn new_input(&self, aval: Aval) -> Tensor {
+        let var = self.builder.borrow_mut().new_input(aval.clone());
+        Tensor::from_tracer(Tracer { tag: self.tag, aval, data: TracerData::Staged { var } })
+    }
+
+    /// True if `t` is this interpreter's tracer.
+    pub fn owns(&self, t: &Tensor) -> bool {
+        matches!(&*t.value(), Value::Tracer(tr) if tr.tag.id == self.tag.id)
+    }
+
+    /// The atom for `t`: its variable if it is this level's tracer, else a constant.
+    pub fn atom(&self, t: &Tensor) -> Result<Atom> {
+        if let Value::Tracer(tr) = &*t.value() {
+            if tr.tag.id == self.tag.id {
+                let TracerData::Staged { var } = tr.data else { return Err(tr.wrong_data("staged")) };
+                return Ok(Atom::Var(var));
+            }
+        }
+        Ok(self.builder.borrow_mut().constant(t))
+    }
+
+    /// The finished program with these outputs.
+    pub fn finish(&self, outputs: &[Tensor]) -> Result<Program> {
+        let mut atoms: SmallVec<[Atom; 4]> = SmallVec::new();
+        for t in outputs {
+            atoms.push(self.atom(t)?);
+        }
+        let b = std::mem::take(&mut *self.builder.borrow_mut());
+        Ok(b.finish(atoms))
+    }
+}
+
+impl Interpreter for Staging {
+    fn tag(&self) -> Tag {
+        self.tag
+    }
+
+    fn describe(&self) -> Option<String> {
+        self.visible.map(str::to_string)
+    }
+
+    fn process(&self, _level: Level, prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
+        let out_avals = Tensor::with_avals(inputs, |refs| shape_rule(prim, refs))?;
+        let mut ins: SmallVec<[Atom; 4]> = SmallVec::new();
+        for t in inputs {
+            ins.push(self.atom(t)?);
+        }
+        let mut b = self.builder.borrow_mut();
+        let mut vars: SmallVec<[Var; 2]> = SmallVec::new();
+        let mut outs = Outs::new();
+        for aval in out_avals {
+            let var = b.new_var(aval.clone());
+            vars.push(var);
+            outs.push(Tensor::from_tracer(Tracer { tag: self.tag, aval, data: TracerData::Staged { var } }));
+        }
+        b.push(prim.clone(), ins, vars);
+        Ok(outs)
+    }
+}
+
+/// Stages `f` on inputs of abstract values `in_avals` into a program (with
+/// the constants it captured). The staging interpreter sits on top of the
+/// current stack, so ops on values of enclosing transforms alone run there
+/// and enter as constants.
+///
+/// # Errors
+/// What `f` returns or raises (a raised error is caught and returned; the
+/// interpreter stack is restored either way).
+pub fn stage(
+    name: &'static str,
+    in_avals: &[Aval],
+    f: impl FnOnce(&[Tensor]) -> Result<Vec<Tensor>>,
+) -> Result<Program> {
+    let staging = Staging::new(name, false);
+    crate::error::catch(|| {
+        with_interpreter(&staging, || {
+            let ins: Vec<Tensor> = in_avals.iter().map(|a| staging.new_input(a.clone())).collect();
+            let outs = f(&ins).or_raise();
+            staging.finish(&outs).or_raise()
+        })
+    })
+}
+
+/// Stages `f` (see [`stage`]) and closes the program: its constants become
+/// leading inputs, returned beside it (`(program, constants)`), so that a
+/// value of an enclosing transform captured by the body is an operand of
+/// the primitive that carries the body, which every interpreter then sees.
+pub fn stage_closed(
+    name: &'static str,
+    in_avals: &[Aval],
+    f: impl FnOnce(&[Tensor]) -> Result<Vec<Tensor>>,
+) -> Result<(Program, Vec<Tensor>)> {
+    Ok(stage(name, in_avals, f)?.hoist_consts())
+}
