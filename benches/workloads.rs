@@ -404,6 +404,71 @@ fn w5() {
     emit("W5_cnn_per_sample_grad", "grad(mean loss) batch ref", "float32", &sizes, &st, "");
 }
 
+/// The W6 GRU of peers.py: `(W_ih[d,3h], W_hh[h,3h], b_ih[3h], b_hh[3h],
+/// W_out[h,c], b_out[c])`, gates in PyTorch's order (r, z, n).
+type GruParams = (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor);
+
+fn make_gru(key: &Key, d: usize, h: usize, c: usize) -> GruParams {
+    let shapes: [&[usize]; 6] = [&[d, 3 * h], &[h, 3 * h], &[3 * h], &[3 * h], &[h, c], &[c]];
+    let p: Vec<Tensor> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let scale = if s.len() == 2 { 1.0 / (s[0] as f64).sqrt() } else { 0.1 };
+            key.fold_in(i as u32).normal(s.to_vec(), DType::F32) * scale
+        })
+        .collect();
+    (p[0].clone(), p[1].clone(), p[2].clone(), p[3].clone(), p[4].clone(), p[5].clone())
+}
+
+/// PyTorch's GRU cell on `h[..., H]`, `x[..., d]` (both products inside
+/// the cell, as peers.py).
+fn gru_cell(p: &GruParams, h: &Tensor, x: &Tensor) -> Tensor {
+    let hd = h.dim(-1);
+    let gi = x.matmul(&p.0) + &p.2;
+    let gh = h.matmul(&p.1) + &p.3;
+    let r = (gi.narrow(-1, 0, hd) + gh.narrow(-1, 0, hd)).sigmoid();
+    let z = (gi.narrow(-1, hd, hd) + gh.narrow(-1, hd, hd)).sigmoid();
+    let n = (gi.narrow(-1, 2 * hd, hd) + r * gh.narrow(-1, 2 * hd, hd)).tanh();
+    (-&z + 1.0) * n + z * h
+}
+
+/// Logits of `x[T, d]` (or `x[T, B, d]`): the cell scanned over time.
+fn gru_logits(p: &GruParams, x: &Tensor) -> Tensor {
+    let mut shape = x.shape().0[1..].to_vec();
+    *shape.last_mut().expect("rank >= 2") = p.1.dim(0);
+    let h0 = Tensor::zeros(shape, DType::F32);
+    let (h, ()) = scan(|h: &Tensor, x: &Tensor| (gru_cell(p, h, x), ()), &h0, x);
+    h.matmul(&p.4) + &p.5
+}
+
+fn w6() {
+    let (b, t, d, h, c) = (64, 32, 16, 64, 10);
+    let key = Key::new(6);
+    let params = make_gru(&key, d, h, c);
+    let xs = key.fold_in(100).normal([b, t, d], DType::F32);
+    let ys = key.fold_in(101).randint([b], 0, c as i64, DType::I32);
+    let n_params = d * 3 * h + h * 3 * h + 6 * h + h * c + c;
+    let sizes = format!("{{\"B\": {b}, \"T\": {t}, \"d\": {d}, \"h\": {h}, \"c\": {c}, \"n_params\": {n_params}}}");
+    let psg = vmap(|(x, y): &(Tensor, Tensor)| {
+        grad(|p: &GruParams| {
+            let logits = gru_logits(p, x);
+            logits.logsumexp(0, false) - logits.take(y, 0)
+        })(&params)
+    });
+    let batch = (xs.clone(), ys.clone());
+    let st = measure(|| drop(psg(&batch)), false);
+    emit("W6_rnn_per_sample_grad", "vmap(grad) scan", "float32", &sizes, &st, "");
+    // The batch reference: time-major x[T, B, d].
+    let xt = xs.transpose(0, 1);
+    let batch_grad = grad(|p: &GruParams| {
+        let logits = gru_logits(p, &xt);
+        (logits.logsumexp(1, false) - logits.take_along_axis(&ys.unsqueeze(1), 1).squeeze(1)).mean()
+    });
+    let st = measure(|| drop(batch_grad(&params)), false);
+    emit("W6_rnn_per_sample_grad", "grad(mean loss) batch ref scan", "float32", &sizes, &st, "");
+}
+
 /// Peak resident memory of this process, in MiB (Linux).
 fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
@@ -414,14 +479,22 @@ fn peak_rss_mb() -> f64 {
 }
 
 /// W1 medium f32 alone, then the process's peak memory against the size of
-/// one call's output plus the inputs (run it in its own process).
-fn w1_memory() {
+/// one call's output plus the inputs (run it in its own process). With
+/// `checkpointed`, the MLP's forward pass is one `checkpoint` (reverse mode
+/// keeps only its inputs and recomputes the activations).
+fn w1_memory(checkpointed: bool) {
     let (b, d_in, h, c) = (256, 784, 256, 10);
     let key = Key::new(0);
     let params = make_mlp(&key, d_in, h, c, DType::F32, None);
     let xs = key.fold_in(7).normal([b, d_in], DType::F32);
     let ys = key.fold_in(8).randint([b], 0, c as i64, DType::I32);
-    let psg = vmap(|(x, y): &(Tensor, Tensor)| grad(|p: &Params| loss_one(p, x, y))(&params));
+    let forward = checkpoint(|(p, x): &(Params, Tensor)| predict(p, x));
+    let psg = vmap(|(x, y): &(Tensor, Tensor)| {
+        grad(|p: &Params| {
+            let logits = if checkpointed { forward(&(p.clone(), x.clone())) } else { predict(p, x) };
+            logits.logsumexp(0, false) - logits.take(y, 0)
+        })(&params)
+    });
     let batch = (xs, ys);
     let st = measure(|| drop(psg(&batch)), false);
     let n_params = d_in * h + h + h * h + h + h * c + c;
@@ -432,7 +505,8 @@ fn w1_memory() {
         ", \"peak_rss_mb\": {peak:.1}, \"output_mb\": {out_mb:.1}, \"inputs_mb\": {in_mb:.1}, \"peak_over_output_plus_inputs\": {:.3}",
         peak / (out_mb + in_mb)
     );
-    emit("W1_memory", "vmap(grad) peak RSS", "float32", &mlp_sizes("medium", b, d_in, h, c), &st, &extra);
+    let mode = if checkpointed { "vmap(grad) checkpoint(forward) peak RSS" } else { "vmap(grad) peak RSS" };
+    emit("W1_memory", mode, "float32", &mlp_sizes("medium", b, d_in, h, c), &st, &extra);
 }
 
 fn dispatch() {
@@ -463,12 +537,18 @@ fn main() {
     if enabled("W5") {
         w5();
     }
+    if enabled("W6") {
+        w6();
+    }
     if enabled("dispatch") {
         dispatch();
     }
     // Only on request: it must run in a process of its own.
     if std::env::var("XFORM_BENCH").is_ok_and(|v| v.split(',').any(|w| w.trim() == "W1mem")) {
-        w1_memory();
+        w1_memory(false);
+    }
+    if std::env::var("XFORM_BENCH").is_ok_and(|v| v.split(',').any(|w| w.trim() == "W1memckpt")) {
+        w1_memory(true);
     }
     if enabled("W4") {
         w4_gemm();

@@ -552,20 +552,6 @@ impl std::fmt::Debug for Tensor {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::mem::size_of;
-
-    /// The typed payload is no larger than the untyped fields it replaced
-    /// (two optional tensor handles and a `usize`), so tracers and node
-    /// values stay as small as they were.
-    #[test]
-    fn tracer_data_is_three_words() {
-        assert_eq!(size_of::<TracerData>(), 2 * size_of::<Option<Tensor>>() + size_of::<usize>());
-    }
-}
-
 #[cold]
 fn unknown_under_vmap(op: &str, aval: &Aval) -> Error {
     Error::transform(
@@ -588,4 +574,18 @@ fn unknown_under_trace(op: &str, aval: &Aval) -> Error {
              `where`/`select`"
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::size_of;
+
+    /// The typed payload is no larger than the untyped fields it replaced
+    /// (two optional tensor handles and a `usize`), so tracers and node
+    /// values stay as small as they were.
+    #[test]
+    fn tracer_data_is_three_words() {
+        assert_eq!(size_of::<TracerData>(), 2 * size_of::<Option<Tensor>>() + size_of::<usize>());
+    }
 }

@@ -2,6 +2,7 @@
 //! the definitions (index loops, no views, no kernels), to check the
 //! kernels against.
 
+mod control;
 mod window;
 
 use xform::core::prim::{
@@ -667,6 +668,7 @@ pub fn apply(prim: &Prim, ins: &[Nd], dtypes: &[DType]) -> Vec<Nd> {
             vec![Nd::new(ins[0].shape.clone(), y0), Nd::new(ins[0].shape.clone(), y1)]
         }
         Prim::Window(op) => one(window::apply(op, ins, d0)),
+        Prim::Control(op) => control::apply(op, ins, dtypes),
     }
 }
 

@@ -306,22 +306,37 @@ fn transpose_operand(d: &DotDims, ct: &Tensor, other: &Tensor, this: &Aval, lhs:
     let lf = if lhs { this_free.len() } else { other_free.len() };
     let ct_other_free: Axes =
         if lhs { (nb + lf..nb + lf + other_free.len()).collect() } else { (nb..nb + lf).collect() };
-    let dims = DotDims {
-        lhs_contract: ct_other_free,
-        rhs_contract: other_free,
-        lhs_batch: (0..nb).collect(),
-        rhs_batch: other_b.clone(),
-    };
-    let r = lax::dot_general(ct, other, dims)?;
-    // Result axes: [batch, this free, other's contracted axes in increasing order].
-    let mut src: Axes = this_b.clone();
-    src.extend(this_free.iter().copied());
+    // The lhs's cotangent is `ct . rhs` (axes [batch, lhs free, rhs's
+    // contracted]), the rhs's is `lhs . ct` (axes [batch, lhs's contracted,
+    // rhs free]): each comes out in its operand's own axis order for a
+    // plain matrix product, so no transposed view is left for the
+    // accumulating add to walk across (the per-example weight gradients of
+    // vmap(grad) through a scan add one per step).
     let mut oc: Axes = other_c.clone();
     oc.sort_unstable();
-    for o in oc {
-        let pos = other_c.iter().position(|&x| x == o).expect("paired axis");
-        src.push(this_c[pos]);
-    }
+    let partners = oc.iter().map(|o| this_c[other_c.iter().position(|x| x == o).expect("paired axis")]);
+    let mut src: Axes = this_b.clone();
+    let r = if lhs {
+        let dims = DotDims {
+            lhs_contract: ct_other_free,
+            rhs_contract: other_free,
+            lhs_batch: (0..nb).collect(),
+            rhs_batch: other_b.clone(),
+        };
+        src.extend(this_free.iter().copied());
+        src.extend(partners);
+        lax::dot_general(ct, other, dims)?
+    } else {
+        let dims = DotDims {
+            lhs_contract: other_free,
+            rhs_contract: ct_other_free,
+            lhs_batch: other_b.clone(),
+            rhs_batch: (0..nb).collect(),
+        };
+        src.extend(partners);
+        src.extend(this_free.iter().copied());
+        lax::dot_general(other, ct, dims)?
+    };
     let mut perm: Axes = smallvec![0; src.len()];
     for (k, &axis) in src.iter().enumerate() {
         perm[axis] = k;

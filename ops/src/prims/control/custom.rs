@@ -223,7 +223,7 @@ type Batched = (Vec<Tensor>, Vec<Option<usize>>);
 fn batch_bwd(bwd: &Body, const_bdims: &[Option<usize>], nr: usize, x_batched: &[bool], size: usize) -> Result<Body> {
     let mut bd = const_bdims.to_vec();
     let ncts = bwd.inputs.len() - const_bdims.len() - nr;
-    bd.extend(std::iter::repeat(Some(0)).take(nr + ncts));
+    bd.extend(std::iter::repeat_n(Some(0), nr + ncts));
     let avals: Vec<Aval> =
         bwd.in_avals().iter().zip(&bd).map(|(a, b)| super::eval::batched_aval(a, *b, size)).collect();
     let program = stage("vmap", &avals, |ins| {

@@ -159,7 +159,7 @@ pub(crate) fn batch_program(
         let (outs, bdims) = batch_eval(p, ins, in_bdims)?;
         let mut r = Vec::with_capacity(outs.len());
         for (i, (o, b)) in outs.into_iter().zip(bdims).enumerate() {
-            let want = out_batched.map_or(true, |w| w[i]);
+            let want = out_batched.is_none_or(|w| w[i]);
             if want {
                 r.push(to_position(&o, b, 0, size)?);
             } else if b.is_some() {

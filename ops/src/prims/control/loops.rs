@@ -681,7 +681,7 @@ pub(super) fn batch(op: &ControlOp, ins: &[Tensor], bdims: &[Option<usize>], siz
             in_bd.extend(xs_in);
             let ny = body.outputs.len() - nk;
             let mut force = cb.clone();
-            force.extend(std::iter::repeat(true).take(ny));
+            force.extend(std::iter::repeat_n(true, ny));
             let (body_b, _) = batch_program(body, &in_bd, size, Some(&force))?;
             let s = ControlOp::Scan {
                 body: Body::new(body_b),
@@ -693,7 +693,7 @@ pub(super) fn batch(op: &ControlOp, ins: &[Tensor], bdims: &[Option<usize>], siz
             };
             let outs = bind_control(s, &cat(&[c, &k, &xs]))?.into_vec();
             let mut b = as_bdims(&cb);
-            b.extend(std::iter::repeat(Some(1)).take(ny));
+            b.extend(std::iter::repeat_n(Some(1), ny));
             Ok((outs, b))
         }
         _ => unreachable!("loops::batch on {}", op.name()),
@@ -720,7 +720,7 @@ fn masked_while(
     let cc_avals = avals_of(cc);
     let batched_pred = |ins_cc: &[Tensor], ins_k: &[Tensor]| -> Result<Tensor> {
         let mut bd = cc_b.to_vec();
-        bd.extend(std::iter::repeat(Some(0)).take(nk));
+        bd.extend(std::iter::repeat_n(Some(0), nk));
         let (p, b) = batch_eval(cond, &cat(&[ins_cc, ins_k]), &bd)?;
         to_position(&p[0], b[0], 0, size)
     };
@@ -735,7 +735,7 @@ fn masked_while(
         let (b, old) = rest.split_at(nbc);
         let p = batched_pred(c, old)?;
         let mut bd = bc_b.to_vec();
-        bd.extend(std::iter::repeat(Some(0)).take(nk));
+        bd.extend(std::iter::repeat_n(Some(0), nk));
         let (new, nb) = batch_eval(body, &cat(&[b, old]), &bd)?;
         new.iter()
             .zip(nb)
