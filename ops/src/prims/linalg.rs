@@ -293,7 +293,24 @@ fn jvp_dot_general(d: &DotDims, primals: &[Tensor], tangents: &[Option<Tensor>])
 /// The cotangent of one operand: contract `ct` with the other operand over
 /// the other's free axes, then permute into the operand's axis order.
 fn transpose_operand(d: &DotDims, ct: &Tensor, other: &Tensor, this: &Aval, lhs: bool) -> Result<Tensor> {
-    let other_rank = other.rank();
+    transpose_summed(d, ct, other, this, lhs, 0)
+}
+
+/// The cotangent of one operand of `dot_general(d)`, summed over `summed`
+/// leading axes that `ct` and `other` both carry (one product per element
+/// of those axes, added): those axes are contracted too, so the sum costs
+/// one product. A scan's transpose uses it for a constant operand (a
+/// weight): the contributions of every step in one product, not one
+/// product and one add per step.
+pub(crate) fn transpose_summed(
+    d: &DotDims,
+    ct: &Tensor,
+    other: &Tensor,
+    this: &Aval,
+    lhs: bool,
+    summed: usize,
+) -> Result<Tensor> {
+    let other_rank = other.rank() - summed;
     let nb = d.lhs_batch.len();
     let (this_c, this_b, other_c, other_b) = if lhs {
         (&d.lhs_contract, &d.lhs_batch, &d.rhs_contract, &d.rhs_batch)
@@ -316,22 +333,25 @@ fn transpose_operand(d: &DotDims, ct: &Tensor, other: &Tensor, this: &Aval, lhs:
     oc.sort_unstable();
     let partners = oc.iter().map(|o| this_c[other_c.iter().position(|x| x == o).expect("paired axis")]);
     let mut src: Axes = this_b.clone();
+    let shift = |ax: &Axes| -> Axes { (0..summed).chain(ax.iter().map(|&a| a + summed)).collect() };
+    let batch = |ax: &Axes| -> Axes { ax.iter().map(|&a| a + summed).collect() };
+    let ct_batch: Axes = (0..nb).collect();
     let r = if lhs {
         let dims = DotDims {
-            lhs_contract: ct_other_free,
-            rhs_contract: other_free,
-            lhs_batch: (0..nb).collect(),
-            rhs_batch: other_b.clone(),
+            lhs_contract: shift(&ct_other_free),
+            rhs_contract: shift(&other_free),
+            lhs_batch: batch(&ct_batch),
+            rhs_batch: batch(other_b),
         };
         src.extend(this_free.iter().copied());
         src.extend(partners);
         lax::dot_general(ct, other, dims)?
     } else {
         let dims = DotDims {
-            lhs_contract: other_free,
-            rhs_contract: ct_other_free,
-            lhs_batch: other_b.clone(),
-            rhs_batch: (0..nb).collect(),
+            lhs_contract: shift(&other_free),
+            rhs_contract: shift(&ct_other_free),
+            lhs_batch: batch(other_b),
+            rhs_batch: batch(&ct_batch),
         };
         src.extend(partners);
         src.extend(this_free.iter().copied());

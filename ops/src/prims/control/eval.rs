@@ -202,7 +202,40 @@ pub(crate) fn transpose_eval(
     known: &[Option<Tensor>],
     cts: &[Option<Tensor>],
 ) -> Result<Vec<Option<Tensor>>> {
+    Ok(transpose_eval_deferring(p, known, cts, &[])?.0)
+}
+
+/// A `dot_general` whose transpose was deferred (see
+/// [`transpose_eval_deferring`]): the cotangent of its input `input` of the
+/// program is `transpose(dims)` of `ct` against `other`.
+pub(crate) struct Deferred {
+    /// The program input (a linear one) the product reads.
+    pub(crate) input: usize,
+    /// The product's dimensions.
+    pub(crate) dims: crate::prim::DotDims,
+    /// The input is the product's lhs.
+    pub(crate) lhs: bool,
+    /// The product's other (known) operand.
+    pub(crate) other: Tensor,
+    /// The cotangent of the product's result.
+    pub(crate) ct: Tensor,
+}
+
+/// [`transpose_eval`] that leaves out the products (`dot_general`) reading
+/// a linear input that `defer` marks directly, with a known other operand:
+/// it returns them instead, for the caller to transpose later in one go (a
+/// scan's transpose sums a weight's cotangent over every step with one
+/// product, instead of one product and one add per step).
+pub(crate) fn transpose_eval_deferring(
+    p: &Program,
+    known: &[Option<Tensor>],
+    cts: &[Option<Tensor>],
+    defer: &[bool],
+) -> Result<(Vec<Option<Tensor>>, Vec<Deferred>)> {
     let n = p.avals.len();
+    let deferred_input =
+        |v: crate::program::Var| p.inputs.iter().position(|u| *u == v).filter(|&i| defer.get(i) == Some(&true));
+    let mut deferred = Vec::new();
     let mut val: Vec<Option<Tensor>> = vec![None; n];
     let mut lin = vec![false; n];
     for (v, k) in p.inputs.iter().zip(known) {
@@ -270,6 +303,22 @@ pub(crate) fn transpose_eval(
         if !linear_eqn[i] || e.outputs.iter().all(|o| ct[o.0 as usize].is_none()) {
             continue;
         }
+        if let (crate::prim::Prim::Linalg(crate::prim::LinalgOp::DotGeneral(dims)), [a, b]) = (&e.prim, &e.inputs[..]) {
+            let side = match (a, b) {
+                (Atom::Var(v), other) if !is_lin(&lin, other) => deferred_input(*v).map(|i| (i, true, *other)),
+                (other, Atom::Var(v)) if !is_lin(&lin, other) => deferred_input(*v).map(|i| (i, false, *other)),
+                _ => None,
+            };
+            if let Some((input, lhs, other)) = side {
+                let other = match other {
+                    Atom::Var(v) => val[v.0 as usize].clone().expect("known before use"),
+                    Atom::Const(c) => p.consts[c].clone(),
+                };
+                let ct_out = ct[e.outputs[0].0 as usize].take().expect("checked above");
+                deferred.push(Deferred { input, dims: dims.clone(), lhs, other, ct: ct_out });
+                continue;
+            }
+        }
         let outs: SmallVec<[Option<Tensor>; 2]> = e.outputs.iter().map(|o| ct[o.0 as usize].take()).collect();
         let args: SmallVec<[LinearArg; 4]> = e
             .inputs
@@ -289,7 +338,8 @@ pub(crate) fn transpose_eval(
             }
         }
     }
-    Ok(p.inputs.iter().map(|v| if lin[v.0 as usize] { ct[v.0 as usize].take() } else { None }).collect())
+    let cts = p.inputs.iter().map(|v| if lin[v.0 as usize] { ct[v.0 as usize].take() } else { None }).collect();
+    Ok((cts, deferred))
 }
 
 /// The JVP of `p`, split: `known` maps the primal inputs to the primal

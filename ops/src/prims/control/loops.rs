@@ -17,7 +17,8 @@
 //! carry.
 
 use super::eval::{
-    batch_eval, batch_program, batched_aval, batched_outputs, instantiate, jvp_eval, partial_eval_jvp, transpose_eval,
+    batch_eval, batch_program, batched_aval, batched_outputs, instantiate, jvp_eval, partial_eval_jvp,
+    transpose_eval_deferring,
 };
 use super::{avals_of, bind_control, check_inputs, known, move_to_front, scalar_i64, Body, ControlOp, RematPolicy};
 use crate::array::Array;
@@ -520,6 +521,11 @@ fn transpose_scan(
     avals.extend(cx_avals.iter().cloned());
     avals.extend(y_avals.iter().cloned());
     let (ncc, nlc, ncx) = (cc.len(), lc_avals.len(), cx.len());
+    // Products reading a linear constant (a weight) are transposed after
+    // the loop, all steps in one product over their stacked operands.
+    let mut defer: Vec<bool> = c_args.iter().map(LinearArg::is_linear).collect();
+    defer.resize(body_in.len(), false);
+    let mut deferred_meta: Vec<(usize, crate::prim::DotDims, bool)> = Vec::new();
     let transposed = stage("transpose", &avals, |ins| {
         let (ccs, rest) = ins.split_at(ncc);
         let (acc, rest) = rest.split_at(nlc);
@@ -531,7 +537,7 @@ fn transpose_scan(
         known.extend((0..nk).map(|_| None));
         known.extend(x_args.iter().map(|a| if a.is_linear() { None } else { cxs.next().cloned() }));
         let out_cts: Vec<Option<Tensor>> = ck.iter().chain(cy).cloned().map(Some).collect();
-        let r = transpose_eval(body, &known, &out_cts)?;
+        let (r, deferred) = transpose_eval_deferring(body, &known, &out_cts, &defer)?;
         let mut outs = Vec::new();
         let mut acc = acc.iter();
         for (j, a) in c_args.iter().enumerate() {
@@ -550,6 +556,11 @@ fn transpose_scan(
             if a.is_linear() {
                 outs.push(instantiate(r[nc + nk + j].clone(), &body_in[nc + nk + j])?);
             }
+        }
+        for d in deferred {
+            outs.push(d.other);
+            outs.push(d.ct);
+            deferred_meta.push((d.input, d.dims, d.lhs));
         }
         Ok(outs)
     })?;
@@ -574,7 +585,8 @@ fn transpose_scan(
         reverse: !reverse,
         unroll,
     };
-    let outs = bind_control(scan, &operands)?.into_vec();
+    let mut outs = bind_control(scan, &operands)?.into_vec();
+    let stacked = outs.split_off(nlc + nk + lx_avals.len());
     let (acc, rest) = outs.split_at(nlc);
     let (ck, cxs) = rest.split_at(nk);
     let (mut acc, mut cxs) = (acc.iter(), cxs.iter());
@@ -582,11 +594,17 @@ fn transpose_scan(
     for a in c_args {
         result.push(if a.is_linear() { acc.next().cloned() } else { None });
     }
+    for ((input, dims, lhs), pair) in deferred_meta.iter().zip(stacked.chunks(2)) {
+        let c = crate::prims::linalg::transpose_summed(dims, &pair[1], &pair[0], &body_in[*input], *lhs, 1)?;
+        result[*input] = Some(match result[*input].take() {
+            Some(prev) => lax::add(&prev, &c)?,
+            None => c,
+        });
+    }
     result.extend(ck.iter().cloned().map(Some));
     for a in x_args {
         result.push(if a.is_linear() { cxs.next().cloned() } else { None });
     }
-    let _ = lx_avals;
     Ok(result)
 }
 

@@ -86,6 +86,35 @@ pub(super) fn samples() -> Vec<Sample> {
                 ],
             )
         }),
+        // A recurrent cell: the weight's cotangent is summed over the steps in
+        // one product after the transposed loop (see `loops::transpose_scan`).
+        Sample::new("scan (matmul cell)", F.to_vec(), vec![], true, |g: &mut Gen, d| {
+            let n = g.int(1, 3);
+            let length = g.int(0, 4);
+            let reverse = g.coin(0.5);
+            let (w, h) = (aval(&[n, n], d), aval(&[n], d));
+            let step = body(&[w, h.clone(), h], |v| {
+                let p = lax::dot_general(
+                    &v[1],
+                    &v[0],
+                    DotDims {
+                        lhs_contract: smallvec::smallvec![0],
+                        rhs_contract: smallvec::smallvec![0],
+                        ..Default::default()
+                    },
+                )?;
+                let h = lax::tanh(&lax::add(&p, &v[2])?)?;
+                Ok(vec![h.clone(), lax::mul(&h, &v[2])?])
+            });
+            Case::new(
+                ControlOp::Scan { body: step, consts: 1, carry: 1, length, reverse, unroll: 1 },
+                vec![
+                    (vec![n, n], d, Dom::Real(-1.0, 1.0)),
+                    (vec![n], d, Dom::Real(-1.0, 1.0)),
+                    (vec![length, n], d, Dom::Real(-1.0, 1.0)),
+                ],
+            )
+        }),
         Sample::new("custom_jvp_call", F.to_vec(), vec![], true, |g: &mut Gen, d| {
             let shape = g.dims(2);
             let a = aval(&shape, d);
