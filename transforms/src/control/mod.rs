@@ -19,7 +19,7 @@ pub use loops::{
 
 use crate::tree::Tree;
 use xform_ops::prim::{Body, ControlOp, Prim};
-use xform_ops::{bind, staging, Aval, DType, Error, OrRaise, Program, Result, Tensor};
+use xform_ops::{bind, lax, staging, Aval, DType, Error, OrRaise, Program, Result, Tensor};
 
 /// A closure staged into a closed program: the program (its captured
 /// values as leading inputs), those values, and the closure's result with
@@ -123,12 +123,35 @@ fn run_branches<X: Tree, Y: Tree>(
     let leaves = operands.leaves();
     let in_avals: Vec<Aval> = leaves.iter().map(Tensor::aval).collect();
     let mut staged: Vec<(String, Staged<Y>)> = Vec::with_capacity(branches.len());
+    // A branch may write to its operands in place, as eager code would: each
+    // branch also returns its operands' final values, written back to the
+    // caller's tensors after the cond (as vmap and grad write back).
+    let mut mutated = vec![false; leaves.len()];
     for (name, f) in branches {
-        let s = stage_fn(op, &in_avals, |ins| f(&operands.with_leaves(ins.iter().cloned())))?;
+        let s = stage_fn(op, &in_avals, |ins| {
+            let y = f(&operands.with_leaves(ins.iter().cloned()));
+            for (m, t) in mutated.iter_mut().zip(ins) {
+                *m |= t.version() > 0;
+            }
+            (y, ins.to_vec())
+        })?;
+        let Staged { program, consts, out: (y, _) } = s;
         if let Some((first_name, first)) = staged.first() {
-            check_same_types(op, first_name, &first.out, &name, &s.out)?;
+            check_same_types(op, first_name, &first.out, &name, &y)?;
         }
-        staged.push((name, s));
+        staged.push((name, Staged { program, consts, out: y }));
+    }
+    let n_out = staged.first().map_or(0, |(_, s)| s.out.leaves().len());
+    let any_mutated = mutated.iter().any(|&m| m);
+    for (_, s) in staged.iter_mut() {
+        if any_mutated {
+            // Keep the final values of the mutated operands only.
+            let finals: Vec<_> = s.program.outputs[n_out..].to_vec();
+            s.program.outputs.truncate(n_out);
+            s.program.outputs.extend(finals.into_iter().zip(&mutated).filter(|(_, &m)| m).map(|(a, _)| a));
+        } else {
+            s.program.outputs.truncate(n_out);
+        }
     }
     let const_avals: Vec<Vec<Aval>> = staged.iter().map(|(_, s)| avals(&s.consts)).collect();
     let mut operands_all = vec![index.clone()];
@@ -147,7 +170,12 @@ fn run_branches<X: Tree, Y: Tree>(
         template.get_or_insert(s.out);
     }
     let prim = Prim::Control(ControlOp::Cond { branches: bodies.into() });
-    let outs = bind(&prim, &operands_all)?;
+    let mut outs = bind(&prim, &operands_all)?.into_vec();
+    if any_mutated {
+        let mut finals = outs.split_off(n_out).into_iter();
+        let finals: Vec<Option<Tensor>> = mutated.iter().map(|&m| if m { finals.next() } else { None }).collect();
+        crate::functionalize::write_back(op, &leaves, finals)?;
+    }
     Ok(template.expect("at least one branch").with_leaves(outs))
 }
 
@@ -162,8 +190,8 @@ fn run_branches<X: Tree, Y: Tree>(
 /// must return the same tree of the same types; the error names the leaf
 /// that differs.
 ///
-/// `pred` is a bool scalar (an integer is accepted: nonzero positive is
-/// true, as JAX's clamp makes it).
+/// `pred` is a bool scalar (an integer is accepted as `pred != 0`, as in
+/// JAX; a float is refused).
 ///
 /// ```
 /// use xform_ops::Tensor;
@@ -194,6 +222,14 @@ pub fn try_cond<X: Tree, Y: Tree>(
     operands: &X,
 ) -> Result<Y> {
     check_scalar("cond", "the predicate", pred, true, true)?;
+    // An integer predicate is `pred != 0`, as JAX's.
+    let nonzero;
+    let pred = if pred.dtype().is_int() {
+        nonzero = lax::ne(pred, &lax::full_like(pred, 0.0)?)?;
+        &nonzero
+    } else {
+        pred
+    };
     // cond(pred, t, f) is switch(pred, [f, t]).
     let branches: Vec<(String, Branch<'_, X, Y>)> =
         vec![("false_fn".into(), Box::new(false_fn)), ("true_fn".into(), Box::new(true_fn))];

@@ -13,7 +13,7 @@ use crate::array::Array;
 use crate::error::{Error, Result};
 use crate::interp::Outs;
 use crate::lax;
-use crate::prim::{Avals, Cotangents, LinearArg};
+use crate::prim::{Avals, Cotangents, ElementwiseOp, LinearArg};
 use crate::prims::batching::to_position;
 use crate::staging::stage;
 use crate::tensor::{Aval, AvalRef, Tensor};
@@ -58,7 +58,8 @@ pub(super) fn shape_rule(branches: &[Body], ins: &[AvalRef<'_>]) -> Result<Avals
 
 /// The branch a known index selects: bools pick branch 1 when true (as
 /// `cond(pred, true_fn, false_fn)` is `switch(pred, [false_fn, true_fn])`),
-/// integers are clamped to the branches (JAX's `switch`).
+/// integers are clamped to the branches (JAX's `switch`; `cond` turns an
+/// integer predicate into `pred != 0` first, as JAX's).
 fn pick(n: usize, index: &Array) -> Result<usize> {
     Ok(scalar_i64(index)?.clamp(0, n as i64 - 1) as usize)
 }
@@ -183,12 +184,30 @@ pub(super) fn batch(branches: &Rc<[Body]>, ins: &[Tensor], bdims: &[Option<usize
     let index = lax::min(&index, &lax::full_like(&index, n - 1.0)?)?;
     let mut result: Option<Vec<Tensor>> = None;
     for (k, b) in branches.iter().enumerate() {
-        let (outs, obd) = batch_eval(b, &ins[1..], &bdims[1..])?;
+        // Each branch sees its operands only where it is taken; elsewhere
+        // their derivative is stopped, so that reverse mode through an
+        // untaken branch (whose derivative may be NaN there) adds nothing
+        // (JAX does the same; jax-ml/jax#1052).
+        let hit = lax::eq(&index, &lax::full_like(&index, k as f64)?)?;
+        let mut ops = Vec::with_capacity(ins.len() - 1);
+        let mut obdims = Vec::with_capacity(ins.len() - 1);
+        for (x, d) in ins[1..].iter().zip(&bdims[1..]) {
+            if x.dtype().is_float() {
+                let x = to_position(x, *d, 0, size)?;
+                let mask = lax::broadcast_in_dim(&hit, &x.shape(), &[0])?;
+                let frozen = crate::interp::bind1(&ElementwiseOp::StopGradient.into(), std::slice::from_ref(&x))?;
+                ops.push(lax::select(&mask, &x, &frozen)?);
+                obdims.push(Some(0));
+            } else {
+                ops.push(x.clone());
+                obdims.push(*d);
+            }
+        }
+        let (outs, obd) = batch_eval(b, &ops, &obdims)?;
         let outs: Vec<Tensor> = outs.iter().zip(obd).map(|(o, d)| to_position(o, d, 0, size)).collect::<Result<_>>()?;
         result = Some(match result {
             None => outs,
             Some(prev) => {
-                let hit = lax::eq(&index, &lax::full_like(&index, k as f64)?)?;
                 prev.iter()
                     .zip(&outs)
                     .map(|(p, o)| {

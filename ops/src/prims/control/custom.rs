@@ -93,7 +93,7 @@ fn subprogram_inputs(p: &crate::program::Program, n: usize) -> crate::program::P
 fn forward_mode_error() -> Error {
     Error::transform(
         "custom_vjp",
-        "forward-mode differentiation (jvp, jacfwd, hessian) of a custom_vjp function needs a JVP rule: its \
+        "forward-mode differentiation (jvp, jacfwd) of a custom_vjp function needs a JVP rule: its \
          derivative is given only as a VJP (bwd). Give one with CustomVjp::with_jvp, or use custom_jvp, whose rule \
          reverse mode transposes (JAX raises the same: \"can't apply forward-mode autodiff (jvp) to a custom_vjp \
          function\")",

@@ -375,8 +375,20 @@ fn while_of_jvp(
         body_consts: nb + nbt,
         remat_every: *remat_every,
     };
-    let mut outs = bind_control(while_op, &cat(&[cc, bc, &bts, cp, &cts]))?.into_vec();
-    let touts = outs.split_off(nc);
+    // The primal carry from a while of its own, so that it stays a value of
+    // this level: under reverse mode only the tangent while is recorded,
+    // and its transpose (not some later use of the primal) names the
+    // unknown trip count.
+    let primal = ControlOp::While {
+        cond: cond.clone(),
+        body: body.clone(),
+        cond_consts: cc.len(),
+        body_consts: nb,
+        remat_every: *remat_every,
+    };
+    let outs = bind_control(primal, &cat(&[cc, bc, cp]))?.into_vec();
+    let mut joint = bind_control(while_op, &cat(&[cc, bc, &bts, cp, &cts]))?.into_vec();
+    let touts = joint.split_off(nc);
     let mut touts = touts.into_iter();
     Ok((outs, cmask.iter().map(|&m| if m { touts.next() } else { None }).collect()))
 }
