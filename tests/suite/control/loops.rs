@@ -273,3 +273,21 @@ fn fori_loop_static_and_dynamic_bounds() {
         assert_eq!(xform::core::interp::stack_depth(), 0);
     })
 }
+
+#[test]
+fn finished_examples_of_a_batched_while_do_not_leak_into_gradients() {
+    // x -> x^2 while x < 100: 1.5 takes 4 trips (d/dx x^16 = 16 x^15); 1e100 takes none (d/dx x = 1),
+    // but the masked loop keeps stepping its frozen carry (1e200, then inf) while 1.5 runs
+    let sq = |x: &Tensor| while_loop(|x: &Tensor| x.lt_scalar(100.0), |x: &Tensor| x * x, x);
+    let xs = t64(&[1.5, 1e100]);
+    let want = [16.0 * 1.5f64.powi(15), 1.0];
+    for (i, x) in v(&xs).iter().enumerate() {
+        assert_close(&[grad(sq)(&Tensor::scalar(*x)).item_f64()], &[want[i]], 1e-14);
+    }
+    assert_eq!(v(&vmap(sq)(&xs)), vec![1.5f64.powi(16), 1e100]);
+    assert_close(&v(&vmap(grad(sq))(&xs)), &want, 1e-14);
+    let (_, t) = jvp(vmap(sq), &xs, &t64(&[1.0, 1.0]));
+    assert_close(&v(&t), &want, 1e-14);
+    let g = grad(|xs: &Tensor| vmap(sq)(xs).sum())(&xs);
+    assert_close(&v(&g), &want, 1e-14);
+}
