@@ -97,11 +97,10 @@ fn while_loop_remat_every_k_gives_the_same_gradients() {
         assert_eq!(grow_ref(&[0.2, 0.3]).1, 5);
         let g = |k: usize| {
             let opts = WhileOptions { remat_every: k };
-            let g = grad(|x: &Tensor| {
+            grad(move |x: &Tensor| {
                 let y = grow(x, &opts);
                 (&y * &y).sum()
-            })(&x);
-            g
+            })(&x)
         };
         let base = g(0);
         for k in [1, 2, 3, 4, 10] {
