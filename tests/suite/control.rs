@@ -13,6 +13,7 @@ mod cond;
 mod custom;
 mod errors;
 mod loops;
+mod mutation;
 mod nested;
 mod scan;
 mod values;

@@ -174,3 +174,36 @@ fn scan_unroll_changes_nothing_but_the_recorded_parameter() {
     let text = trace(|c: &Tensor| run(2, c), &c0).to_string();
     assert!(text.contains("unroll=2"), "{text}");
 }
+
+#[test]
+fn derivatives_over_trees_and_reused_linear_maps() {
+    // hessian of sin(a b) through a cond, w.r.t. a tuple: [[-b^2 s, c - ab s], [c - ab s, -a^2 s]]
+    let (a, b) = (0.5f64, 0.3f64);
+    let (s, c) = ((a * b).sin(), (a * b).cos());
+    let h = hessian(|p: &(Tensor, Tensor)| {
+        cond(
+            &Tensor::scalar(true),
+            |p: &(Tensor, Tensor)| (&p.0 * &p.1).sin().sum(),
+            |p: &(Tensor, Tensor)| p.0.sum(),
+            p,
+        )
+    })(&(t64(&[a]), t64(&[b])));
+    assert_close(&v(&h.0 .0), &[-b * b * s], 1e-15);
+    assert_close(&v(&h.0 .1), &[c - a * b * s], 1e-15);
+    assert_close(&v(&h.1 .0), &[c - a * b * s], 1e-15);
+    assert_close(&v(&h.1 .1), &[-a * a * s], 1e-15);
+    // the linear map of a while_loop, applied twice, gives the Jacobian's columns
+    let grow = |x: &Tensor| while_loop(|x: &Tensor| x.sum().lt_scalar(10.0), |x: &Tensor| x * 1.5 + x.sin(), x);
+    let x = t64(&[0.7, 1.1]);
+    let (_, lin) = linearize(grow, &x);
+    let j = v(&jacfwd(grow)(&x));
+    assert_close(&v(&lin(&t64(&[1.0, 0.0]))), &[j[0], j[2]], 1e-14);
+    assert_close(&v(&lin(&t64(&[0.0, 1.0]))), &[j[1], j[3]], 1e-14);
+    // vjp of a scan's ys only: ys_i = c_{i-1} x_i with c the running sum, so
+    // d/dx sum(ys) = [x2 + x3, x1 + x3, x1 + x2]
+    let (_, back) = vjp(
+        |x: &Tensor| scan(|c: &Tensor, x: &Tensor| (c + x, c * x), &Tensor::scalar(0.0f64), x).1,
+        &t64(&[1.0, 2.0, 3.0]),
+    );
+    assert_close(&v(&back(&t64(&[1.0, 1.0, 1.0]))), &[5.0, 4.0, 3.0], 1e-15);
+}
