@@ -7,6 +7,7 @@ mod reference_conv;
 mod registry;
 
 mod compositions;
+mod control;
 mod conv;
 mod cuda;
 mod dynamic_slice;
