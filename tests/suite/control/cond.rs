@@ -165,7 +165,6 @@ fn cond_with_an_integer_predicate() {
 }
 
 #[test]
-#[ignore = "bug: xform clamps an integer cond predicate to [0, 1] (so -1 is false); JAX 0.10.2 takes pred != 0"]
 fn cond_with_a_negative_integer_predicate_is_true_as_in_jax() {
     // lax.cond(jnp.int32(-1), lambda x: x + 100., lambda x: x - 100., 1.0) -> 101.0 (JAX 0.10.2:
     // `if pred_dtype.kind in 'iuf': pred = pred != 0` in lax/control_flow/conditionals.py)
@@ -385,8 +384,6 @@ fn batched_predicate_with_nan_in_the_untaken_branch_stays_finite() {
 }
 
 #[test]
-#[ignore = "bug: grad(vmap(f)) with a batched cond predicate is NaN where the untaken branch's derivative is NaN \
-            (JAX keeps it finite); vmap(grad(f)) is fine"]
 fn grad_of_vmap_with_nan_in_the_untaken_branch_stays_finite() {
     // jax.grad(lambda xs: jnp.sum(jax.vmap(f)(xs)))(xs) = [[1.06066017, 1.83711731, 2.12132034],
     //     [0.30685282, 1.40546511, 1.69314718]] (f, xs as in the test above): the closed forms

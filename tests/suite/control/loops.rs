@@ -215,9 +215,6 @@ fn trace_keeps_while_and_reverse_mode_under_trace_is_a_clear_error() {
 }
 
 #[test]
-#[ignore = "bug: under trace, linearize does not keep a while's primal outputs known, so a nonlinear use of \
-            the result fails first with `mul: mul is not linear in these operands` instead of the while's \
-            trip-count error"]
 fn reverse_mode_under_trace_names_the_trip_count_when_the_result_is_used_nonlinearly() {
     let e = err(|| trace(grad(loss), &x0()));
     says(&e, &["while", "trip count"]);

@@ -127,7 +127,7 @@ pub fn custom_vjp<F, Fw, B>(f: F, fwd: Fw, bwd: B) -> CustomVjp<F, Fw, B> {
 
 impl<F, Fw, B> CustomVjp<F, Fw, B, NoJvp> {
     /// Adds a JVP rule (as [`custom_jvp`]'s) for forward mode (jvp,
-    /// jacfwd, hessian); reverse mode keeps using `fwd` and `bwd`.
+    /// jacfwd); reverse mode keeps using `fwd` and `bwd`.
     pub fn with_jvp<J>(self, jvp: J) -> CustomVjp<F, Fw, B, J> {
         CustomVjp { f: self.f, fwd: self.fwd, bwd: self.bwd, jvp }
     }

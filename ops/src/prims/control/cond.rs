@@ -207,16 +207,15 @@ pub(super) fn batch(branches: &Rc<[Body]>, ins: &[Tensor], bdims: &[Option<usize
         let outs: Vec<Tensor> = outs.iter().zip(obd).map(|(o, d)| to_position(o, d, 0, size)).collect::<Result<_>>()?;
         result = Some(match result {
             None => outs,
-            Some(prev) => {
-                prev.iter()
-                    .zip(&outs)
-                    .map(|(p, o)| {
-                        let shape: Shape = o.shape();
-                        let mask = lax::broadcast_in_dim(&hit, &shape, &[0])?;
-                        lax::select(&mask, o, p)
-                    })
-                    .collect::<Result<_>>()?
-            }
+            Some(prev) => prev
+                .iter()
+                .zip(&outs)
+                .map(|(p, o)| {
+                    let shape: Shape = o.shape();
+                    let mask = lax::broadcast_in_dim(&hit, &shape, &[0])?;
+                    lax::select(&mask, o, p)
+                })
+                .collect::<Result<_>>()?,
         });
     }
     let outs = result.expect("at least one branch");
