@@ -88,7 +88,7 @@ pub(super) fn samples() -> Vec<Sample> {
         }),
         // A recurrent cell: the weight's cotangent is summed over the steps in
         // one product after the transposed loop (see `loops::transpose_scan`).
-        Sample::new("scan (matmul cell)", F.to_vec(), vec![], true, |g: &mut Gen, d| {
+        Sample::new("scan(matmul cell)", F.to_vec(), vec![], true, |g: &mut Gen, d| {
             let n = g.int(1, 3);
             let length = g.int(0, 4);
             let reverse = g.coin(0.5);
