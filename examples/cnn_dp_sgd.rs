@@ -16,6 +16,8 @@
 //!
 //! Run: `cargo run --release --example cnn_dp_sgd`
 
+mod common;
+use common::median_time;
 use std::time::Instant;
 use xform::data::{batches, digits};
 use xform::nn::{
@@ -81,18 +83,6 @@ fn private_grad(params: &Cnn, xs: &Tensor, ys: &Tensor, key: &Key) -> Cnn {
     let summed = tree_map(&clipped, |l| l.sum_axis(0, false));
     let noise = tree_scale(&tree_normal_like(key, &summed), NOISE * CLIP);
     tree_scale(&tree_add(&summed, &noise), 1.0 / xs.dim(0) as f64)
-}
-
-fn median_time(reps: usize, mut f: impl FnMut()) -> f64 {
-    let mut t: Vec<f64> = (0..reps)
-        .map(|_| {
-            let s = Instant::now();
-            f();
-            s.elapsed().as_secs_f64()
-        })
-        .collect();
-    t.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    t[reps / 2]
 }
 
 fn main() {

@@ -31,6 +31,8 @@
 //!
 //! Run: `cargo run --release --example gru_digits`
 
+mod common;
+use common::median_time;
 use std::time::Instant;
 use xform::data::{batches, digits};
 use xform::nn::{
@@ -135,18 +137,6 @@ fn max_rel_diff(a: &Gru, b: &Gru) -> f64 {
     let d = tree_sub(a, b).leaves().iter().map(|l| l.abs().max().item_f64()).fold(0.0, f64::max);
     let m = b.leaves().iter().map(|l| l.abs().max().item_f64()).fold(0.0, f64::max);
     d / m
-}
-
-fn median_time(reps: usize, mut f: impl FnMut()) -> f64 {
-    let mut t: Vec<f64> = (0..reps)
-        .map(|_| {
-            let s = Instant::now();
-            f();
-            s.elapsed().as_secs_f64()
-        })
-        .collect();
-    t.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    t[reps / 2]
 }
 
 fn checks(params: &Gru, xs: &Tensor, ys: &Tensor) {

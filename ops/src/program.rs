@@ -151,24 +151,6 @@ impl Program {
         (self, consts)
     }
 
-    /// The program with unused inputs of abstract values `before` placed
-    /// ahead of its inputs and `after` behind them (so that several bodies
-    /// take one operand list).
-    pub fn pad_inputs(mut self, before: &[Aval], after: &[Aval]) -> Program {
-        let mut inputs = Vec::with_capacity(before.len() + self.inputs.len() + after.len());
-        for a in before {
-            self.avals.push(a.clone());
-            inputs.push(Var(self.avals.len() as u32 - 1));
-        }
-        inputs.append(&mut self.inputs);
-        for a in after {
-            self.avals.push(a.clone());
-            inputs.push(Var(self.avals.len() as u32 - 1));
-        }
-        self.inputs = inputs;
-        self
-    }
-
     /// The program with unused inputs of abstract values `avals` inserted
     /// at input position `at`.
     pub fn insert_inputs(mut self, at: usize, avals: &[Aval]) -> Program {

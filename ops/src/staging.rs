@@ -38,11 +38,6 @@ impl Staging {
         Tensor::from_tracer(Tracer { tag: self.tag, aval, data: TracerData::Staged { var } })
     }
 
-    /// True if `t` is this interpreter's tracer.
-    pub fn owns(&self, t: &Tensor) -> bool {
-        matches!(&*t.value(), Value::Tracer(tr) if tr.tag.id == self.tag.id)
-    }
-
     /// The atom for `t`: its variable if it is this level's tracer, else a constant.
     pub fn atom(&self, t: &Tensor) -> Result<Atom> {
         if let Value::Tracer(tr) = &*t.value() {
@@ -114,16 +109,4 @@ pub fn stage(
             staging.finish(&outs).or_raise()
         })
     })
-}
-
-/// Stages `f` (see [`stage`]) and closes the program: its constants become
-/// leading inputs, returned beside it (`(program, constants)`), so that a
-/// value of an enclosing transform captured by the body is an operand of
-/// the primitive that carries the body, which every interpreter then sees.
-pub fn stage_closed(
-    name: &'static str,
-    in_avals: &[Aval],
-    f: impl FnOnce(&[Tensor]) -> Result<Vec<Tensor>>,
-) -> Result<(Program, Vec<Tensor>)> {
-    Ok(stage(name, in_avals, f)?.hoist_consts())
 }

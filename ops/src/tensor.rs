@@ -322,7 +322,7 @@ impl Tensor {
                 op,
                 format!(
                     "needs a concrete value, but got a tracer of {} with shape {}; \
- read values outside the transformed function",
+                     read values outside the transformed function",
                     t.tag.name, t.aval.shape
                 ),
             )),
@@ -334,57 +334,49 @@ impl Tensor {
     /// recursively, or a functionalized value. `None` under vmap (a
     /// value per example) and staging (trace: no value yet).
     pub fn known_array(&self) -> Option<Array> {
-        match &*self.value() {
-            Value::Array(a) => Some(a.clone()),
-            Value::Tracer(t) => match &t.data {
-                TracerData::Dual { primal, .. } => primal.known_array(),
-                TracerData::Functional { value } => value.known_array(),
-                TracerData::Batched { .. } | TracerData::Staged { .. } => None,
-            },
-        }
-    }
-
-    /// Whether any element of a bool tensor is true in any example of any
-    /// enclosing vmap, where the values exist (everywhere but staging).
-    /// Control flow uses it to end a loop whose predicate vmap batched:
-    /// the loop runs until no example's predicate holds.
-    pub fn known_any(&self) -> Option<bool> {
-        match &*self.value() {
-            Value::Array(a) => {
-                let b = if a.dtype == DType::Bool {
-                    Tensor::from_array(a.clone())
-                } else {
-                    crate::lax::convert(&Tensor::from_array(a.clone()), DType::Bool).ok()?
-                };
-                Some(b.array()?.to_vec::<bool>().ok()?.into_iter().any(|v| v))
-            }
-            Value::Tracer(t) => match &t.data {
-                TracerData::Dual { primal, .. } => primal.known_any(),
-                TracerData::Functional { value } | TracerData::Batched { value, .. } => value.known_any(),
-                TracerData::Staged { .. } => None,
-            },
-        }
+        self.known_or_unknown().ok()
     }
 
     /// The known value (see [`Tensor::known_array`]), or an error naming
     /// `op` that says why it is not known and what to use instead.
     pub fn known(&self, op: &str) -> Result<Array> {
-        if let Some(a) = self.known_array() {
-            return Ok(a);
-        }
+        self.known_or_unknown().map_err(|u| match u {
+            Unknown::Batched(aval) => unknown_under_vmap(op, &aval),
+            Unknown::Staged(aval) => unknown_under_trace(op, &aval),
+        })
+    }
+
+    /// The known value, or the innermost level that hides it.
+    fn known_or_unknown(&self) -> std::result::Result<Array, Unknown> {
         let mut t = self.clone();
-        // The innermost level whose value is unknown names the reason.
         loop {
             let next = match &*t.value() {
+                Value::Array(a) => return Ok(a.clone()),
                 Value::Tracer(tr) => match &tr.data {
                     TracerData::Dual { primal, .. } => primal.clone(),
                     TracerData::Functional { value } => value.clone(),
-                    TracerData::Batched { .. } => return Err(unknown_under_vmap(op, &tr.aval)),
-                    TracerData::Staged { .. } => return Err(unknown_under_trace(op, &tr.aval)),
+                    TracerData::Batched { .. } => return Err(Unknown::Batched(tr.aval.clone())),
+                    TracerData::Staged { .. } => return Err(Unknown::Staged(tr.aval.clone())),
                 },
-                Value::Array(_) => unreachable!("known_array would have found it"),
             };
             t = next;
+        }
+    }
+
+    /// Whether any element of a bool tensor is true in any example of any
+    /// enclosing vmap, where the values exist (everywhere but staging;
+    /// `None` there, and for other dtypes). Control flow uses it to end a
+    /// loop whose predicate vmap batched: the loop runs until no example's
+    /// predicate holds.
+    pub fn known_any(&self) -> Option<bool> {
+        match &*self.value() {
+            Value::Array(a) if a.dtype == DType::Bool => Some(a.to_vec::<bool>().ok()?.into_iter().any(|v| v)),
+            Value::Array(_) => None,
+            Value::Tracer(t) => match &t.data {
+                TracerData::Dual { primal, .. } => primal.known_any(),
+                TracerData::Functional { value } | TracerData::Batched { value, .. } => value.known_any(),
+                TracerData::Staged { .. } => None,
+            },
         }
     }
 
@@ -550,6 +542,14 @@ impl std::fmt::Debug for Tensor {
             Value::Tracer(t) => write!(f, "{t:?}"),
         }
     }
+}
+
+/// Why a value is not known: the tracer (and its abstract value) that hides it.
+enum Unknown {
+    /// A vmap tracer: a value per example.
+    Batched(Aval),
+    /// A staged tracer: no value yet.
+    Staged(Aval),
 }
 
 #[cold]

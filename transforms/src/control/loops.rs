@@ -11,7 +11,7 @@ pub struct WhileOptions {
     /// Reverse mode through the loop records every iteration when 0 (the
     /// default: memory grows with the trip count). With `k > 0` it saves
     /// one carry every `k` iterations and recomputes each group of `k` in
-    /// the backward pass (about `trips / k + k` iterations' memory).
+    /// the backward pass.
     pub remat_every: usize,
 }
 
@@ -208,15 +208,15 @@ pub fn try_fori_loop<C: Tree>(
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub enum ScanRemat {
     /// Every residual of every step, stacked (JAX's default): no
-    /// recomputation, the most memory.
+    /// recomputation.
     #[default]
     SaveResiduals,
     /// Only each step's carry: the backward pass recomputes each step's
     /// body from it (JAX's `scan` of a `checkpoint`ed body).
     SaveCarries,
     /// One carry every `k` steps: the backward pass recomputes each
-    /// segment of `k` steps (about `length / k + k` steps' memory;
-    /// `k = sqrt(length)` is the classic choice).
+    /// segment of `k` steps, keeping that segment's residuals while it
+    /// transposes it.
     Every(usize),
 }
 

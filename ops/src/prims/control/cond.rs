@@ -8,13 +8,14 @@
 //! JAX does; an unbatched one keeps one cond of batched branches.
 
 use super::eval::{batch_eval, batch_program, batched_outputs, instantiate, jvp_eval, transpose_eval};
-use super::{avals_of, bind_control, check_inputs, known, scalar_i64, Body, ControlOp};
+use super::{avals_of, bind_control, check_inputs, Body, ControlOp};
 use crate::array::Array;
 use crate::error::{Error, Result};
 use crate::interp::Outs;
 use crate::lax;
 use crate::prim::{Avals, Cotangents, ElementwiseOp, LinearArg};
 use crate::prims::batching::to_position;
+use crate::prims::indexing::scalar_i64;
 use crate::staging::stage;
 use crate::tensor::{Aval, AvalRef, Tensor};
 use std::rc::Rc;
@@ -73,7 +74,7 @@ pub(super) fn eval(branches: &[Body], ins: &[Tensor]) -> Result<Outs> {
 type Jvp = (Vec<Tensor>, Vec<Option<Tensor>>);
 
 pub(super) fn jvp(branches: &Rc<[Body]>, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<Jvp> {
-    if let Some(index) = known(&primals[0]) {
+    if let Some(index) = primals[0].known_array() {
         let k = pick(branches.len(), &index)?;
         return jvp_eval(&branches[k], &primals[1..], &tangents[1..]);
     }
@@ -114,7 +115,7 @@ pub(super) fn transpose(branches: &Rc<[Body]>, cts: &[Option<Tensor>], args: &[L
     };
     let known_ins: Vec<Option<Tensor>> = args[1..].iter().map(|a| a.constant().cloned()).collect();
     let mut result: Cotangents = smallvec::smallvec![None];
-    if let Some(i) = known(index) {
+    if let Some(i) = index.known_array() {
         let k = pick(branches.len(), &i)?;
         result.extend(transpose_eval(&branches[k], &known_ins, cts)?);
         return Ok(result);

@@ -14,7 +14,7 @@
 //! forward-mode autodiff (jvp) to a custom_vjp function".
 
 use super::eval::{batch_eval, batch_program, instantiate, jvp_eval};
-use super::{bind_control, check_inputs, move_to_front, Body, ControlOp};
+use super::{bind_control, cat, cat_refs, check_inputs, move_to_front, Body, ControlOp};
 use crate::error::{Error, Result};
 use crate::interp::Outs;
 use crate::lax;
@@ -23,14 +23,6 @@ use crate::prims::batching::to_position;
 use crate::prims::Family;
 use crate::staging::stage;
 use crate::tensor::{Aval, AvalRef, Tensor};
-
-fn cat(parts: &[&[Tensor]]) -> Vec<Tensor> {
-    parts.iter().flat_map(|p| p.iter().cloned()).collect()
-}
-
-fn cat_refs<'a>(parts: &[&[AvalRef<'a>]]) -> Vec<AvalRef<'a>> {
-    parts.iter().flat_map(|p| p.iter().copied()).collect()
-}
 
 /// The operand slices of a `custom_vjp_tangent`: `[bwd_consts, jvp_consts,
 /// residuals, xs, tangents]`.

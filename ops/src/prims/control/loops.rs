@@ -17,29 +17,21 @@
 //! carry.
 
 use super::eval::{
-    batch_eval, batch_program, batched_aval, batched_outputs, instantiate, jvp_eval, partial_eval_jvp,
-    transpose_eval_deferring,
+    batch_eval, batch_program, batched_outputs, instantiate, jvp_eval, partial_eval_jvp, transpose_eval_deferring,
 };
-use super::{avals_of, bind_control, check_inputs, known, move_to_front, scalar_i64, Body, ControlOp, RematPolicy};
+use super::{avals_of, bind_control, cat, cat_refs, check_inputs, move_to_front, Body, ControlOp, RematPolicy};
 use crate::array::Array;
 use crate::error::{Error, Result};
 use crate::interp::Outs;
 use crate::lax;
 use crate::prim::{Avals, Cotangents, LinearArg};
 use crate::prims::batching::to_position;
+use crate::prims::indexing::scalar_i64;
 use crate::prims::Family;
 use crate::program::{Atom, Program};
 use crate::staging::stage;
 use crate::tensor::{Aval, AvalRef, Tensor};
 use xform_kernels::{DType, Shape};
-
-fn cat(parts: &[&[Tensor]]) -> Vec<Tensor> {
-    parts.iter().flat_map(|p| p.iter().cloned()).collect()
-}
-
-fn cat_refs<'a>(parts: &[&[AvalRef<'a>]]) -> Vec<AvalRef<'a>> {
-    parts.iter().flat_map(|p| p.iter().copied()).collect()
-}
 
 fn show(v: &[Aval]) -> String {
     v.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ")
@@ -232,7 +224,7 @@ fn jvp_while(op: &ControlOp, primals: &[Tensor], tangents: &[Option<Tensor>]) ->
         let mut done = false;
         while *remat_every == 0 || steps < *remat_every {
             let pred = cond.eval(&cat(&[cc, &cp]))?.remove(0);
-            let masked = match known(&pred) {
+            let masked = match pred.known_array() {
                 Some(p) if truthy(&p)? => false,
                 Some(_) => {
                     done = true;
@@ -367,7 +359,7 @@ fn while_of_jvp(
         }
         Ok(r)
     })?;
-    let cond2: Program = (**cond).clone().pad_inputs(&[], &avals_of(&cts));
+    let cond2: Program = (**cond).clone().insert_inputs(cond.inputs.len(), &avals_of(&cts));
     let while_op = ControlOp::While {
         cond: Body::new(cond2),
         body: Body::new(jvp_body),
@@ -396,7 +388,6 @@ fn while_of_jvp(
 fn jvp_scan(op: &ControlOp, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<Jvp> {
     let ControlOp::Scan { body, consts, carry, length, reverse, unroll } = op else { unreachable!() };
     let (nc, nk) = (*consts, *carry);
-    let nx = primals.len() - nc - nk;
     let (c_p, rest) = primals.split_at(nc);
     let (k_p, xs_p) = rest.split_at(nk);
     let k_t = carry_tangents(k_p, &tangents[nc..nc + nk])?;
@@ -459,13 +450,12 @@ fn jvp_scan(op: &ControlOp, primals: &[Tensor], tangents: &[Option<Tensor>]) -> 
         .chain(tb.outputs[nk..].iter().copied())
         .collect();
     tb.outputs = outputs;
+    let ninv = invariant.len();
     let mut operands: Vec<Tensor> = invariant.into_iter().map(|(_, t)| t).collect();
     operands.extend(tangents[..nc].iter().flatten().cloned());
     operands.extend(k_t.iter().flatten().cloned());
     operands.extend(stacked_vals);
     operands.extend(tangents[nc + nk..].iter().flatten().cloned());
-    let _ = nx;
-    let ninv = operands.len() - nct - nkt - stacked.len() - (mask[nc + nk..].iter().filter(|&&m| m).count());
     let tangent_scan = ControlOp::Scan {
         body: Body::new(tb),
         consts: ninv + nct,
@@ -510,12 +500,11 @@ fn transpose_scan(
     cts: &[Option<Tensor>],
     args: &[LinearArg],
 ) -> Result<Cotangents> {
+    // Every carry is transposed as linear: a carry of a linear scan that is
+    // a constant is an instantiated zero tangent (a carry cannot be a
+    // symbolic zero), and its cotangent is dropped.
     let (c_args, rest) = args.split_at(nc);
-    let (k_args, x_args) = rest.split_at(nk);
-    // A carry of a linear scan that is a constant is a zero tangent that
-    // was instantiated (a carry cannot be a symbolic zero): transposed as
-    // linear, its cotangent dropped.
-    let _ = k_args;
+    let x_args = &rest[nk..];
     let body_in = body.in_avals();
     let out_avals = body.out_avals();
     let cc: Vec<Tensor> = c_args.iter().filter_map(|a| a.constant().cloned()).collect();
@@ -684,8 +673,6 @@ pub(super) fn batch(op: &ControlOp, ins: &[Tensor], bdims: &[Option<usize>], siz
             } else {
                 masked_while(cond, body, cc, bc, &k, cc_b, bc_b, size, *remat_every)?
             };
-            let n = outs.len();
-            let _ = n;
             Ok((outs, as_bdims(&cb)))
         }
         ControlOp::Scan { body, consts, carry, length, reverse, unroll } => {
@@ -777,9 +764,6 @@ fn masked_while(
             })
             .collect()
     })?;
-    // The batched programs read the constants at the batch dims they came
-    // with, which the staged bodies assumed.
-    let _ = batched_aval;
     let w = ControlOp::While {
         cond: Body::new(any_cond),
         body: Body::new(masked_body),

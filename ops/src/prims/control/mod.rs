@@ -2,7 +2,7 @@
 //! higher-order primitives, which carry their bodies as closed
 //! [`Program`]s (constants hoisted into operands, so that a value an
 //! enclosing transform traces is an operand every interpreter sees; see
-//! [`crate::staging::stage_closed`]).
+//! [`crate::program::Program::hoist_consts`]).
 //!
 //! NOTE: [control flow] xform runs eagerly, so a rule often knows the
 //! value that decides the control flow (a predicate, an index, a trip
@@ -189,18 +189,14 @@ pub(crate) fn bind_control(op: ControlOp, ins: &[Tensor]) -> Result<Outs> {
     crate::interp::bind(&Prim::Control(op), ins)
 }
 
-/// The value of `t` where it is known at this level: a concrete array, or
-/// the primal of a JVP tracer (recursively). `None` under vmap and staging.
-pub(crate) fn known(t: &Tensor) -> Option<Array> {
-    t.known_array()
+/// The operand slices `parts`, concatenated.
+pub(crate) fn cat(parts: &[&[Tensor]]) -> Vec<Tensor> {
+    parts.iter().flat_map(|p| p.iter().cloned()).collect()
 }
 
-/// A known scalar as an i64 (bools as 0 and 1).
-pub(crate) fn scalar_i64(a: &Array) -> Result<i64> {
-    let t = Tensor::from_array(a.clone());
-    let t = crate::lax::convert(&t, DType::I64)?;
-    let v = t.array().expect("concrete").to_vec::<i64>()?;
-    v.first().copied().ok_or_else(|| Error::invalid("control flow", "an empty index"))
+/// The abstract-value slices `parts`, concatenated.
+pub(crate) fn cat_refs<'a>(parts: &[&[AvalRef<'a>]]) -> Vec<AvalRef<'a>> {
+    parts.iter().flat_map(|p| p.iter().copied()).collect()
 }
 
 /// Runs `f` at level 0 (the body of a lowering: every operand concrete).
