@@ -39,7 +39,7 @@ pub use jac::{hessian, jacfwd, jacfwd_with, jacrev, jacrev_with, JacOptions};
 pub use jvp::{jvp, try_jvp};
 pub use linearize::{backward_pass, linearize, vjp};
 pub use trace::trace;
-pub use tree::{Leaves, Tree};
+pub use tree::{Leaves, Prefix, Skeleton, Tree};
 pub use vmap::{try_vmap_call, vmap, vmap_with, Axes, VmapOptions};
 
 #[doc(hidden)]
