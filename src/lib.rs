@@ -41,9 +41,13 @@ pub use xform_transforms::{
     while_loop_with, Bound, ScanOptions, ScanRemat, WhileOptions,
 };
 pub use xform_transforms::{
-    functionalize, functionalize_with, grad, grad_with_aux, hessian, impl_tree, jacfwd, jacfwd_with, jacrev,
-    jacrev_with, jvp, linearize, trace, try_jvp, value_and_grad, value_and_grad_with_aux, vjp, vmap, vmap_with, Axes,
-    FunctionalizeOptions, JacOptions, Leaves, Tree, VmapOptions,
+    functionalize, functionalize_with, grad, grad_argnums, grad_with_aux, hessian, hessian_argnums, hessian_with_aux,
+    impl_tree, jacfwd, jacfwd_argnums, jacfwd_with, jacfwd_with_aux, jacrev, jacrev_argnums, jacrev_with,
+    jacrev_with_aux, jvp, jvp_argnums, jvp_with_aux, linearize, linearize_with_aux, restrict, trace, try_functionalize,
+    try_grad, try_grad_with_aux, try_hessian, try_jacfwd, try_jacrev, try_jvp, try_linearize, try_trace,
+    try_value_and_grad, try_value_and_grad_with_aux, try_vjp, try_vmap, try_vmap_with, value_and_grad,
+    value_and_grad_argnums, value_and_grad_with_aux, vjp, vjp_argnums, vjp_with_aux, vmap, vmap_axes, vmap_with, Arg,
+    Argnums, Axes, FunctionalizeOptions, JacOptions, Leaves, Prefix, Skeleton, Tree, VmapOptions,
 };
 
 /// Lower layers, for extension and inspection: the interpreter core, the
@@ -57,10 +61,11 @@ pub mod core {
 /// Everything a typical program needs: `use xform::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        catch, checkpoint, cond, custom_jvp, custom_vjp, fori_loop, functionalize, grad, grad_with_aux, hessian,
-        impl_tree, jacfwd, jacrev, jvp, linearize, s, scan, scan_with, switch, trace, value_and_grad,
-        value_and_grad_with_aux, vjp, vmap, vmap_with, while_loop, Axes, DType, Device, Idx, Key, Program, ScanOptions,
-        Shape, Tensor, Tree, VmapOptions,
+        catch, checkpoint, cond, custom_jvp, custom_vjp, fori_loop, functionalize, grad, grad_argnums, grad_with_aux,
+        hessian, hessian_with_aux, impl_tree, jacfwd, jacfwd_with_aux, jacrev, jacrev_with_aux, jvp, jvp_with_aux,
+        linearize, linearize_with_aux, s, scan, scan_with, switch, trace, try_grad, try_vmap, value_and_grad,
+        value_and_grad_argnums, value_and_grad_with_aux, vjp, vjp_with_aux, vmap, vmap_axes, vmap_with, while_loop,
+        Arg, Axes, DType, Device, Idx, Key, Program, ScanOptions, Shape, Tensor, Tree, VmapOptions,
     };
 }
 

@@ -1,7 +1,7 @@
 //! `vmap(f)` against a loop over the examples.
 
 use super::{default_tolerance, index_str, values, CheckFailure};
-use xform_ops::Tensor;
+use xform_ops::{OrRaise, Tensor};
 use xform_transforms::{vmap_with, Axes, Tree, VmapOptions};
 
 /// Checks that `vmap_with(f, in_axes)(x)` equals stacking `f` applied to
@@ -13,9 +13,8 @@ pub fn check_vmap<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y, x: &X, in_axes: Axes) -
     let opts = VmapOptions { in_axes: in_axes.clone(), ..Default::default() };
     let batched = vmap_with(&f, opts)(x);
     let leaves = x.leaves();
-    let paths = x.paths();
-    // Resolve the axes the same way vmap does: through a probe tree of ranks.
-    let axes = resolve(&in_axes, &paths, &leaves);
+    // The axes resolved as vmap resolves them.
+    let axes = resolve(&in_axes, x, &leaves);
     let size = leaves.iter().zip(&axes).find_map(|(l, a)| a.map(|a| l.shape()[a])).unwrap_or(0);
     let out_paths = batched.paths();
     let outs = batched.leaves();
@@ -48,35 +47,10 @@ pub fn check_vmap<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y, x: &X, in_axes: Axes) -
     Ok(())
 }
 
-fn resolve(spec: &Axes, paths: &[String], leaves: &[Tensor]) -> Vec<Option<usize>> {
-    let norm =
-        |a: Option<isize>, l: &Tensor| a.map(|a| if a < 0 { (a + l.rank() as isize) as usize } else { a as usize });
-    match spec {
-        Axes::Zero => leaves.iter().map(|_| Some(0)).collect(),
-        Axes::All(a) => leaves.iter().map(|l| norm(*a, l)).collect(),
-        Axes::Leaves(v) => v.iter().zip(leaves).map(|(a, l)| norm(*a, l)).collect(),
-        Axes::Args(v) => {
-            let top = |p: &str| -> String {
-                let rest = &p[1.min(p.len())..];
-                let end = rest.find(['.', '[']).map_or(p.len(), |i| i + 1);
-                p[..end].to_string()
-            };
-            let mut k = 0;
-            let mut last: Option<String> = None;
-            paths
-                .iter()
-                .zip(leaves)
-                .map(|(p, l)| {
-                    let t = top(p);
-                    if let Some(prev) = &last {
-                        if *prev != t {
-                            k += 1;
-                        }
-                    }
-                    last = Some(t);
-                    norm(v[k], l)
-                })
-                .collect()
-        }
-    }
+fn resolve<X: Tree>(spec: &Axes, x: &X, leaves: &[Tensor]) -> Vec<Option<usize>> {
+    let axes = spec.per_leaf(x).or_raise();
+    axes.iter()
+        .zip(leaves)
+        .map(|(a, l)| a.map(|a| if a < 0 { (a + l.rank() as isize) as usize } else { a as usize }))
+        .collect()
 }

@@ -6,6 +6,7 @@ mod reference;
 mod reference_conv;
 mod registry;
 
+mod api;
 mod compositions;
 mod control;
 mod conv;

@@ -6,26 +6,6 @@ use crate::tree::Tree;
 use smallvec::SmallVec;
 use xform_ops::{Error, OrRaise, Result, Tensor};
 
-fn check_inputs<X: Tree>(op: &str, x: &X) -> Result<()> {
-    let leaves = x.leaves();
-    if leaves.iter().all(|l| l.dtype().is_float()) {
-        return Ok(());
-    }
-    for (leaf, path) in leaves.iter().zip(x.paths()) {
-        if !leaf.dtype().is_float() {
-            return Err(Error::transform(
-                op,
-                format!(
-                    "argument {path} has dtype {}; only floating-point arguments can be differentiated \
-                     (capture integer data in the closure instead)",
-                    leaf.dtype()
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
 fn check_scalar(op: &str, y: &Tensor) -> Result<()> {
     if y.rank() != 0 {
         return Err(Error::transform(
@@ -48,7 +28,6 @@ fn value_grad_aux<X: Tree, A: Tree>(
     f: impl FnOnce(&X) -> (Tensor, A),
     x: &X,
 ) -> Result<((Tensor, A), X)> {
-    check_inputs(op, x)?;
     let lin = linearize_flat(op, f, x);
     let y = lin.out_leaves[0].clone();
     check_scalar(op, &y)?;
@@ -72,9 +51,13 @@ fn value_grad_aux<X: Tree, A: Tree>(
 /// assert!((g.to_vec::<f64>()[0] - want).abs() < 1e-12);
 /// ```
 ///
+/// Integer and bool leaves of the argument are not differentiated (JAX's
+/// `allow_int` with float0, Equinox's `filter_grad`): their gradient is
+/// zeros in the leaf's own dtype, so `(params, labels)` can be one argument.
+/// Gradients with respect to some arguments only: [`grad_argnums`](crate::grad_argnums).
+///
 /// # Panics
-/// If `f` returns a non-scalar or non-float value, or an argument leaf is
-/// not a float.
+/// If `f` returns a non-scalar or non-float value (see [`try_grad`](crate::try_grad)).
 pub fn grad<X: Tree>(f: impl Fn(&X) -> Tensor) -> impl Fn(&X) -> X {
     move |x: &X| value_grad_aux("grad", |x: &X| (f(x), ()), x).or_raise().1
 }

@@ -10,7 +10,8 @@
 use crate::jvp::jvp_flat;
 use crate::linearize::{linearize_flat, Ct};
 use crate::tree::Tree;
-use crate::vmap::vmap;
+use crate::vmap::{vmap, vmap_with, VmapOptions};
+use smallvec::SmallVec;
 use xform_ops::{lax, Error, OrRaise, Result, Shape, Tensor};
 
 /// Options of [`jacfwd_with`] and [`jacrev_with`].
@@ -25,21 +26,6 @@ impl Default for JacOptions {
     fn default() -> Self {
         JacOptions { max_bytes: 1 << 30 }
     }
-}
-
-fn check_float_leaves(op: &str, what: &str, leaves: &[Tensor], paths: impl FnOnce() -> Vec<String>) -> Result<()> {
-    if leaves.iter().all(|l| l.dtype().is_float()) {
-        return Ok(());
-    }
-    for (l, p) in leaves.iter().zip(paths()) {
-        if !l.dtype().is_float() {
-            return Err(Error::transform(
-                op,
-                format!("{what} {p} has dtype {}; Jacobians need floating-point values", l.dtype()),
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// Rows `[start, start + k)` of the identity over the concatenated leaves,
@@ -86,6 +72,15 @@ fn chunked(total: usize, chunk: usize, mut per_chunk: impl FnMut(usize, usize) -
     (0..parts[0].len()).map(|i| lax::concatenate(&parts.iter().map(|p| p[i].clone()).collect::<Vec<_>>(), 0)).collect()
 }
 
+/// A zero Jacobian block for an input or output that is not a float
+/// (JAX's float0): shaped `out ++ in`, in the non-float leaf's dtype.
+fn zero_block(out: &Tensor, input: &Tensor) -> Result<Tensor> {
+    let mut s = out.shape().0.clone();
+    s.extend_from_slice(&input.shape());
+    let dtype = if input.dtype().is_float() { out.dtype() } else { input.dtype() };
+    lax::full(&Shape(s), 0.0, dtype, input.device())
+}
+
 /// Forward-mode Jacobian.
 ///
 /// ```
@@ -94,26 +89,81 @@ fn chunked(total: usize, chunk: usize, mut per_chunk: impl FnMut(usize, usize) -
 /// let j = xform_transforms::jacfwd(|x: &Tensor| x * x)(&x);
 /// assert_eq!(j.to_vec::<f64>(), vec![2.0, 0.0, 0.0, 4.0]);
 /// ```
+///
+/// Integer and bool leaves of the argument are not differentiated: their
+/// blocks are zeros in the leaf's dtype (JAX's float0 with `allow_int`).
+/// An integer output is an error, as in JAX.
 pub fn jacfwd<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y) -> impl Fn(&X) -> Y::Map<X> {
     jacfwd_with(f, JacOptions::default())
 }
 
 /// [`jacfwd`] with a memory budget.
 pub fn jacfwd_with<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y, opts: JacOptions) -> impl Fn(&X) -> Y::Map<X> {
-    move |x: &X| try_jacfwd(&f, &opts, x).or_raise()
+    move |x: &X| try_jacfwd(&|x: &X| (f(x), ()), &opts, x, false).or_raise().0
 }
 
-fn try_jacfwd<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &JacOptions, x: &X) -> Result<Y::Map<X>> {
+/// [`jacfwd`] of the first output of `f`, and its second output (aux data,
+/// not differentiated), like JAX's `jacfwd(f, has_aux=True)`.
+///
+/// ```
+/// use xform_ops::Tensor;
+/// let x = Tensor::from_vec(vec![1.0f64, 2.0], [2]);
+/// let (j, n) = xform_transforms::jacfwd_with_aux(|x: &Tensor| (x * 3.0, x.sum()))(&x);
+/// assert_eq!((j.to_vec::<f64>(), n.item::<f64>()), (vec![3.0, 0.0, 0.0, 3.0], 3.0));
+/// ```
+pub fn jacfwd_with_aux<X: Tree, Y: Tree, A: Tree>(f: impl Fn(&X) -> (Y, A)) -> impl Fn(&X) -> (Y::Map<X>, A) {
+    move |x: &X| try_jacfwd(&f, &JacOptions::default(), x, false).or_raise()
+}
+
+/// Refuses an integer or bool output leaf, as JAX's jacfwd and jacrev do
+/// ("requires real-valued outputs"), unless `int_outputs` (the outer
+/// Jacobian of a Hessian, whose inner gradient has integer zeros for
+/// integer arguments).
+fn check_outputs<Y: Tree>(op: &str, y: &Y, leaves: &[Tensor], int_outputs: bool) -> Result<()> {
+    if int_outputs || leaves.iter().all(|l| l.dtype().is_float()) {
+        return Ok(());
+    }
+    let paths = y.paths();
+    let (i, l) = leaves.iter().enumerate().find(|(_, l)| !l.dtype().is_float()).expect("a non-float leaf");
+    Err(Error::transform(
+        op,
+        format!(
+            "output {} has dtype {}; Jacobians need floating-point values (integer and bool arguments are \
+             allowed and get zero blocks, integer outputs are not)",
+            paths[i],
+            l.dtype()
+        ),
+    ))
+}
+
+pub(crate) fn try_jacfwd<X: Tree, Y: Tree, A: Tree>(
+    f: &impl Fn(&X) -> (Y, A),
+    opts: &JacOptions,
+    x: &X,
+    int_outputs: bool,
+) -> Result<(Y::Map<X>, A)> {
     let ins = x.leaves();
-    check_float_leaves("jacfwd", "argument", &ins, || x.paths())?;
-    let total: usize = ins.iter().map(|l| l.numel()).sum();
-    let row_bytes = ins.iter().map(|l| l.numel() * l.dtype().size_bytes()).sum::<usize>() * 2;
+    let diff: SmallVec<[bool; 4]> = ins.iter().map(|l| l.dtype().is_float()).collect();
+    let dins: Vec<Tensor> = ins.iter().filter(|l| l.dtype().is_float()).cloned().collect();
+    if dins.is_empty() {
+        // Nothing to differentiate: every block is zeros.
+        let (y, aux) = f(x);
+        check_outputs("jacfwd", &y, &y.leaves(), int_outputs)?;
+        let blocks: Vec<X> = y
+            .leaves()
+            .iter()
+            .map(|o| Ok(x.with_leaves(ins.iter().map(|l| zero_block(o, l)).collect::<Result<Vec<_>>>()?)))
+            .collect::<Result<_>>()?;
+        return Ok((y.build_map(&mut blocks.into_iter()), aux));
+    }
+    let total: usize = dins.iter().map(|l| l.numel()).sum();
+    let row_bytes = dins.iter().map(|l| l.numel() * l.dtype().size_bytes()).sum::<usize>() * 2;
     let chunk = rows_per_chunk(opts, row_bytes, total);
-    let mut out_template: Option<Y> = None;
+    let mut primal: Option<(Y, A)> = None;
     // The final values of the arguments f mutated (see below).
     let mut finals: Vec<Option<Tensor>> = vec![None; ins.len()];
     let cols = chunked(total, chunk, |start, k| {
-        let basis = basis_chunk(&ins, start, k).or_raise();
+        let basis = basis_chunk(&dins, start, k).or_raise();
         // f runs once per chunk: each run gets fresh nodes over the
         // arguments' values, so that its writes to them are functionalized
         // into those nodes and every chunk starts from the caller's values;
@@ -121,16 +171,17 @@ fn try_jacfwd<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &JacOptions, x: &X) 
         // if f had run once.
         let fresh: Vec<Tensor> = ins.iter().map(|l| Tensor::from_value(l.value_cloned())).collect();
         let xs = x.with_leaves(fresh.iter().cloned());
-        let (y, outs) = vmap(|t: &Vec<Tensor>| {
-            let (y, ps, ts) = jvp_flat("jacfwd", f, &xs, t.iter().cloned().map(Some).collect());
+        // The primal output and aux do not depend on the basis: out_axes
+        // None returns them as they are (no broadcast along the basis).
+        let per_basis = |t: &Vec<Tensor>| {
+            let mut t = t.iter().cloned();
+            let tangents: Vec<Option<Tensor>> = diff.iter().map(|&d| if d { t.next() } else { None }).collect();
+            let (out, ps, ts) = jvp_flat("jacfwd", f, &xs, tangents);
             let tangents: Vec<Tensor> = ts.iter().zip(&ps).map(|(t, p)| lax::instantiate(t, p).or_raise()).collect();
-            // Only y's structure and dtypes are used below: scalars stand in
-            // for its leaves, so that vmap does not broadcast the primal
-            // output along the basis and copy it (a wasted N-fold copy).
-            let template = y.with_leaves(y.leaves().iter().map(|l| lax::scalar(0.0, l.dtype(), l.device()).or_raise()));
-            (template, tangents)
-        })(&basis);
-        out_template.get_or_insert(y);
+            (out, tangents)
+        };
+        let ((y, aux), outs) = vmap_with(per_basis, VmapOptions::new().in_axes(0).out_axes((None, 0)))(&basis);
+        primal.get_or_insert((y, aux));
         for (fin, n) in finals.iter_mut().zip(&fresh) {
             if n.version() > 0 {
                 *fin = Some(n.clone());
@@ -139,16 +190,21 @@ fn try_jacfwd<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &JacOptions, x: &X) 
         outs
     })?;
     crate::functionalize::write_back("jacfwd", &ins, finals)?;
-    // The template's leaves are scalars (with a basis axis from vmap) of the
-    // output leaves' dtypes.
-    let y = out_template.expect("at least one chunk");
-    check_float_leaves("jacfwd", "output", &y.leaves(), || y.paths())?;
-    // cols[j]: [N, out_j...]; block for input i: rows of input i.
-    let mut blocks = Vec::with_capacity(cols.len());
-    for col in &cols {
+    let (y, aux) = primal.expect("at least one chunk");
+    let y_leaves = y.leaves();
+    check_outputs("jacfwd", &y, &y_leaves, int_outputs)?;
+    // cols: the tangents of y's leaves then aux's, each [N, out...]; block
+    // for input i: rows of input i.
+    let mut blocks = Vec::with_capacity(y_leaves.len());
+    for (col, o) in cols.iter().zip(&y_leaves) {
         let mut off = 0;
         let mut per_input = Vec::with_capacity(ins.len());
         for l in &ins {
+            if !l.dtype().is_float() || !o.dtype().is_float() {
+                off += if l.dtype().is_float() { l.numel() } else { 0 };
+                per_input.push(zero_block(o, l)?);
+                continue;
+            }
             let n = l.numel();
             let rows = lax::slice_axis(col, 0, off, off + n)?;
             off += n;
@@ -162,7 +218,7 @@ fn try_jacfwd<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &JacOptions, x: &X) 
         }
         blocks.push(x.with_leaves(per_input));
     }
-    Ok(y.build_map(&mut blocks.into_iter()))
+    Ok((y.build_map(&mut blocks.into_iter()), aux))
 }
 
 /// Reverse-mode Jacobian.
@@ -173,58 +229,100 @@ fn try_jacfwd<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &JacOptions, x: &X) 
 /// let j = xform_transforms::jacrev(|x: &Tensor| x.sum() * x)(&x);
 /// assert_eq!(j.to_vec::<f64>(), vec![4.0, 1.0, 2.0, 5.0]);
 /// ```
+///
+/// Integer and bool leaves get zero blocks, as in [`jacfwd`].
 pub fn jacrev<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y) -> impl Fn(&X) -> Y::Map<X> {
     jacrev_with(f, JacOptions::default())
 }
 
 /// [`jacrev`] with a memory budget.
 pub fn jacrev_with<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y, opts: JacOptions) -> impl Fn(&X) -> Y::Map<X> {
-    move |x: &X| try_jacrev(&f, &opts, x).or_raise()
+    move |x: &X| try_jacrev(&|x: &X| (f(x), ()), &opts, x).or_raise().0
 }
 
-fn try_jacrev<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &JacOptions, x: &X) -> Result<Y::Map<X>> {
+/// [`jacrev`] of the first output of `f`, and its second output (aux data,
+/// not differentiated), like JAX's `jacrev(f, has_aux=True)`.
+///
+/// ```
+/// use xform_ops::Tensor;
+/// let x = Tensor::from_vec(vec![1.0f64, 2.0], [2]);
+/// let (j, n) = xform_transforms::jacrev_with_aux(|x: &Tensor| (x * 3.0, x.sum()))(&x);
+/// assert_eq!((j.to_vec::<f64>(), n.item::<f64>()), (vec![3.0, 0.0, 0.0, 3.0], 3.0));
+/// ```
+pub fn jacrev_with_aux<X: Tree, Y: Tree, A: Tree>(f: impl Fn(&X) -> (Y, A)) -> impl Fn(&X) -> (Y::Map<X>, A) {
+    move |x: &X| try_jacrev(&f, &JacOptions::default(), x).or_raise()
+}
+
+pub(crate) fn try_jacrev<X: Tree, Y: Tree, A: Tree>(
+    f: &impl Fn(&X) -> (Y, A),
+    opts: &JacOptions,
+    x: &X,
+) -> Result<(Y::Map<X>, A)> {
     let ins = x.leaves();
-    check_float_leaves("jacrev", "argument", &ins, || x.paths())?;
     let lin = linearize_flat("jacrev", f, x);
-    let outs = lin.out_leaves.clone();
-    check_float_leaves("jacrev", "output", &outs, || lin.out.paths())?;
-    let total: usize = outs.iter().map(|l| l.numel()).sum();
-    let row_bytes = (outs.iter().map(|o| o.numel() * o.dtype().size_bytes()).sum::<usize>()
-        + ins.iter().map(|l| l.numel() * l.dtype().size_bytes()).sum::<usize>())
+    let (y, aux) = &lin.out;
+    let ny = y.leaves().len();
+    let outs: Vec<Tensor> = lin.out_leaves[..ny].to_vec();
+    check_outputs("jacrev", y, &outs, false)?;
+    let douts: Vec<Tensor> = outs.iter().filter(|o| o.dtype().is_float()).cloned().collect();
+    let dins: Vec<&Tensor> = ins.iter().filter(|l| l.dtype().is_float()).collect();
+    let total: usize = douts.iter().map(|l| l.numel()).sum();
+    let row_bytes = (douts.iter().map(|o| o.numel() * o.dtype().size_bytes()).sum::<usize>()
+        + dins.iter().map(|l| l.numel() * l.dtype().size_bytes()).sum::<usize>())
         * 2;
     let chunk = rows_per_chunk(opts, row_bytes, total);
-    let rows = if outs.len() == 1 && total == 1 {
+    // One cotangent slot per output leaf (aux and non-float ones: none).
+    let slots = |cts: &mut dyn Iterator<Item = Ct>| -> Vec<Option<Ct>> {
+        let mut v: Vec<Option<Ct>> =
+            outs.iter().map(|o| if o.dtype().is_float() { cts.next() } else { None }).collect();
+        v.resize(lin.out_leaves.len(), None);
+        v
+    };
+    let rows = if douts.is_empty() || dins.is_empty() {
+        Vec::new()
+    } else if douts.len() == 1 && total == 1 {
         // One output element (a scalar function, as in `hessian`): the one
         // row is a gradient. grad's symbolic seed of ones costs no kernels,
         // where a one-row basis under vmap costs a product by it per
         // cotangent and batched (sometimes transposed) copies.
-        let grads = lin.pull_some("jacrev", &[Some(Ct::Ones)])?;
+        let grads = lin.pull_some("jacrev", &slots(&mut std::iter::once(Ct::Ones)))?;
         grads.iter().map(|g| lax::expand_dims(g, 0)).collect::<Result<Vec<_>>>()?
     } else {
         chunked(total, chunk, |start, k| {
-            let basis = basis_chunk(&outs, start, k).or_raise();
-            vmap(|cts: &Vec<Tensor>| lin.pull("jacrev", cts).or_raise().to_vec())(&basis)
+            let basis = basis_chunk(&douts, start, k).or_raise();
+            vmap(|cts: &Vec<Tensor>| {
+                let cts = slots(&mut cts.iter().map(|c| Ct::Val(c.clone(), false)));
+                lin.pull_some("jacrev", &cts).or_raise().to_vec()
+            })(&basis)
         })?
     };
-    // rows[i]: [M, in_i...]; block for output j: its rows, reshaped.
-    let mut blocks = Vec::with_capacity(outs.len());
+    // rows[i]: [M, in_i...] over the float outputs; block for output j: its
+    // rows, reshaped.
+    let mut blocks = Vec::with_capacity(ny);
     let mut off = 0;
     for o in &outs {
         let m = o.numel();
         let per_input: Vec<Tensor> = ins
             .iter()
-            .zip(&rows)
-            .map(|(l, r)| {
-                let part = lax::slice_axis(r, 0, off, off + m)?;
+            .enumerate()
+            .map(|(i, l)| {
+                if !l.dtype().is_float() || !o.dtype().is_float() {
+                    return zero_block(o, l);
+                }
+                let part = lax::slice_axis(&rows[i], 0, off, off + m)?;
                 let mut s = o.shape().0.clone();
                 s.extend_from_slice(&l.shape());
                 lax::reshape(&part, &Shape(s))
             })
             .collect::<Result<_>>()?;
-        off += m;
+        if o.dtype().is_float() {
+            off += m;
+        }
         blocks.push(x.with_leaves(per_input));
     }
-    Ok(lin.out.build_map(&mut blocks.into_iter()))
+    let y = y.with_leaves(outs.iter().cloned());
+    let aux = aux.with_leaves(lin.out_leaves[ny..].iter().cloned());
+    Ok((y.build_map(&mut blocks.into_iter()), aux))
 }
 
 /// The Hessian of a scalar function, `jacfwd(jacrev(f))`: for a tensor
@@ -237,5 +335,23 @@ fn try_jacrev<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &JacOptions, x: &X) 
 /// assert_eq!(h.to_vec::<f64>(), vec![6.0, 0.0, 0.0, 12.0]);
 /// ```
 pub fn hessian<X: Tree>(f: impl Fn(&X) -> Tensor) -> impl Fn(&X) -> X::Map<X> {
-    jacfwd(jacrev(f))
+    let g = jacrev(f);
+    move |x: &X| try_jacfwd(&|x: &X| (g(x), ()), &JacOptions::default(), x, true).or_raise().0
+}
+
+/// The Hessian of the first output of `f` and its second output (aux data),
+/// like JAX's `hessian(f, has_aux=True)`.
+///
+/// ```
+/// use xform_ops::Tensor;
+/// let x = Tensor::from_vec(vec![1.0f64, 2.0], [2]);
+/// let (h, y) = xform_transforms::hessian_with_aux(|x: &Tensor| {
+///     let y = (x * x * x).sum();
+///     (y.clone(), y)
+/// })(&x);
+/// assert_eq!((h.to_vec::<f64>(), y.item::<f64>()), (vec![6.0, 0.0, 0.0, 12.0], 9.0));
+/// ```
+pub fn hessian_with_aux<X: Tree, A: Tree>(f: impl Fn(&X) -> (Tensor, A)) -> impl Fn(&X) -> (X::Map<X>, A) {
+    let g = jacrev_with_aux(f);
+    move |x: &X| try_jacfwd(&g, &JacOptions::default(), x, true).or_raise()
 }

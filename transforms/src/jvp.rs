@@ -159,8 +159,32 @@ pub fn jvp<X: Tree, Y: Tree>(f: impl FnOnce(&X) -> Y, primals: &X, tangents: &X)
     try_jvp(f, primals, tangents).or_raise()
 }
 
-/// [`jvp`] returning an error for mismatched tangents instead of panicking.
+/// [`jvp`] of the first output of `f`, and its second output (aux data,
+/// not differentiated), like JAX's `jvp(f, ..., has_aux=True)`: returns
+/// `(primal_out, tangent_out, aux)`.
+///
+/// ```
+/// use xform_ops::{DType, Tensor};
+/// let x = Tensor::from_vec(vec![0.0f64, 1.0], [2]);
+/// let v = Tensor::ones([2], DType::F64);
+/// let (y, dy, aux) = xform_transforms::jvp_with_aux(|x: &Tensor| (x * 2.0, x.sum()), &x, &v);
+/// assert_eq!((dy.to_vec::<f64>(), aux.item::<f64>()), (vec![2.0, 2.0], 1.0));
+/// # let _ = y;
+/// ```
+#[track_caller]
+pub fn jvp_with_aux<X: Tree, Y: Tree, A: Tree>(f: impl FnOnce(&X) -> (Y, A), primals: &X, tangents: &X) -> (Y, Y, A) {
+    let ((y, aux), (dy, _)) = try_jvp(f, primals, tangents).or_raise();
+    (y, dy, aux)
+}
+
+/// [`jvp`] returning every xform error as a value: mismatched tangents, and
+/// errors raised inside `f` (a panic that is not an xform error still
+/// unwinds).
 pub fn try_jvp<X: Tree, Y: Tree>(f: impl FnOnce(&X) -> Y, primals: &X, tangents: &X) -> Result<(Y, Y)> {
+    xform_ops::catch(|| jvp_checked(f, primals, tangents))?
+}
+
+fn jvp_checked<X: Tree, Y: Tree>(f: impl FnOnce(&X) -> Y, primals: &X, tangents: &X) -> Result<(Y, Y)> {
     let (pl, tl) = (primals.leaves(), tangents.leaves());
     if pl.len() != tl.len() {
         return Err(Error::invalid("jvp", format!("{} primal leaves but {} tangent leaves", pl.len(), tl.len())));

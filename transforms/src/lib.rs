@@ -17,9 +17,27 @@
 //! hold one interpreter each; `grad`, `value_and_grad`, `vjp`, `linearize`,
 //! `jacfwd` and `jacrev` two; `hessian` four.
 
+//! # Errors: panics and values
+//!
+//! Every transform reports bad input (shapes, dtypes, in_axes, tangents,
+//! a non-scalar loss, a value read under vmap) as an `xform_ops::Error`
+//! naming the op, the shapes and the transforms in force. The plain forms
+//! raise it (it unwinds like a panic; `xform_ops::catch` turns it into a
+//! `Result`); each has a `try_` form that returns it: [`try_vmap`],
+//! [`try_vmap_with`], [`try_grad`], [`try_value_and_grad`],
+//! [`try_grad_with_aux`], [`try_value_and_grad_with_aux`], [`try_jvp`],
+//! [`try_vjp`], [`try_linearize`], [`try_jacfwd`], [`try_jacrev`],
+//! [`try_hessian`], [`try_trace`], [`try_functionalize`] (control flow:
+//! `control::try_cond`, `try_switch`). A panic that is not an xform error
+//! (a bug in the closure) unwinds through both. After an error the
+//! interpreter stack is as before the call, and an argument `f` wrote in
+//! place is written back whole or not at all.
+
 #![warn(missing_docs)]
 
+mod argnums;
 pub mod control;
+mod fallible;
 mod functionalize;
 mod grad;
 mod jac;
@@ -29,18 +47,28 @@ mod trace;
 pub mod tree;
 mod vmap;
 
+pub use argnums::{
+    grad_argnums, hessian_argnums, jacfwd_argnums, jacrev_argnums, jvp_argnums, restrict, value_and_grad_argnums,
+    vjp_argnums, Arg, Argnums,
+};
 pub use control::{
     checkpoint, checkpoint_with, cond, custom_jvp, custom_vjp, fori_loop, scan, scan_with, switch, try_cond,
     try_switch, while_loop, while_loop_with, Bound, CustomJvp, CustomVjp, ScanOptions, ScanRemat, WhileOptions,
 };
+pub use fallible::{
+    try_functionalize, try_grad, try_grad_with_aux, try_hessian, try_jacfwd, try_jacrev, try_linearize, try_trace,
+    try_value_and_grad, try_value_and_grad_with_aux, try_vjp, try_vmap, try_vmap_with,
+};
 pub use functionalize::{functionalize, functionalize_with, FunctionalizeOptions};
 pub use grad::{grad, grad_with_aux, value_and_grad, value_and_grad_with_aux};
-pub use jac::{hessian, jacfwd, jacfwd_with, jacrev, jacrev_with, JacOptions};
-pub use jvp::{jvp, try_jvp};
-pub use linearize::{backward_pass, linearize, vjp};
+pub use jac::{
+    hessian, hessian_with_aux, jacfwd, jacfwd_with, jacfwd_with_aux, jacrev, jacrev_with, jacrev_with_aux, JacOptions,
+};
+pub use jvp::{jvp, jvp_with_aux, try_jvp};
+pub use linearize::{backward_pass, linearize, linearize_with_aux, vjp, vjp_with_aux};
 pub use trace::trace;
 pub use tree::{Leaves, Prefix, Skeleton, Tree};
-pub use vmap::{try_vmap_call, vmap, vmap_with, Axes, VmapOptions};
+pub use vmap::{try_vmap_call, vmap, vmap_axes, vmap_with, Axes, VmapOptions};
 
 #[doc(hidden)]
 pub use xform_ops::Tensor as __Tensor;

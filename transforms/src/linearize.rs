@@ -84,6 +84,24 @@ pub(crate) fn linearize_flat<X: Tree, Y: Tree>(label: &'static str, f: impl FnOn
     Linearized { out: out.with_leaves(out_leaves.iter().cloned()), out_leaves, in_leaves, diff, program }
 }
 
+/// Checks cotangent leaves against the output leaves they are for and
+/// makes them backward-pass cotangents (none for non-float outputs).
+fn check_cotangents(op: &str, outs: &[Tensor], cts: &[Tensor]) -> Result<SmallVec<[Option<Ct>; 4]>> {
+    if cts.len() != outs.len() {
+        return Err(Error::invalid(op, format!("expects {} cotangent leaves, got {}", outs.len(), cts.len())));
+    }
+    for (i, (ct, o)) in cts.iter().zip(outs).enumerate() {
+        if ct.shape() != o.shape() || ct.dtype() != o.dtype() {
+            return Err(Error::shape(
+                op,
+                format!("cotangent {i} must match output {i} ({} {}), got {}", o.dtype(), o.shape(), ct.dtype()),
+                &[&o.shape(), &ct.shape()],
+            ));
+        }
+    }
+    Ok(cts.iter().zip(outs).map(|(c, o)| o.dtype().is_float().then(|| Ct::Val(c.clone(), false))).collect())
+}
+
 /// A cotangent in the backward pass.
 #[derive(Clone)]
 pub(crate) enum Ct {
@@ -217,26 +235,7 @@ impl<Y> Linearized<Y> {
     /// Input cotangent leaves (zeros for non-differentiable leaves) from
     /// output cotangent leaves.
     pub(crate) fn pull(&self, op: &str, cts: &[Tensor]) -> Result<Leaves> {
-        if cts.len() != self.out_leaves.len() {
-            return Err(Error::invalid(
-                op,
-                format!("expects {} cotangent leaves, got {}", self.out_leaves.len(), cts.len()),
-            ));
-        }
-        for (i, (ct, o)) in cts.iter().zip(&self.out_leaves).enumerate() {
-            if ct.shape() != o.shape() || ct.dtype() != o.dtype() {
-                return Err(Error::shape(
-                    op,
-                    format!("cotangent {i} must match output {i} ({} {}), got {}", o.dtype(), o.shape(), ct.dtype()),
-                    &[&o.shape(), &ct.shape()],
-                ));
-            }
-        }
-        let cts: SmallVec<[Option<Ct>; 4]> = cts
-            .iter()
-            .zip(&self.out_leaves)
-            .map(|(c, o)| o.dtype().is_float().then(|| Ct::Val(c.clone(), false)))
-            .collect();
+        let cts = check_cotangents(op, &self.out_leaves, cts)?;
         self.pull_some(op, &cts)
     }
 
@@ -320,4 +319,62 @@ pub fn linearize<X: Tree, Y: Tree>(f: impl FnOnce(&X) -> Y, x: &X) -> (Y, impl F
         template.with_leaves(leaves)
     };
     (out, f_lin)
+}
+
+/// [`vjp`] of the first output of `f`, and its second output (aux data, not
+/// differentiated), like JAX's `vjp(f, x, has_aux=True)`: returns
+/// `(primal_out, pullback, aux)`.
+///
+/// ```
+/// use xform_ops::Tensor;
+/// let x = Tensor::from_vec(vec![1.0f64, 2.0], [2]);
+/// let (y, pullback, aux) = xform_transforms::vjp_with_aux(|x: &Tensor| (x * x, x.sum()), &x);
+/// let g = pullback(&Tensor::from_vec(vec![1.0f64, 1.0], [2]));
+/// assert_eq!((g.to_vec::<f64>(), aux.item::<f64>()), (vec![2.0, 4.0], 3.0));
+/// # let _ = y;
+/// ```
+pub fn vjp_with_aux<X: Tree, Y: Tree, A: Tree>(f: impl FnOnce(&X) -> (Y, A), x: &X) -> (Y, impl Fn(&Y) -> X, A) {
+    let lin = linearize_flat("vjp", f, x);
+    let (y, aux) = &lin.out;
+    let ny = y.leaves().len();
+    let y = y.with_leaves(lin.out_leaves[..ny].iter().cloned());
+    let aux = aux.with_leaves(lin.out_leaves[ny..].iter().cloned());
+    let template = x.with_leaves(lin.in_leaves.clone());
+    let out_leaves: Leaves = lin.out_leaves[..ny].iter().cloned().collect();
+    let pullback = move |ct: &Y| {
+        let cts = ct.leaves();
+        let all: SmallVec<[Option<Ct>; 4]> = check_cotangents("vjp pullback", &out_leaves, &cts)
+            .or_raise()
+            .into_iter()
+            .chain(std::iter::repeat_n(None, lin.out_leaves.len() - ny))
+            .collect();
+        template.with_leaves(lin.pull_some("vjp pullback", &all).or_raise())
+    };
+    (y, pullback, aux)
+}
+
+/// [`linearize`] of the first output of `f`, and its second output (aux
+/// data, not differentiated): returns `(primal_out, f_jvp, aux)`.
+///
+/// ```
+/// use xform_ops::Tensor;
+/// let x = Tensor::from_vec(vec![0.5f64], [1]);
+/// let (y, f_lin, aux) = xform_transforms::linearize_with_aux(|x: &Tensor| (x * 3.0, x.exp()), &x);
+/// assert_eq!(f_lin(&Tensor::from_vec(vec![2.0f64], [1])).to_vec::<f64>(), vec![6.0]);
+/// # let _ = (y, aux);
+/// ```
+pub fn linearize_with_aux<X: Tree, Y: Tree, A: Tree>(f: impl FnOnce(&X) -> (Y, A), x: &X) -> (Y, impl Fn(&X) -> Y, A) {
+    let mut lin = linearize_flat("linearize", f, x);
+    let (y, aux) = &lin.out;
+    let ny = y.leaves().len();
+    let y = y.with_leaves(lin.out_leaves[..ny].iter().cloned());
+    let aux = aux.with_leaves(lin.out_leaves[ny..].iter().cloned());
+    // The aux part of the linear program is never evaluated.
+    lin.program.outputs.truncate(ny);
+    let template = y.with_leaves(lin.out_leaves[..ny].iter().cloned());
+    let f_lin = move |t: &X| {
+        let leaves = lin.push("linearize", &t.leaves()).or_raise();
+        template.with_leaves(leaves)
+    };
+    (y, f_lin, aux)
 }

@@ -6,7 +6,7 @@
 //! stay plain values of the parent level. Shape errors are reported with
 //! the per-example (logical) shapes the user's code sees.
 
-use crate::tree::{Leaves, Tree};
+use crate::tree::{Leaves, Prefix, Skeleton, Tree};
 use smallvec::SmallVec;
 use std::cell::RefCell;
 use xform_ops::interp::{bind_at, parent_of, run_at_parent, with_interpreter};
@@ -190,7 +190,25 @@ fn shared_batch_dim(prim: &Prim, bdims: &[Option<usize>]) -> Option<usize> {
 /// One resolved axis entry per leaf.
 type AxisList = SmallVec<[Option<isize>; 4]>;
 
-/// Where the batch axis of each leaf is (`None`: not batched).
+/// Where the batch axis of each leaf is (`None`: not batched): a tree
+/// prefix, as JAX's `in_axes` and `out_axes`.
+///
+/// An entry at a subtree applies to every leaf under it; a negative axis
+/// counts from the end. The concise spellings convert with `into()`:
+/// `0` (every leaf), `None::<isize>` (none), a tuple with one entry per
+/// tuple element or struct field, nested to any depth (`(None, 0, (0, -1))`).
+///
+/// ```
+/// use xform_ops::{DType, Tensor};
+/// use xform_transforms::{vmap_axes, Axes};
+/// // (w, (x, y)): w shared, x mapped over axis 0, y over its last axis.
+/// let f = |(w, (x, y)): &(Tensor, (Tensor, Tensor))| (w * x).sum() + y.sum();
+/// let w = Tensor::ones([3], DType::F64);
+/// let x = Tensor::ones([5, 3], DType::F64);
+/// let y = Tensor::ones([2, 5], DType::F64);
+/// let out = vmap_axes(f, (None, (0, -1)), 0)(&(w, (x, y)));
+/// assert_eq!(out.to_vec::<f64>(), vec![5.0; 5]);
+/// ```
 #[derive(Clone, Debug, PartialEq, Default)]
 pub enum Axes {
     /// Axis 0 of every leaf.
@@ -205,11 +223,52 @@ pub enum Axes {
     Args(Vec<Option<isize>>),
     /// One entry per leaf, in flattening order.
     Leaves(Vec<Option<isize>>),
+    /// A tree prefix at any depth (see [`Prefix`]): what tuples convert to.
+    Tree(Prefix<Option<isize>>),
+}
+
+impl Axes {
+    /// Entries by child name (struct fields, map keys), each a prefix of
+    /// that child: `Axes::fields([("w", None.into()), ("x", 0.into())])`.
+    pub fn fields<S: Into<String>>(entries: impl IntoIterator<Item = (S, Axes)>) -> Axes {
+        Axes::Tree(Prefix::Named(entries.into_iter().map(|(k, a)| (k.into(), a.into_prefix())).collect()))
+    }
+
+    /// One entry per leaf of `tree`, in flattening order (negative axes
+    /// as given): the spec expanded as vmap expands it.
+    pub fn per_leaf<T: Tree>(&self, tree: &T) -> Result<Vec<Option<isize>>> {
+        Ok(resolve_axes("axes", self, tree.leaves().len(), || tree.skeleton())?.into_vec())
+    }
+
+    /// The spec as a prefix (`None` for [`Axes::Leaves`], which is not one).
+    fn to_prefix(&self) -> Option<Prefix<Option<isize>>> {
+        match self {
+            Axes::Zero => Some(Prefix::Leaf(Some(0))),
+            Axes::All(a) => Some(Prefix::Leaf(*a)),
+            Axes::Args(v) => Some(Prefix::Node(v.iter().map(|a| Prefix::Leaf(*a)).collect())),
+            Axes::Leaves(_) => None,
+            Axes::Tree(p) => Some(p.clone()),
+        }
+    }
+
+    fn into_prefix(self) -> Prefix<Option<isize>> {
+        match self {
+            Axes::Tree(p) => p,
+            Axes::Leaves(v) => Prefix::Node(v.into_iter().map(Prefix::Leaf).collect()),
+            other => other.to_prefix().expect("a prefix"),
+        }
+    }
 }
 
 impl From<isize> for Axes {
     fn from(a: isize) -> Axes {
         Axes::All(Some(a))
+    }
+}
+
+impl From<i32> for Axes {
+    fn from(a: i32) -> Axes {
+        Axes::All(Some(a as isize))
     }
 }
 
@@ -225,7 +284,32 @@ impl From<Vec<Option<isize>>> for Axes {
     }
 }
 
-/// Options of [`vmap_with`].
+impl From<Prefix<Option<isize>>> for Axes {
+    fn from(p: Prefix<Option<isize>>) -> Axes {
+        Axes::Tree(p)
+    }
+}
+
+macro_rules! tuple_axes {
+    ($($name:ident $idx:tt),+) => {
+        impl<$($name: Into<Axes>),+> From<($($name,)+)> for Axes {
+            fn from(t: ($($name,)+)) -> Axes {
+                Axes::Tree(Prefix::Node(vec![$(t.$idx.into().into_prefix()),+]))
+            }
+        }
+    };
+}
+tuple_axes!(A 0);
+tuple_axes!(A 0, B 1);
+tuple_axes!(A 0, B 1, C 2);
+tuple_axes!(A 0, B 1, C 2, D 3);
+tuple_axes!(A 0, B 1, C 2, D 3, E 4);
+tuple_axes!(A 0, B 1, C 2, D 3, E 4, F 5);
+tuple_axes!(A 0, B 1, C 2, D 3, E 4, F 5, G 6);
+tuple_axes!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
+
+/// Options of [`vmap_with`]; build them with the methods
+/// (`VmapOptions::new().in_axes((None, 0)).chunk_size(64)`) or as a struct.
 #[derive(Clone, Debug, Default)]
 pub struct VmapOptions {
     /// Batch axis of each input leaf (default: 0 for all).
@@ -240,70 +324,88 @@ pub struct VmapOptions {
     pub chunk_size: Option<usize>,
 }
 
-/// The top-level child of a leaf path (".0.w" -> ".0", "[3]" -> "[3]").
-fn top_segment(path: &str) -> &str {
-    let rest = &path[1.min(path.len())..];
-    let end = rest.find(['.', '[']).map_or(path.len(), |i| i + 1);
-    &path[..end]
+impl VmapOptions {
+    /// The defaults: axis 0 of every input and output leaf, no chunking.
+    pub fn new() -> VmapOptions {
+        VmapOptions::default()
+    }
+
+    /// Sets `in_axes` (a prefix of the argument tree; see [`Axes`]).
+    pub fn in_axes(mut self, axes: impl Into<Axes>) -> VmapOptions {
+        self.in_axes = axes.into();
+        self
+    }
+
+    /// Sets `out_axes` (a prefix of the output tree).
+    pub fn out_axes(mut self, axes: impl Into<Axes>) -> VmapOptions {
+        self.out_axes = axes.into();
+        self
+    }
+
+    /// Sets the batch size (needed when no argument is batched).
+    pub fn axis_size(mut self, n: usize) -> VmapOptions {
+        self.axis_size = Some(n);
+        self
+    }
+
+    /// Processes at most `n` examples at a time.
+    pub fn chunk_size(mut self, n: usize) -> VmapOptions {
+        self.chunk_size = Some(n);
+        self
+    }
 }
 
-/// Resolves an axes spec to one entry per leaf (leaf paths are computed
-/// only when needed: per-argument specs and errors).
-fn resolve_axes(what: &str, spec: &Axes, n: usize, paths: impl FnOnce() -> Vec<String>) -> Result<AxisList> {
+/// Resolves an axes spec to one entry per leaf of a tree with `n` leaves
+/// (the skeleton is computed only for tree-shaped specs and errors).
+fn resolve_axes(what: &str, spec: &Axes, n: usize, skeleton: impl FnOnce() -> Skeleton) -> Result<AxisList> {
     match spec {
         Axes::Zero => Ok(smallvec::smallvec![Some(0); n]),
         Axes::All(a) => Ok(smallvec::smallvec![*a; n]),
         Axes::Leaves(v) => {
-            let paths = if v.len() != n { paths() } else { vec![String::new(); n] };
-            if v.len() != paths.len() {
+            if v.len() != n {
+                let paths = skeleton_paths(&skeleton());
                 return Err(Error::batching(
                     "vmap",
-                    format!(
-                        "{what} lists {} axes but the tree has {} leaves ({})",
-                        v.len(),
-                        paths.len(),
-                        paths.join(", ")
-                    ),
+                    format!("{what} lists {} axes but the tree has {n} leaves ({})", v.len(), paths.join(", ")),
                 ));
             }
             Ok(v.iter().copied().collect())
         }
-        Axes::Args(v) => {
-            let paths = paths();
-            let mut tops: Vec<&str> = Vec::new();
-            for p in &paths {
-                let t = top_segment(p);
-                if tops.last() != Some(&t) {
-                    tops.push(t);
+        _ => {
+            let mut prefix = spec.to_prefix().expect("a prefix");
+            let sk = skeleton();
+            // `(a,)` for a function of one tensor: the one entry is the leaf's.
+            if let (Skeleton::Leaf, Prefix::Node(v)) = (&sk, &prefix) {
+                if v.len() == 1 {
+                    prefix = v[0].clone();
                 }
             }
-            if v.len() != tops.len() {
-                return Err(Error::batching(
-                    "vmap",
-                    format!(
-                        "{what} has {} entries but the argument tree has {} top-level parts ({})",
-                        v.len(),
-                        tops.len(),
-                        tops.join(", ")
-                    ),
-                ));
-            }
-            let mut out = AxisList::with_capacity(paths.len());
-            let mut k = 0;
-            let mut last = None;
-            for p in &paths {
-                let t = top_segment(p);
-                if let Some(l) = last {
-                    if l != t {
-                        k += 1;
-                    }
-                }
-                last = Some(t);
-                out.push(v[k]);
-            }
-            Ok(out)
+            let out = sk
+                .expand_prefix(&prefix)
+                .map_err(|e| Error::batching("vmap", format!("{what} does not fit the tree: {e}")))?;
+            Ok(out.into_iter().collect())
         }
     }
+}
+
+/// The leaf paths of a skeleton (for error messages).
+fn skeleton_paths(sk: &Skeleton) -> Vec<String> {
+    fn walk(sk: &Skeleton, path: &mut String, out: &mut Vec<String>) {
+        match sk {
+            Skeleton::Leaf => out.push(if path.is_empty() { "<root>".to_string() } else { path.clone() }),
+            Skeleton::Node(children) => {
+                for (name, c) in children {
+                    let len = path.len();
+                    path.push_str(name);
+                    walk(c, path, out);
+                    path.truncate(len);
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(sk, &mut String::new(), &mut out);
+    out
 }
 
 /// Vectorizes `f` over axis 0 of every input leaf: `vmap(f)(xs)` equals
@@ -324,10 +426,31 @@ pub fn vmap_with<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y, opts: VmapOptions) -> im
     move |x: &X| try_vmap_call(&f, &opts, x).or_raise()
 }
 
+/// [`vmap`] with `in_axes` and `out_axes`, each a tree prefix in the
+/// concise spelling: `vmap_axes(f, (None, 0, 0), 1)` is JAX's
+/// `vmap(f, in_axes=(None, 0, 0), out_axes=1)` for `f` taking a triple.
+///
+/// ```
+/// use xform_ops::{DType, Tensor};
+/// let w = Tensor::from_vec(vec![1.0f64, 2.0], [2]);
+/// let xs = Tensor::ones([2, 4], DType::F64); // 4 examples along axis 1
+/// let f = |(w, x): &(Tensor, Tensor)| w * x;
+/// let ys = xform_transforms::vmap_axes(f, (None, 1), -1)(&(w, xs));
+/// assert_eq!(ys.shape().dims(), &[2, 4]);
+/// assert_eq!(ys.to_vec::<f64>(), vec![1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0]);
+/// ```
+pub fn vmap_axes<X: Tree, Y: Tree>(
+    f: impl Fn(&X) -> Y,
+    in_axes: impl Into<Axes>,
+    out_axes: impl Into<Axes>,
+) -> impl Fn(&X) -> Y {
+    vmap_with(f, VmapOptions::new().in_axes(in_axes).out_axes(out_axes))
+}
+
 /// Calls `vmap_with(f, opts)` on `x`, returning errors instead of panicking.
 pub fn try_vmap_call<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &VmapOptions, x: &X) -> Result<Y> {
     let leaves = x.leaves();
-    let axes = resolve_axes("in_axes", &opts.in_axes, leaves.len(), || x.paths())?;
+    let axes = resolve_axes("in_axes", &opts.in_axes, leaves.len(), || x.skeleton())?;
     let path = |i: usize| x.paths().swap_remove(i);
     let mut batch_axes: SmallVec<[Option<usize>; 4]> = SmallVec::new();
     let mut sizes: SmallVec<[(usize, usize); 4]> = SmallVec::new();
@@ -438,7 +561,7 @@ fn vmap_chunked<X: Tree, Y: Tree>(
     }
     crate::functionalize::write_back("vmap", leaves, finals)?;
     let y = out_tree.expect("at least one chunk");
-    let out_axes = resolve_axes("out_axes", &opts.out_axes, parts[0].len(), || y.paths())?;
+    let out_axes = resolve_axes("out_axes", &opts.out_axes, parts[0].len(), || y.skeleton())?;
     let joined: Vec<Tensor> = (0..parts[0].len())
         .map(|i| {
             let pieces: Vec<Tensor> = parts.iter().map(|p| p[i].clone()).collect();
@@ -505,7 +628,7 @@ fn vmap_once<X: Tree, Y: Tree>(
             (None, _) => None,
         });
     }
-    let out_axes = resolve_axes("out_axes", &opts.out_axes, outs.len(), || y.paths())?;
+    let out_axes = resolve_axes("out_axes", &opts.out_axes, outs.len(), || y.skeleton())?;
     let out_path = |i: usize| y.paths().swap_remove(i);
     let mut moved = Leaves::new();
     for (i, ((v, b), oa)) in outs.into_iter().zip(&out_axes).enumerate() {
@@ -539,17 +662,4 @@ fn vmap_once<X: Tree, Y: Tree>(
         });
     }
     Ok((y, moved, placed_finals))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::top_segment;
-
-    #[test]
-    fn top_segments() {
-        assert_eq!(top_segment(".0.w"), ".0");
-        assert_eq!(top_segment(".w1"), ".w1");
-        assert_eq!(top_segment("[3][1]"), "[3]");
-        assert_eq!(top_segment("<root>"), "<root>");
-    }
 }
