@@ -104,4 +104,3 @@ pub fn digits_split(test_size: usize, seed: u64) -> Digits {
     let (test_x, test_y) = part(&perm[n_train..]);
     Digits { train_x, train_y, test_x, test_y }
 }
-

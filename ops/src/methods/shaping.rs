@@ -10,6 +10,7 @@ use crate::lax;
 use crate::mutation::make_view;
 use crate::prim::{Amounts, Axes, ElementwiseOp, Prim, ShapeOp};
 use crate::tensor::Tensor;
+use std::borrow::Borrow;
 use xform_kernels::Shape;
 
 /// Resolves a shape with at most one -1 against `numel` elements.
@@ -242,18 +243,29 @@ impl Tensor {
         make_view(self, &[Prim::Shape(ShapeOp::Rev { axes: ax.into_iter().collect() })]).or_raise()
     }
 
-    /// Joined along `axis` (which may be negative).
+    /// Joined along `axis` (which may be negative), promoting to one
+    /// dtype. Takes any list of tensors or references: `&[a, b]`,
+    /// `&[&a, &b]`, a `Vec<Tensor>`, `&tensors[..]`.
+    ///
+    /// ```
+    /// use xform::Tensor;
+    ///
+    /// let (a, b) = (Tensor::ones([2], xform::DType::F32), Tensor::zeros([1], xform::DType::F32));
+    /// assert_eq!(Tensor::concat(&[&a, &b], 0).to_vec::<f32>(), [1.0, 1.0, 0.0]);
+    /// assert_eq!(Tensor::concat(vec![b.clone(), a.clone()], 0).to_vec::<f32>(), [0.0, 1.0, 1.0]);
+    /// ```
     #[track_caller]
-    pub fn concat(tensors: &[Tensor], axis: isize) -> Tensor {
+    pub fn concat<T: Borrow<Tensor>>(tensors: impl AsRef<[T]>, axis: isize) -> Tensor {
         Tensor::try_concat(tensors, axis).or_raise()
     }
 
     /// [`Tensor::concat`] returning an error instead of panicking.
-    pub fn try_concat(tensors: &[Tensor], axis: isize) -> Result<Tensor> {
-        let first = tensors.first().ok_or_else(|| Error::invalid("concat", "needs at least one tensor"))?;
+    pub fn try_concat<T: Borrow<Tensor>>(tensors: impl AsRef<[T]>, axis: isize) -> Result<Tensor> {
+        let tensors = tensors.as_ref();
+        let first = tensors.first().ok_or_else(|| Error::invalid("concat", "needs at least one tensor"))?.borrow();
         let a = norm_axis("concat", axis, first.rank())?;
-        let d = tensors.iter().map(|t| t.dtype()).reduce(xform_kernels::DType::promote).expect("nonempty");
-        let ts: Vec<Tensor> = tensors.iter().map(|t| lax::convert(t, d)).collect::<Result<_>>()?;
+        let d = tensors.iter().map(|t| t.borrow().dtype()).reduce(xform_kernels::DType::promote).expect("nonempty");
+        let ts: Vec<Tensor> = tensors.iter().map(|t| lax::convert(t.borrow(), d)).collect::<Result<_>>()?;
         let out = lax::concatenate(&ts, a)?;
         if ts.len() == 1 {
             lax::copy(&out)
@@ -262,21 +274,23 @@ impl Tensor {
         }
     }
 
-    /// Stacked along a new axis `axis`.
+    /// Stacked along a new axis `axis`; takes the lists
+    /// [`Tensor::concat`] takes.
     #[track_caller]
-    pub fn stack(tensors: &[Tensor], axis: isize) -> Tensor {
+    pub fn stack<T: Borrow<Tensor>>(tensors: impl AsRef<[T]>, axis: isize) -> Tensor {
         Tensor::try_stack(tensors, axis).or_raise()
     }
 
     /// [`Tensor::stack`] returning an error instead of panicking.
-    pub fn try_stack(tensors: &[Tensor], axis: isize) -> Result<Tensor> {
-        let first = tensors.first().ok_or_else(|| Error::invalid("stack", "needs at least one tensor"))?;
+    pub fn try_stack<T: Borrow<Tensor>>(tensors: impl AsRef<[T]>, axis: isize) -> Result<Tensor> {
+        let tensors = tensors.as_ref();
+        let first = tensors.first().ok_or_else(|| Error::invalid("stack", "needs at least one tensor"))?.borrow();
         let a = norm_axis("stack", axis, first.rank() + 1)?;
         let shape = first.shape();
-        if let Some(t) = tensors.iter().find(|t| t.shape() != shape) {
+        if let Some(t) = tensors.iter().map(Borrow::borrow).find(|t: &&Tensor| t.shape() != shape) {
             return Err(Error::shape("stack", "all tensors must have one shape", &[&shape, &t.shape()]));
         }
-        let ex: Vec<Tensor> = tensors.iter().map(|t| lax::expand_dims(t, a)).collect::<Result<_>>()?;
+        let ex: Vec<Tensor> = tensors.iter().map(|t| lax::expand_dims(t.borrow(), a)).collect::<Result<_>>()?;
         Tensor::try_concat(&ex, a as isize)
     }
 
