@@ -151,7 +151,7 @@ impl Tensor {
     /// writes through it reach `self`.
     ///
     /// ```
-    /// use xform::{s, Idx, Tensor};
+    /// use xform_ops::{s, Idx, Tensor};
     ///
     /// let x = Tensor::from_vec((0..6).map(|i| i as f32).collect(), [6]);
     /// assert_eq!(x.slice(s![..;-1]).to_vec::<f32>(), [5.0, 4.0, 3.0, 2.0, 1.0, 0.0]);

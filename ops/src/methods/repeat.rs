@@ -16,7 +16,7 @@ impl Tensor {
     /// For a count per element see [`Tensor::repeat_each`].
     ///
     /// ```
-    /// use xform::Tensor;
+    /// use xform_ops::Tensor;
     ///
     /// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2]);
     /// assert_eq!(x.repeat(2, Some(1)).to_vec::<f32>(), [1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0]);
@@ -80,7 +80,7 @@ impl Tensor {
     /// leading unit axes. `[1, 2].tile(&[2, 2])` is `[[1, 2, 1, 2], [1, 2, 1, 2]]`.
     ///
     /// ```
-    /// use xform::Tensor;
+    /// use xform_ops::Tensor;
     ///
     /// let x = Tensor::from_vec(vec![1.0f32, 2.0], [2]);
     /// assert_eq!(x.tile(&[2]).to_vec::<f32>(), [1.0, 2.0, 1.0, 2.0]);

@@ -248,9 +248,9 @@ impl Tensor {
     /// `&[&a, &b]`, a `Vec<Tensor>`, `&tensors[..]`.
     ///
     /// ```
-    /// use xform::Tensor;
+    /// use xform_ops::Tensor;
     ///
-    /// let (a, b) = (Tensor::ones([2], xform::DType::F32), Tensor::zeros([1], xform::DType::F32));
+    /// let (a, b) = (Tensor::ones([2], xform_ops::DType::F32), Tensor::zeros([1], xform_ops::DType::F32));
     /// assert_eq!(Tensor::concat(&[&a, &b], 0).to_vec::<f32>(), [1.0, 1.0, 0.0]);
     /// assert_eq!(Tensor::concat(vec![b.clone(), a.clone()], 0).to_vec::<f32>(), [0.0, 1.0, 1.0]);
     /// ```
