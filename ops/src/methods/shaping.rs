@@ -244,24 +244,27 @@ impl Tensor {
     }
 
     /// Joined along `axis` (which may be negative), promoting to one
-    /// dtype. Takes any list of tensors or references: `&[a, b]`,
-    /// `&[&a, &b]`, a `Vec<Tensor>`, `&tensors[..]`.
+    /// dtype. Takes a slice of tensors or of references: `&[a, b]`,
+    /// `&[&a, &b]`, `&vec_of_tensors`, `&vec_of_refs`. (A slice rather than
+    /// `impl AsRef<[T]>`, so that `&[a, b]` does not trip clippy's
+    /// `needless_borrows_for_generic_args`; an empty literal needs its
+    /// type: `&[] as &[Tensor]`.)
     ///
     /// ```
     /// use xform_ops::Tensor;
     ///
     /// let (a, b) = (Tensor::ones([2], xform_ops::DType::F32), Tensor::zeros([1], xform_ops::DType::F32));
     /// assert_eq!(Tensor::concat(&[&a, &b], 0).to_vec::<f32>(), [1.0, 1.0, 0.0]);
-    /// assert_eq!(Tensor::concat(vec![b.clone(), a.clone()], 0).to_vec::<f32>(), [0.0, 1.0, 1.0]);
+    /// let owned: Vec<Tensor> = vec![b, a];
+    /// assert_eq!(Tensor::concat(&owned, 0).to_vec::<f32>(), [0.0, 1.0, 1.0]);
     /// ```
     #[track_caller]
-    pub fn concat<T: Borrow<Tensor>>(tensors: impl AsRef<[T]>, axis: isize) -> Tensor {
+    pub fn concat<T: Borrow<Tensor>>(tensors: &[T], axis: isize) -> Tensor {
         Tensor::try_concat(tensors, axis).or_raise()
     }
 
     /// [`Tensor::concat`] returning an error instead of panicking.
-    pub fn try_concat<T: Borrow<Tensor>>(tensors: impl AsRef<[T]>, axis: isize) -> Result<Tensor> {
-        let tensors = tensors.as_ref();
+    pub fn try_concat<T: Borrow<Tensor>>(tensors: &[T], axis: isize) -> Result<Tensor> {
         let first = tensors.first().ok_or_else(|| Error::invalid("concat", "needs at least one tensor"))?.borrow();
         let a = norm_axis("concat", axis, first.rank())?;
         let d = tensors.iter().map(|t| t.borrow().dtype()).reduce(xform_kernels::DType::promote).expect("nonempty");
@@ -277,13 +280,12 @@ impl Tensor {
     /// Stacked along a new axis `axis`; takes the lists
     /// [`Tensor::concat`] takes.
     #[track_caller]
-    pub fn stack<T: Borrow<Tensor>>(tensors: impl AsRef<[T]>, axis: isize) -> Tensor {
+    pub fn stack<T: Borrow<Tensor>>(tensors: &[T], axis: isize) -> Tensor {
         Tensor::try_stack(tensors, axis).or_raise()
     }
 
     /// [`Tensor::stack`] returning an error instead of panicking.
-    pub fn try_stack<T: Borrow<Tensor>>(tensors: impl AsRef<[T]>, axis: isize) -> Result<Tensor> {
-        let tensors = tensors.as_ref();
+    pub fn try_stack<T: Borrow<Tensor>>(tensors: &[T], axis: isize) -> Result<Tensor> {
         let first = tensors.first().ok_or_else(|| Error::invalid("stack", "needs at least one tensor"))?.borrow();
         let a = norm_axis("stack", axis, first.rank() + 1)?;
         let shape = first.shape();
