@@ -71,5 +71,5 @@ pub mod prelude {
 
 /// The README's examples, compiled and run as doctests.
 #[doc = include_str!("../README.md")]
-#[cfg(doctest)]
+#[cfg(all(doctest, feature = "testing", feature = "data"))]
 pub struct ReadmeDoctests;

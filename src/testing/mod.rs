@@ -6,7 +6,8 @@
 //! - [`check_vmap`]: `vmap(f)` against a loop over the examples;
 //! - [`check_transpose`]: the transpose identity `<ct, J t> = <J^T ct, t>`
 //!   for a linear function;
-//! - [`strategies`]: proptest strategies for shapes, tensors and trees.
+//! - `strategies` (feature `testing`, on by default): proptest strategies
+//!   for shapes, tensors and trees.
 //!
 //! ```
 //! use xform::prelude::*;
@@ -19,6 +20,7 @@
 //! ```
 
 mod grads;
+#[cfg(feature = "testing")]
 pub mod strategies;
 mod vmap_check;
 

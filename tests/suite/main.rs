@@ -14,6 +14,7 @@ mod cuda;
 mod dynamic_slice;
 mod edges;
 mod errors;
+mod gaps;
 mod limits;
 mod methods;
 mod mutation;

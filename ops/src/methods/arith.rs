@@ -65,6 +65,24 @@ impl Tensor {
         binary(BinaryOp::Min, self, other).or_raise()
     }
 
+    /// Elementwise maximum with a scalar (jnp's `maximum(x, v)`,
+    /// PyTorch's `clamp_min`): `x.maximum_scalar(0.0)` is a ReLU whose
+    /// derivative at 0 is 1/2, as JAX's (ties split the tangent). The
+    /// scalar is weak, as in [`Scalar`].
+    #[track_caller]
+    pub fn maximum_scalar<S: Scalar>(&self, v: S) -> Tensor {
+        let s = scalar_for("max", self, v).or_raise();
+        binary(BinaryOp::Max, self, &s).or_raise()
+    }
+
+    /// Elementwise minimum with a scalar (jnp's `minimum(x, v)`,
+    /// PyTorch's `clamp_max`); ties split the tangent, as in JAX.
+    #[track_caller]
+    pub fn minimum_scalar<S: Scalar>(&self, v: S) -> Tensor {
+        let s = scalar_for("min", self, v).or_raise();
+        binary(BinaryOp::Min, self, &s).or_raise()
+    }
+
     /// `atan2(self, other)`, broadcasting.
     #[track_caller]
     pub fn atan2(&self, other: &Tensor) -> Tensor {

@@ -17,24 +17,75 @@ pub enum Idx {
     All,
     /// One element; the axis is removed (`3`, `-1`).
     At(isize),
-    /// A range with a step; bounds may be negative and clip like Python's.
+    /// Python's `start:end:step`: bounds may be negative (counting from the
+    /// end) and clip to the axis as Python's do; a negative step walks
+    /// backward from `start` (default: the last element) down to just
+    /// above `end` (default: past the first element).
     Range {
-        /// First index (default 0).
+        /// First index (default 0, or the last index for a negative step).
         start: Option<isize>,
-        /// One past the last (default: the axis size).
+        /// Where to stop, exclusive (default: past the end in the
+        /// direction of the step).
         end: Option<isize>,
-        /// Step (>= 1).
-        step: usize,
+        /// Step (nonzero; negative walks backward).
+        step: isize,
     },
     /// A new unit axis (numpy's `None`).
     NewAxis,
 }
 
 impl Idx {
-    /// A range with a step.
-    pub fn step(r: std::ops::Range<isize>, step: usize) -> Idx {
+    /// A range with a step: `Idx::step(0..6, 2)` is Python's `0:6:2`.
+    pub fn step(r: std::ops::Range<isize>, step: isize) -> Idx {
         Idx::Range { start: Some(r.start), end: Some(r.end), step }
     }
+
+    /// Python's `slice(start, stop, step)`, each bound optional:
+    /// `Idx::range(5, 1, -2)` is `5:1:-2`, `Idx::range(-1, None, -3)` is
+    /// `-1::-3`, `Idx::range(None, None, -1)` is `::-1`. (In `s!`, write
+    /// `..;-1`, `-1..;-3` or `5..1;-2`; the last is a reversed Rust range,
+    /// which clippy flags, so `Idx::range` reads better there.)
+    pub fn range(start: impl Into<Option<isize>>, end: impl Into<Option<isize>>, step: isize) -> Idx {
+        Idx::Range { start: start.into(), end: end.into(), step }
+    }
+
+    /// This range (or `..`) with `step`; what `s![a..b; step]` builds.
+    ///
+    /// # Panics
+    /// On a single index or a new axis: a step needs a range.
+    #[track_caller]
+    pub fn with_step(self, step: isize) -> Idx {
+        match self {
+            Idx::All => Idx::Range { start: None, end: None, step },
+            Idx::Range { start, end, .. } => Idx::Range { start, end, step },
+            Idx::At(_) | Idx::NewAxis => {
+                crate::Error::invalid("slice", format!("a step needs a range, not {self:?}")).raise()
+            }
+        }
+    }
+}
+
+/// Resolves Python's `start:end:step` on an axis of size `n`, as
+/// `slice.indices(n)` does: the first index taken and the number taken.
+/// A negative step clips the bounds to `-1..=n-1` (so `-1` as a resolved
+/// end means "past the first element"), a positive one to `0..=n`.
+fn resolve(start: Option<isize>, end: Option<isize>, step: isize, n: usize) -> (usize, usize) {
+    let (n, st) = (n as i128, step as i128);
+    let (lo, hi) = if st < 0 { (-1, n - 1) } else { (0, n) };
+    let norm = |v: isize| -> i128 {
+        let v = v as i128;
+        (if v < 0 { v + n } else { v }).clamp(lo, hi)
+    };
+    let b = start.map_or(if st < 0 { hi } else { lo }, norm);
+    let e = end.map_or(if st < 0 { lo } else { hi }, norm);
+    let len = if st > 0 && e > b {
+        (e - b + st - 1) / st
+    } else if st < 0 && b > e {
+        (b - e - 1) / -st + 1
+    } else {
+        0
+    };
+    (if len == 0 { 0 } else { b as usize }, len as usize)
 }
 
 /// `i` as an isize, saturating: an index past isize::MAX (`usize::MAX`)
@@ -81,17 +132,32 @@ impl From<std::ops::RangeFull> for Idx {
 }
 
 /// Builds a multi-axis index for [`Tensor::slice`]: `s![1, 0..2, .., -1]`.
+/// A step follows a range after `;`, as in Python's `start:end:step`:
+/// `s![.., ..;-1]` is numpy's `x[:, ::-1]`, `s![1..;2]` is `x[1::2]`,
+/// `s![-1..;-3]` is `x[-1::-3]`.
 #[macro_export]
 macro_rules! s {
-    ($($e:expr),* $(,)?) => {
-        &[$($crate::Idx::from($e)),*][..]
+    ($($e:expr $(; $step:expr)?),* $(,)?) => {
+        &[$($crate::Idx::from($e)$(.with_step($step))?),*][..]
     };
 }
 
 impl Tensor {
     /// Numpy-style basic indexing: one [`Idx`] per leading axis (missing
-    /// trailing axes are kept whole). A view: writes through it reach
-    /// `self`.
+    /// trailing axes are kept whole). Steps may be negative, with Python's
+    /// semantics (`x.slice(s![.., ..;-1])` is `x[:, ::-1]`; out-of-range
+    /// bounds clip; a range that takes nothing gives a size-0 axis). A
+    /// view, also with negative steps (`rev` then a slice, as in lax):
+    /// writes through it reach `self`.
+    ///
+    /// ```
+    /// use xform_ops::{s, Idx, Tensor};
+    ///
+    /// let x = Tensor::from_vec((0..6).map(|i| i as f32).collect(), [6]);
+    /// assert_eq!(x.slice(s![..;-1]).to_vec::<f32>(), [5.0, 4.0, 3.0, 2.0, 1.0, 0.0]);
+    /// assert_eq!(x.slice(s![-1..;-3]).to_vec::<f32>(), [5.0, 2.0]);
+    /// assert_eq!(x.slice(&[Idx::range(5, 1, -2)]).to_vec::<f32>(), [5.0, 3.0]);
+    /// ```
     #[track_caller]
     pub fn slice(&self, index: &[Idx]) -> Tensor {
         self.try_slice(index).or_raise()
@@ -112,6 +178,9 @@ impl Tensor {
         let mut start: Axes = smallvec::smallvec![0; r];
         let mut limit: Axes = shape.iter().copied().collect();
         let mut step: Axes = smallvec::smallvec![1; r];
+        // A negative step is `rev` then a positive-step slice of the
+        // reversed axis (as lax does), so the result stays a view.
+        let mut reversed: Axes = Axes::new();
         let mut out = Vec::new();
         let mut axis = 0;
         for i in index {
@@ -135,22 +204,29 @@ impl Tensor {
                 }
                 Idx::Range { start: s, end: e, step: st } => {
                     if st == 0 {
-                        return Err(Error::invalid("slice", "step must be at least 1"));
+                        return Err(Error::invalid("slice", "step must not be zero"));
                     }
-                    let n = shape[axis] as isize;
-                    let clip = |v: isize| -> usize { (if v < 0 { v + n } else { v }).clamp(0, n) as usize };
-                    let b = clip(s.unwrap_or(0));
-                    let e = clip(e.unwrap_or(n)).max(b);
+                    let n = shape[axis];
+                    let (first, len) = resolve(s, e, st, n);
+                    let abs = st.unsigned_abs();
+                    // In the reversed axis, index `first` is `n - 1 - first`.
+                    let b = if st < 0 && len > 0 { n - 1 - first } else { first };
+                    if st < 0 {
+                        reversed.push(axis);
+                    }
                     start[axis] = b;
-                    limit[axis] = e;
-                    step[axis] = st;
-                    out.push((e - b).div_ceil(st));
+                    limit[axis] = if len == 0 { b } else { b + (len - 1) * abs + 1 };
+                    step[axis] = if len <= 1 { 1 } else { abs };
+                    out.push(len);
                 }
             }
             axis += 1;
         }
         out.extend_from_slice(&shape[axis..]);
         let mut ops = Vec::new();
+        if !reversed.is_empty() {
+            ops.push(Prim::Shape(ShapeOp::Rev { axes: reversed }));
+        }
         let sliced: Shape = Shape((0..r).map(|d| (limit[d] - start[d]).div_ceil(step[d])).collect());
         if sliced != shape {
             ops.push(Prim::Shape(ShapeOp::Slice { start, limit, strides: step }));

@@ -16,6 +16,7 @@ mod inplace;
 mod linalg;
 mod nn;
 mod reduction;
+mod repeat;
 mod shaping;
 
 pub use indexing::Idx;

@@ -10,6 +10,7 @@ use crate::lax;
 use crate::mutation::make_view;
 use crate::prim::{Amounts, Axes, ElementwiseOp, Prim, ShapeOp};
 use crate::tensor::Tensor;
+use std::borrow::Borrow;
 use xform_kernels::Shape;
 
 /// Resolves a shape with at most one -1 against `numel` elements.
@@ -242,18 +243,32 @@ impl Tensor {
         make_view(self, &[Prim::Shape(ShapeOp::Rev { axes: ax.into_iter().collect() })]).or_raise()
     }
 
-    /// Joined along `axis` (which may be negative).
+    /// Joined along `axis` (which may be negative), promoting to one
+    /// dtype. Takes a slice of tensors or of references: `&[a, b]`,
+    /// `&[&a, &b]`, `&vec_of_tensors`, `&vec_of_refs`. (A slice rather than
+    /// `impl AsRef<[T]>`, so that `&[a, b]` does not trip clippy's
+    /// `needless_borrows_for_generic_args`; an empty literal needs its
+    /// type: `&[] as &[Tensor]`.)
+    ///
+    /// ```
+    /// use xform_ops::Tensor;
+    ///
+    /// let (a, b) = (Tensor::ones([2], xform_ops::DType::F32), Tensor::zeros([1], xform_ops::DType::F32));
+    /// assert_eq!(Tensor::concat(&[&a, &b], 0).to_vec::<f32>(), [1.0, 1.0, 0.0]);
+    /// let owned: Vec<Tensor> = vec![b, a];
+    /// assert_eq!(Tensor::concat(&owned, 0).to_vec::<f32>(), [0.0, 1.0, 1.0]);
+    /// ```
     #[track_caller]
-    pub fn concat(tensors: &[Tensor], axis: isize) -> Tensor {
+    pub fn concat<T: Borrow<Tensor>>(tensors: &[T], axis: isize) -> Tensor {
         Tensor::try_concat(tensors, axis).or_raise()
     }
 
     /// [`Tensor::concat`] returning an error instead of panicking.
-    pub fn try_concat(tensors: &[Tensor], axis: isize) -> Result<Tensor> {
-        let first = tensors.first().ok_or_else(|| Error::invalid("concat", "needs at least one tensor"))?;
+    pub fn try_concat<T: Borrow<Tensor>>(tensors: &[T], axis: isize) -> Result<Tensor> {
+        let first = tensors.first().ok_or_else(|| Error::invalid("concat", "needs at least one tensor"))?.borrow();
         let a = norm_axis("concat", axis, first.rank())?;
-        let d = tensors.iter().map(|t| t.dtype()).reduce(xform_kernels::DType::promote).expect("nonempty");
-        let ts: Vec<Tensor> = tensors.iter().map(|t| lax::convert(t, d)).collect::<Result<_>>()?;
+        let d = tensors.iter().map(|t| t.borrow().dtype()).reduce(xform_kernels::DType::promote).expect("nonempty");
+        let ts: Vec<Tensor> = tensors.iter().map(|t| lax::convert(t.borrow(), d)).collect::<Result<_>>()?;
         let out = lax::concatenate(&ts, a)?;
         if ts.len() == 1 {
             lax::copy(&out)
@@ -262,21 +277,22 @@ impl Tensor {
         }
     }
 
-    /// Stacked along a new axis `axis`.
+    /// Stacked along a new axis `axis`; takes the lists
+    /// [`Tensor::concat`] takes.
     #[track_caller]
-    pub fn stack(tensors: &[Tensor], axis: isize) -> Tensor {
+    pub fn stack<T: Borrow<Tensor>>(tensors: &[T], axis: isize) -> Tensor {
         Tensor::try_stack(tensors, axis).or_raise()
     }
 
     /// [`Tensor::stack`] returning an error instead of panicking.
-    pub fn try_stack(tensors: &[Tensor], axis: isize) -> Result<Tensor> {
-        let first = tensors.first().ok_or_else(|| Error::invalid("stack", "needs at least one tensor"))?;
+    pub fn try_stack<T: Borrow<Tensor>>(tensors: &[T], axis: isize) -> Result<Tensor> {
+        let first = tensors.first().ok_or_else(|| Error::invalid("stack", "needs at least one tensor"))?.borrow();
         let a = norm_axis("stack", axis, first.rank() + 1)?;
         let shape = first.shape();
-        if let Some(t) = tensors.iter().find(|t| t.shape() != shape) {
+        if let Some(t) = tensors.iter().map(Borrow::borrow).find(|t: &&Tensor| t.shape() != shape) {
             return Err(Error::shape("stack", "all tensors must have one shape", &[&shape, &t.shape()]));
         }
-        let ex: Vec<Tensor> = tensors.iter().map(|t| lax::expand_dims(t, a)).collect::<Result<_>>()?;
+        let ex: Vec<Tensor> = tensors.iter().map(|t| lax::expand_dims(t.borrow(), a)).collect::<Result<_>>()?;
         Tensor::try_concat(&ex, a as isize)
     }
 
