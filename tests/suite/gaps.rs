@@ -227,7 +227,8 @@ fn concat_and_stack_take_any_list() {
     assert_eq!(v(&Tensor::concat(&refs[..], 0)), want);
     let s = Tensor::stack(&[&a, &a], 1);
     assert_eq!((s.shape().dims().to_vec(), v(&s)), (vec![2, 2], vec![1., 1., 2., 2.]));
-    assert_eq!(v(&Tensor::stack(&owned[..1].repeat(2), 0)), [1., 2., 1., 2.]);
+    let pair: Vec<Tensor> = vec![a.clone(), a.clone()];
+    assert_eq!(v(&Tensor::stack(&pair, 0)), [1., 2., 1., 2.]);
     assert!(Tensor::try_stack(&[&a, &b], 0).is_err());
     assert!(Tensor::try_concat(&[] as &[&Tensor], 0).is_err());
     // under grad: d/da sum(concat([a, a]) * [1, 2, 3, 4]) = [4, 6]
