@@ -3,7 +3,9 @@
 //! optimizers as pure functions.
 //!
 //! - Layers: [`Linear`] and [`Mlp`] (pytrees through
-//!   [`impl_tree!`](crate::impl_tree)), initialized from a [`Key`](crate::Key)
+//!   [`impl_tree!`](crate::impl_tree) and `#[derive(Tree)]`; settings such
+//!   as an activation, sizes or `eps` are `#[tree(static)]` fields, not
+//!   leaves), initialized from a [`Key`](crate::Key)
 //!   with PyTorch's default distributions ([`init`] holds the initializers
 //!   and fan helpers).
 //! - Convolution and pooling: [`Conv1d`], [`Conv2d`], [`Conv3d`] (one generic
@@ -54,33 +56,6 @@
 //! let logits = vmap(|m: &Mlp| m.forward(&x))(&stack(&models));
 //! assert_eq!(logits.shape().dims(), &[4, 32, 4]);
 //! ```
-
-/// Implements [`Tree`](crate::Tree) for a layer struct: the fields in the
-/// braces are its parameters (trees: tensors, `Option<Tensor>`, layers), the
-/// fields after `config` are plain settings (sizes, `eps`) that are not
-/// leaves and are cloned into every rebuilt tree, so `grad` of a loss with
-/// respect to a layer is the same layer type with the same settings.
-macro_rules! layer_tree {
-    ($name:ident { $($field:ident),* $(,)? } config { $($cfg:ident),* $(,)? }) => {
-        // A layer without parameters (pooling) leaves the arguments unused.
-        #[allow(unused_variables)]
-        impl $crate::Tree for $name {
-            type Map<T> = ::std::collections::BTreeMap<String, T>;
-            fn flatten_into(&self, out: &mut $crate::Leaves) {
-                $($crate::Tree::flatten_into(&self.$field, out);)*
-            }
-            fn rebuild(&self, leaves: &mut dyn Iterator<Item = $crate::Tensor>) -> Self {
-                $name { $($field: $crate::Tree::rebuild(&self.$field, leaves),)* $($cfg: self.$cfg.clone(),)* }
-            }
-            fn build_map<T>(&self, items: &mut dyn Iterator<Item = T>) -> Self::Map<T> {
-                $crate::Tree::paths(self).into_iter().map(|p| (p, items.next().expect("too few items"))).collect()
-            }
-            fn leaf_paths(&self, prefix: &str, out: &mut Vec<String>) {
-                $($crate::Tree::leaf_paths(&self.$field, &format!("{}.{}", prefix, stringify!($field)), out);)*
-            }
-        }
-    };
-}
 
 mod attention;
 mod conv;
