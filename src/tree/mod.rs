@@ -28,7 +28,7 @@
 //! structure (the same leaf paths); the arithmetic ones also require each
 //! pair of leaves to have the same shape, so that a `[3]` leaf never
 //! silently broadcasts against a `[1]` one. A mismatch raises an
-//! [`Error`](crate::Error) that names the leaf.
+//! [`Error`] that names the leaf.
 //!
 //! `#[derive(Tree)]` (the same name as the trait, like serde's `Serialize`)
 //! makes a struct a pytree; fields marked `#[tree(static)]` are not leaves:
