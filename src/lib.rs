@@ -28,8 +28,13 @@
 
 pub mod data;
 pub mod nn;
+pub mod safetensors;
 pub mod testing;
+pub mod tree;
 
+/// `#[derive(Tree)]`: a struct or enum as a pytree, with `#[tree(static)]`
+/// fields carried through transforms unchanged (see [`tree`]).
+pub use xform_derive::Tree;
 pub use xform_ops::prim::RematPolicy;
 pub use xform_ops::{
     catch, default_device, lax, s, set_default_device, Array, Aval, DType, Device, DotDims, Error, ErrorKind, Idx, Key,

@@ -189,16 +189,17 @@ pub struct AttentionMasks<'a> {
 /// let y = mha.forward(&x, &x, &x, AttentionMasks::default());
 /// assert_eq!(y.shape().dims(), &[2, 5, 16]);
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, crate::Tree)]
+#[tree(crate = crate)]
 pub struct MultiHeadAttention {
     /// The packed input projection, `w: [E, 3E]`, `b: [3E]`.
     pub in_proj: Linear,
     /// The output projection, `w: [E, E]`, `b: [E]`.
     pub out_proj: Linear,
     /// The number of heads (dividing `E`).
+    #[tree(static)]
     pub num_heads: usize,
 }
-layer_tree!(MultiHeadAttention { in_proj, out_proj } config { num_heads });
 
 impl MultiHeadAttention {
     /// PyTorch's initialization: `in_proj` weight Xavier uniform over the

@@ -245,7 +245,8 @@ fn conv_forward(
 /// let x = Key::new(1).normal([1, 4, 5, 5], DType::F32);
 /// assert_eq!(up.forward(&x).shape().dims(), &[1, 2, 10, 10]);
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, crate::Tree)]
+#[tree(crate = crate)]
 pub struct ConvTranspose2d {
     /// Weights `[in_channels, out_channels / groups, kH, kW]`.
     pub w: Tensor,
@@ -253,12 +254,12 @@ pub struct ConvTranspose2d {
     pub b: Option<Tensor>,
     /// Strides, padding (explicit `(p, p)` pairs: PyTorch's `padding`),
     /// dilation, groups.
+    #[tree(static)]
     pub config: ConvConfig,
     /// Extra rows and columns at the high end (PyTorch's `output_padding`).
+    #[tree(static)]
     pub output_padding: [usize; 2],
 }
-
-layer_tree!(ConvTranspose2d { w, b } config { config, output_padding });
 
 impl ConvTranspose2d {
     /// A layer with PyTorch's default initialization (uniform in

@@ -19,14 +19,15 @@ use crate::{DType, Error, ErrorKind, Key, Tensor};
 /// assert_eq!(e.shape().dims(), &[3, 4]);
 /// assert_eq!(e.index(0).to_vec::<f32>(), emb.weight.index(1).to_vec::<f32>());
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, crate::Tree)]
+#[tree(crate = crate)]
 pub struct Embedding {
     /// The table, `[num_embeddings, embedding_dim]`.
     pub weight: Tensor,
     /// The row that receives no gradient, if any.
+    #[tree(static)]
     pub padding_idx: Option<usize>,
 }
-layer_tree!(Embedding { weight } config { padding_idx });
 
 impl Embedding {
     /// A table with N(0, 1) entries (PyTorch's default) and no padding row.

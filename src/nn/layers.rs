@@ -133,14 +133,16 @@ impl Tree for Activation {
 /// let g: Mlp = grad(loss)(&mlp); // a gradient shaped like the model
 /// assert_eq!(g.layers[1].w.shape().dims(), &[32, 10]);
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, crate::Tree)]
+#[tree(crate = crate)]
 pub struct Mlp {
     /// The layers, first to last.
     pub layers: Vec<Linear>,
-    /// The nonlinearity after every layer but the last.
+    /// The nonlinearity after every layer but the last (a static field:
+    /// not a leaf, carried through transforms unchanged).
+    #[tree(static)]
     pub activation: Activation,
 }
-impl_tree!(Mlp { layers, activation });
 
 impl Mlp {
     /// An MLP with layer widths `sizes` (`[d_in, hidden.., d_out]`), each

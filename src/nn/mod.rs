@@ -3,7 +3,9 @@
 //! optimizers as pure functions.
 //!
 //! - Layers: [`Linear`] and [`Mlp`] (pytrees through
-//!   [`impl_tree!`](crate::impl_tree)), initialized from a [`Key`](crate::Key)
+//!   [`impl_tree!`](crate::impl_tree) and `#[derive(Tree)]`; settings such
+//!   as an activation, sizes or `eps` are `#[tree(static)]` fields, not
+//!   leaves), initialized from a [`Key`](crate::Key)
 //!   with PyTorch's default distributions ([`init`] holds the initializers
 //!   and fan helpers).
 //! - Convolution and pooling: [`Conv1d`], [`Conv2d`], [`Conv3d`] (one generic
@@ -14,13 +16,16 @@
 //! - [`Dropout`] / [`dropout`] with an explicit key, [`Embedding`].
 //! - Attention: [`scaled_dot_product_attention`], [`MultiHeadAttention`]
 //!   with [`AttentionMasks`], [`causal_mask`].
-//! - Trees: [`tree_map`], [`tree_zip_map`], [`tree_map3`], [`tree_add`],
-//!   [`tree_sub`], [`tree_scale`], [`tree_axpy`], [`tree_dot`],
-//!   [`tree_norm`], [`tree_lerp`], [`tree_average`], [`tree_zeros_like`],
-//!   [`tree_normal_like`], [`clip_by_global_norm`], [`tree_numel`],
-//!   [`tree_cast`].
+//! - Trees: the utilities of [`xform::tree`](crate::tree), also here
+//!   under the names they had before that module existed: `tree_map` is
+//!   [`tree::map`](crate::tree::map), `tree_zip_map` is
+//!   [`tree::map2`](crate::tree::map2), and `tree_map3`, `tree_add`,
+//!   `tree_sub`, `tree_scale`, `tree_axpy`, `tree_dot`, `tree_norm`,
+//!   `tree_lerp`, `tree_average`, `tree_zeros_like`, `tree_ones_like`,
+//!   `tree_normal_like`, `tree_numel`, `tree_cast` drop the prefix;
+//!   [`clip_by_global_norm`].
 //! - Ensembles: [`stack`] (models to one model with a leading axis on
-//!   every leaf) and [`unstack`].
+//!   every leaf) and [`unstack`], from [`xform::tree`](crate::tree).
 //! - Losses and metrics: [`softmax_cross_entropy`] (and
 //!   [`softmax_cross_entropy_per_example`]), [`mse`], [`accuracy`].
 //! - Optimizers: [`Sgd`] and [`Adam`], `init(&params)` then
@@ -52,33 +57,6 @@
 //! assert_eq!(logits.shape().dims(), &[4, 32, 4]);
 //! ```
 
-/// Implements [`Tree`](crate::Tree) for a layer struct: the fields in the
-/// braces are its parameters (trees: tensors, `Option<Tensor>`, layers), the
-/// fields after `config` are plain settings (sizes, `eps`) that are not
-/// leaves and are cloned into every rebuilt tree, so `grad` of a loss with
-/// respect to a layer is the same layer type with the same settings.
-macro_rules! layer_tree {
-    ($name:ident { $($field:ident),* $(,)? } config { $($cfg:ident),* $(,)? }) => {
-        // A layer without parameters (pooling) leaves the arguments unused.
-        #[allow(unused_variables)]
-        impl $crate::Tree for $name {
-            type Map<T> = ::std::collections::BTreeMap<String, T>;
-            fn flatten_into(&self, out: &mut $crate::Leaves) {
-                $($crate::Tree::flatten_into(&self.$field, out);)*
-            }
-            fn rebuild(&self, leaves: &mut dyn Iterator<Item = $crate::Tensor>) -> Self {
-                $name { $($field: $crate::Tree::rebuild(&self.$field, leaves),)* $($cfg: self.$cfg.clone(),)* }
-            }
-            fn build_map<T>(&self, items: &mut dyn Iterator<Item = T>) -> Self::Map<T> {
-                $crate::Tree::paths(self).into_iter().map(|p| (p, items.next().expect("too few items"))).collect()
-            }
-            fn leaf_paths(&self, prefix: &str, out: &mut Vec<String>) {
-                $($crate::Tree::leaf_paths(&self.$field, &format!("{}.{}", prefix, stringify!($field)), out);)*
-            }
-        }
-    };
-}
-
 mod attention;
 mod conv;
 mod dropout;
@@ -90,7 +68,6 @@ mod norm;
 mod optim;
 mod pool;
 mod residual;
-mod tree_util;
 
 pub use attention::{causal_mask, scaled_dot_product_attention, AttentionMasks, MultiHeadAttention};
 pub use conv::{Conv, Conv1d, Conv2d, Conv3d, ConvConfig, ConvTranspose2d};
@@ -102,8 +79,11 @@ pub use norm::{batch_norm, BatchNorm, BatchNormStats, GroupNorm, LayerNorm};
 pub use optim::{Adam, AdamState, Sgd, SgdState};
 pub use pool::{global_avg_pool, AvgPool2d, MaxPool2d};
 pub use residual::ResidualBlock;
-pub use tree_util::{
-    clip_by_global_norm, stack, tree_add, tree_average, tree_axpy, tree_cast, tree_dot, tree_lerp, tree_map, tree_map3,
-    tree_norm, tree_normal_like, tree_numel, tree_ones_like, tree_scale, tree_sub, tree_zeros_like, tree_zip_map,
-    unstack,
+// The tree utilities' names from before `xform::tree` (many examples and
+// programs use them).
+pub use crate::tree::{
+    add as tree_add, average as tree_average, axpy as tree_axpy, cast as tree_cast, clip_by_global_norm,
+    dot as tree_dot, lerp as tree_lerp, map as tree_map, map2 as tree_zip_map, map3 as tree_map3, norm as tree_norm,
+    normal_like as tree_normal_like, numel as tree_numel, ones_like as tree_ones_like, scale as tree_scale, stack,
+    sub as tree_sub, unstack, zeros_like as tree_zeros_like,
 };

@@ -72,7 +72,8 @@ fn check_eps(op: &str, eps: f64) {
 /// assert!(y.mean().item::<f64>().abs() < 1e-12); // zero mean, unit variance
 /// assert!((y.var().item::<f64>() - 1.25 / (1.25 + 1e-5)).abs() < 1e-12);
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, crate::Tree)]
+#[tree(crate = crate)]
 pub struct LayerNorm {
     /// The elementwise scale, shaped `normalized_shape` (`None` without
     /// elementwise affine).
@@ -80,11 +81,12 @@ pub struct LayerNorm {
     /// The elementwise shift, shaped `normalized_shape`.
     pub bias: Option<Tensor>,
     /// The trailing axes normalized over.
+    #[tree(static)]
     pub normalized_shape: Vec<usize>,
     /// Added to the variance (default 1e-5).
+    #[tree(static)]
     pub eps: f64,
 }
-layer_tree!(LayerNorm { weight, bias } config { normalized_shape, eps });
 
 impl LayerNorm {
     /// PyTorch's default: affine with weight 1 and bias 0, `eps = 1e-5`.
@@ -155,20 +157,23 @@ impl LayerNorm {
 ///
 /// For one example under `vmap`, give it a batch axis of 1
 /// (`x.unsqueeze(0)`), as PyTorch requires `[N, C, *]`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, crate::Tree)]
+#[tree(crate = crate)]
 pub struct GroupNorm {
     /// The per-channel scale `[C]`.
     pub weight: Option<Tensor>,
     /// The per-channel shift `[C]`.
     pub bias: Option<Tensor>,
     /// The number of groups (dividing the number of channels).
+    #[tree(static)]
     pub num_groups: usize,
     /// The number of channels `C`.
+    #[tree(static)]
     pub num_channels: usize,
     /// Added to the variance (default 1e-5).
+    #[tree(static)]
     pub eps: f64,
 }
-layer_tree!(GroupNorm { weight, bias } config { num_groups, num_channels, eps });
 
 impl GroupNorm {
     /// PyTorch's default: affine with weight 1 and bias 0, `eps = 1e-5`.
@@ -274,20 +279,23 @@ impl BatchNormStats {
 /// assert_eq!(same.mean.to_vec::<f32>(), stats.mean.to_vec::<f32>());
 /// # let _ = y_eval;
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, crate::Tree)]
+#[tree(crate = crate)]
 pub struct BatchNorm {
     /// The per-channel scale `[C]` (starts at 1).
     pub weight: Option<Tensor>,
     /// The per-channel shift `[C]` (starts at 0).
     pub bias: Option<Tensor>,
     /// The number of channels `C`.
+    #[tree(static)]
     pub num_features: usize,
     /// Added to the variance (default 1e-5).
+    #[tree(static)]
     pub eps: f64,
     /// The weight of the new batch in the running statistics (default 0.1).
+    #[tree(static)]
     pub momentum: f64,
 }
-layer_tree!(BatchNorm { weight, bias } config { num_features, eps, momentum });
 
 impl BatchNorm {
     /// PyTorch's default: affine with weight 1 and bias 0, `eps = 1e-5`,

@@ -4,7 +4,7 @@
 //! themselves, so a whole training step (gradient and update) can be
 //! vmapped over an ensemble of models and their optimizer states.
 
-use super::tree_util::tree_zeros_like;
+use crate::tree;
 use crate::{DType, Error, Leaves, Tensor, Tree};
 
 /// Raises unless the parameters and gradients have the same structure and
@@ -90,7 +90,7 @@ impl Sgd {
 
     /// The initial state: a zero velocity if momentum is used.
     pub fn init<T: Tree>(&self, params: &T) -> SgdState<T> {
-        SgdState { velocity: (self.momentum != 0.0).then(|| tree_zeros_like(params)) }
+        SgdState { velocity: (self.momentum != 0.0).then(|| tree::zeros_like(params)) }
     }
 
     /// One step: the new parameters and state.
@@ -128,7 +128,7 @@ impl Sgd {
 ///
 /// ```
 /// use xform::prelude::*;
-/// use xform::nn::{tree_sub, Adam, Mlp};
+/// use xform::nn::{Adam, Mlp};
 ///
 /// let params = Mlp::init(&Key::new(0), &[4, 8, 3], DType::F32);
 /// let x = Key::new(1).normal([16, 4], DType::F32);
@@ -205,7 +205,7 @@ impl Adam {
 
     /// The initial state: step 0 and zero moments.
     pub fn init<T: Tree>(&self, params: &T) -> AdamState<T> {
-        AdamState { step: Tensor::scalar(0i32), m: tree_zeros_like(params), v: tree_zeros_like(params) }
+        AdamState { step: Tensor::scalar(0i32), m: tree::zeros_like(params), v: tree::zeros_like(params) }
     }
 
     /// One step: the new parameters and state.

@@ -18,16 +18,19 @@ use crate::{OrRaise, Tensor};
 /// let x = Tensor::from_vec((0..16).map(|i| i as f32).collect::<Vec<_>>(), [1, 1, 4, 4]);
 /// assert_eq!(MaxPool2d::new([2, 2]).forward(&x).to_vec::<f32>(), vec![5.0, 7.0, 13.0, 15.0]);
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, crate::Tree)]
+#[tree(crate = crate)]
 pub struct MaxPool2d {
     /// Window size.
+    #[tree(static)]
     pub kernel: [usize; 2],
     /// Window strides.
+    #[tree(static)]
     pub stride: [usize; 2],
     /// Padding per axis, both sides.
+    #[tree(static)]
     pub padding: [usize; 2],
 }
-layer_tree!(MaxPool2d {} config { kernel, stride, padding });
 
 impl MaxPool2d {
     /// Windows of `kernel` moving by `kernel`, no padding.
@@ -69,16 +72,19 @@ impl MaxPool2d {
 /// let x = Tensor::from_vec((0..16).map(|i| i as f32).collect::<Vec<_>>(), [1, 1, 4, 4]);
 /// assert_eq!(AvgPool2d::new([2, 2]).forward(&x).to_vec::<f32>(), vec![2.5, 4.5, 10.5, 12.5]);
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, crate::Tree)]
+#[tree(crate = crate)]
 pub struct AvgPool2d {
     /// Window size.
+    #[tree(static)]
     pub kernel: [usize; 2],
     /// Window strides.
+    #[tree(static)]
     pub stride: [usize; 2],
     /// Padding per axis, both sides (zeros, counted in the average).
+    #[tree(static)]
     pub padding: [usize; 2],
 }
-layer_tree!(AvgPool2d {} config { kernel, stride, padding });
 
 impl AvgPool2d {
     /// Windows of `kernel` moving by `kernel`, no padding.

@@ -19,7 +19,8 @@ use crate::{DType, Error, Key, Tensor};
 /// let x = Key::new(1).normal([3, 4, 8, 8], DType::F32);
 /// assert_eq!(block.forward(&x).shape().dims(), &[3, 8, 4, 4]);
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, crate::Tree)]
+#[tree(crate = crate)]
 pub struct ResidualBlock {
     /// The first 3x3 convolution (strided).
     pub conv1: Conv2d,
@@ -32,7 +33,6 @@ pub struct ResidualBlock {
     /// The 1x1 projection of the input, where the shape changes.
     pub shortcut: Option<Conv2d>,
 }
-layer_tree!(ResidualBlock { conv1, norm1, conv2, norm2, shortcut } config {});
 
 impl ResidualBlock {
     /// A block from `in_channels` to `out_channels` with the first
