@@ -21,5 +21,6 @@ mod nn_layers;
 mod prims_eval;
 mod random;
 mod rules;
+mod threads;
 mod views;
 mod window;
