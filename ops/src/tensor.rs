@@ -14,7 +14,7 @@ use crate::array::{Array, Device};
 use crate::error::{Error, Result};
 use crate::interp::Tag;
 use crate::node_ref::NodeRef;
-use crate::value_cell::{CellRef, ValueCell};
+use crate::value_cell::ValueCell;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -271,28 +271,38 @@ pub(crate) struct Slot {
 
 impl Node {
     #[inline(always)]
-    fn new(value: Value, view: Option<Box<ViewLink>>, birth: u64) -> Node {
-        Node { slot: ValueCell::new(Slot { value, eager_layout: None }), view, version: AtomicU64::new(0), birth }
+    fn new(value: Value, view: Option<Box<ViewLink>>, birth: u64, owner: u32) -> Node {
+        Node {
+            slot: ValueCell::new(Slot { value, eager_layout: None }, owner),
+            view,
+            version: AtomicU64::new(0),
+            birth,
+        }
     }
 }
 
 /// A borrowed tensor value (see [`Tensor::value`]); other borrows may
-/// coexist, on this thread and others.
+/// coexist, on this thread and others. Two words, like `Ref`.
 pub struct ValueRef<'a> {
     value: NonNull<Value>,
-    /// The cell borrow, or `None` when `value` is owned (a `Box`).
-    guard: Option<CellRef<'a, Slot>>,
+    /// The borrowed cell (the borrow is counted there), or `None` when
+    /// `value` is owned (a `Box`).
+    cell: Option<&'a ValueCell<Slot>>,
 }
 
 impl<'a> ValueRef<'a> {
     #[inline]
-    fn borrowed(guard: CellRef<'a, Slot>) -> ValueRef<'a> {
-        ValueRef { value: NonNull::from(&guard.value), guard: Some(guard) }
+    fn borrowed(cell: &'a ValueCell<Slot>) -> ValueRef<'a> {
+        cell.acquire();
+        // SAFETY: the slot is live while `cell` is borrowed; its address
+        // is taken without reading it.
+        let value = unsafe { NonNull::new_unchecked(std::ptr::addr_of!((*cell.as_ptr()).value).cast_mut()) };
+        ValueRef { value, cell: Some(cell) }
     }
 
     fn owned(value: Value) -> ValueRef<'a> {
         // SAFETY: `Box::into_raw` is non-null.
-        ValueRef { value: unsafe { NonNull::new_unchecked(Box::into_raw(Box::new(value))) }, guard: None }
+        ValueRef { value: unsafe { NonNull::new_unchecked(Box::into_raw(Box::new(value))) }, cell: None }
     }
 }
 
@@ -300,8 +310,8 @@ impl std::ops::Deref for ValueRef<'_> {
     type Target = Value;
     #[inline]
     fn deref(&self) -> &Value {
-        // SAFETY: `value` points into the slot the guard keeps borrowed, or
-        // at the box this guard owns.
+        // SAFETY: `value` points into the slot whose borrow this guard
+        // counts (no write meanwhile), or at the box this guard owns.
         unsafe { self.value.as_ref() }
     }
 }
@@ -309,10 +319,13 @@ impl std::ops::Deref for ValueRef<'_> {
 impl Drop for ValueRef<'_> {
     #[inline]
     fn drop(&mut self) {
-        if self.guard.is_none() {
-            // SAFETY: without a guard, `value` came from `Box::into_raw` in
+        match self.cell {
+            // SAFETY: the borrow counted in `borrowed`, on this thread
+            // (`ValueRef` is not `Send`: it holds a `NonNull`).
+            Some(cell) => unsafe { cell.release() },
+            // SAFETY: without a cell, `value` came from `Box::into_raw` in
             // `owned`, and is freed once, here.
-            drop(unsafe { Box::from_raw(self.value.as_ptr()) });
+            None => drop(unsafe { Box::from_raw(self.value.as_ptr()) }),
         }
     }
 }
@@ -325,11 +338,13 @@ impl Drop for ValueRef<'_> {
 pub struct Tensor(pub(crate) NodeRef);
 
 impl Tensor {
-    /// A tensor holding `value`.
-    #[inline]
+    /// A tensor holding `value`. (Always inlined: built in place, the
+    /// value is not copied through this frame; every op makes one.)
+    #[inline(always)]
     pub fn from_value(value: Value) -> Tensor {
         let birth = crate::interp::next_epoch();
-        Tensor(NodeRef::new_with(|| Node::new(value, None, birth)))
+        let owner = crate::value_cell::thread_index();
+        Tensor(NodeRef::new_with(|| Node::new(value, None, birth, owner)))
     }
 
     /// A tensor over a concrete array.
@@ -345,7 +360,8 @@ impl Tensor {
     /// A view tensor of `base` (see [`ViewLink`]).
     pub(crate) fn new_view(value: Value, link: ViewLink) -> Tensor {
         let birth = crate::interp::next_epoch();
-        Tensor(NodeRef::new_with(|| Node::new(value, Some(Box::new(link)), birth)))
+        let owner = crate::value_cell::thread_index();
+        Tensor(NodeRef::new_with(|| Node::new(value, Some(Box::new(link)), birth, owner)))
     }
 
     /// The current value. For a view whose base was replaced by a
@@ -354,11 +370,18 @@ impl Tensor {
     #[inline]
     pub fn value(&self) -> ValueRef<'_> {
         if self.0.view.is_some() {
-            if let Some(v) = crate::mutation::sync_view(self) {
-                return ValueRef::owned(v);
-            }
+            return self.view_value();
         }
-        ValueRef::borrowed(self.0.slot.borrow())
+        ValueRef::borrowed(&self.0.slot)
+    }
+
+    /// [`Tensor::value`] of a view (out of line: the common path stays small).
+    #[inline(never)]
+    fn view_value(&self) -> ValueRef<'_> {
+        match crate::mutation::sync_view(self) {
+            Some(v) => ValueRef::owned(v),
+            None => ValueRef::borrowed(&self.0.slot),
+        }
     }
 
     /// True on the thread that made this tensor's node, the only one that

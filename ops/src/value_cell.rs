@@ -15,6 +15,7 @@
 //! returns `None`), never done.
 
 use std::cell::{Cell, UnsafeCell};
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicIsize, AtomicU32, Ordering};
 
 /// The `shared` counter while the owner writes.
@@ -75,15 +76,12 @@ pub(crate) struct ValueCell<T> {
 unsafe impl<T: Send + Sync> Sync for ValueCell<T> {}
 
 impl<T> ValueCell<T> {
-    /// A cell owned by the calling thread.
-    #[inline]
-    pub(crate) fn new(value: T) -> ValueCell<T> {
-        ValueCell {
-            owner: thread_index(),
-            local: Cell::new(0),
-            shared: AtomicIsize::new(0),
-            value: UnsafeCell::new(value),
-        }
+    /// A cell owned by the thread of index `owner` (the caller's
+    /// [`thread_index`], read before the node's block is taken so that the
+    /// node is built in place).
+    #[inline(always)]
+    pub(crate) fn new(value: T, owner: u32) -> ValueCell<T> {
+        ValueCell { owner, local: Cell::new(0), shared: AtomicIsize::new(0), value: UnsafeCell::new(value) }
     }
 
     /// True on the thread that made the cell.
@@ -99,28 +97,57 @@ impl<T> ValueCell<T> {
     /// with `RefCell`).
     #[inline]
     pub(crate) fn borrow(&self) -> CellRef<'_, T> {
+        self.acquire();
+        CellRef { cell: self, _not_send: PhantomData }
+    }
+
+    /// Counts a read borrow (ended by [`ValueCell::release`] on the same
+    /// thread); the value may then be read through [`ValueCell::as_ptr`].
+    #[inline]
+    pub(crate) fn acquire(&self) {
         if self.is_owner() {
             let n = self.local.get();
             if n < 0 || n == isize::MAX {
                 borrowed_while_writing();
             }
             self.local.set(n + 1);
-            CellRef { cell: self, local: true }
         } else {
-            self.borrow_shared()
+            self.acquire_shared()
         }
+    }
+
+    /// Ends a read borrow counted by [`ValueCell::acquire`]. (A cell's
+    /// owner never changes, so the same thread finds the same counter.)
+    ///
+    /// # Safety
+    /// Once per `acquire`, on the thread that called it, after the last
+    /// use of the value read under it.
+    #[inline]
+    pub(crate) unsafe fn release(&self) {
+        if self.is_owner() {
+            self.local.set(self.local.get() - 1);
+        } else {
+            // Release: this read happens before the owner's next write.
+            self.shared.fetch_sub(1, Ordering::Release);
+        }
+    }
+
+    /// The value's address (read it only under a counted borrow).
+    #[inline]
+    pub(crate) fn as_ptr(&self) -> *const T {
+        self.value.get()
     }
 
     /// A reader on another thread: waits out a write in progress.
     #[cold]
     #[inline(never)]
-    fn borrow_shared(&self) -> CellRef<'_, T> {
+    fn acquire_shared(&self) {
         let mut spins = 0u32;
         let mut n = self.shared.load(Ordering::Relaxed);
         loop {
-            if n >= 0 && n < isize::MAX {
+            if (0..isize::MAX).contains(&n) {
                 match self.shared.compare_exchange_weak(n, n + 1, Ordering::Acquire, Ordering::Relaxed) {
-                    Ok(_) => return CellRef { cell: self, local: false },
+                    Ok(_) => return,
                     Err(now) => n = now,
                 }
             } else {
@@ -173,11 +200,11 @@ fn borrowed_while_writing() -> ! {
     panic!("internal error in xform: a tensor value borrowed while it is being written on its own thread")
 }
 
-/// A read borrow of a [`ValueCell`].
+/// A read borrow of a [`ValueCell`]; it stays on the thread that took it.
 pub(crate) struct CellRef<'a, T> {
     cell: &'a ValueCell<T>,
-    /// Counted in `local` (the owner) rather than `shared`.
-    local: bool,
+    /// Not `Send`: `release` must run on the borrowing thread.
+    _not_send: PhantomData<*const ()>,
 }
 
 impl<T> std::ops::Deref for CellRef<'_, T> {
@@ -186,19 +213,15 @@ impl<T> std::ops::Deref for CellRef<'_, T> {
     fn deref(&self) -> &T {
         // SAFETY: a read borrow is counted, so no write happens while it
         // lives (see the `Sync` impl).
-        unsafe { &*self.cell.value.get() }
+        unsafe { &*self.cell.as_ptr() }
     }
 }
 
 impl<T> Drop for CellRef<'_, T> {
     #[inline]
     fn drop(&mut self) {
-        if self.local {
-            self.cell.local.set(self.cell.local.get() - 1);
-        } else {
-            // Release: this read happens before the owner's next write.
-            self.cell.shared.fetch_sub(1, Ordering::Release);
-        }
+        // SAFETY: the borrow counted in `borrow`, on this thread (not `Send`).
+        unsafe { self.cell.release() }
     }
 }
 
@@ -252,7 +275,7 @@ mod tests {
     /// a whole value (both halves equal), and other threads cannot write.
     #[test]
     fn readers_on_other_threads_see_whole_writes() {
-        let cell = ValueCell::new((0u64, 0u64));
+        let cell = ValueCell::new((0u64, 0u64), thread_index());
         std::thread::scope(|s| {
             for _ in 0..3 {
                 s.spawn(|| {

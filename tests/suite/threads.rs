@@ -31,13 +31,16 @@ fn leaves(m: &Mlp) -> Vec<Vec<f32>> {
     m.layers.iter().flat_map(|l| [l.w.to_vec::<f32>(), l.b.to_vec::<f32>()]).collect()
 }
 
+fn loss<'a>(x: &'a Tensor, y: &'a Tensor) -> impl Fn(&Mlp) -> Tensor + 'a {
+    move |p: &Mlp| softmax_cross_entropy(&p.forward(x), y)
+}
+
 /// A model and its data moved to a worker thread, which computes the
 /// gradient there and sends it back: bit for bit the main thread's.
 #[test]
 fn a_model_computes_its_gradient_on_a_worker_thread() {
     let model = Mlp::init(&Key::new(0), &[6, 16, 3], DType::F32);
     let (x, y) = data();
-    let loss = |x: &Tensor, y: &Tensor| move |p: &Mlp| softmax_cross_entropy(&p.forward(x), y);
     let here = grad(loss(&x, &y))(&model);
 
     let (tx, rx) = mpsc::channel();
@@ -158,8 +161,8 @@ fn reads_from_other_threads_during_functionalized_writes() {
     let x = Tensor::from_vec(vec![1.0f32; 4], [4]);
     let out = functionalize(|x: &Tensor| {
         let buf = Tensor::zeros([4], DType::F32);
+        let done = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|s| {
-            let done = std::sync::atomic::AtomicBool::new(false);
             let reader = s.spawn(|| {
                 let mut reads = 0u64;
                 while !done.load(std::sync::atomic::Ordering::Relaxed) || reads == 0 {
