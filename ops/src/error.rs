@@ -48,6 +48,13 @@ pub enum ErrorKind {
         /// The transform that made the tracer, e.g. "vmap".
         transform: String,
     },
+    /// A tracer used on another thread than the one running its transform
+    /// (it escaped its transform: a tracer belongs to its transform's
+    /// thread, while concrete tensors are `Send + Sync`).
+    ForeignTracer {
+        /// The transform that made the tracer, e.g. "grad".
+        transform: String,
+    },
     /// A transform applied to a function or argument it cannot handle.
     Transform {
         /// What is wrong, in words.
@@ -255,6 +262,12 @@ impl fmt::Display for Error {
                 f,
                 "a value traced by {transform} was used after {transform} returned (an escaped tracer); \
                  return it from the transformed function instead of storing it outside"
+            )?,
+            ErrorKind::ForeignTracer { transform } => write!(
+                f,
+                "a value traced by {transform} was used on another thread: the tracer belongs to the thread \
+                 running {transform} and escaped its transform there; send concrete values between threads \
+                 (return them from the transformed function first)"
             )?,
             ErrorKind::OutOfMemory { shape, dtype, device, bytes } => {
                 write!(f, "out of memory: cannot allocate {bytes} bytes on {device}")?;

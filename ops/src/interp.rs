@@ -15,6 +15,7 @@ use crate::prim::Prim;
 use crate::tensor::{AvalRef, Tensor, Value};
 use smallvec::SmallVec;
 use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The outputs of one primitive application (almost always one).
 pub type Outs = SmallVec<[Tensor; 2]>;
@@ -23,30 +24,29 @@ pub type Outs = SmallVec<[Tensor; 2]>;
 pub type Level = usize;
 
 /// Identifies one interpreter instance (not one kind of transform), which
-/// is what keeps nested transforms of the same kind apart.
+/// is what keeps nested transforms of the same kind apart. Unique in the
+/// process, so a tracer that reached another thread never matches an
+/// interpreter there.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Tag {
-    /// Unique per instance within a thread.
+    /// Unique per instance in the process.
     pub id: u64,
     /// The transform's name, for messages ("vmap", "jvp", ...).
     pub name: &'static str,
 }
 
+/// The next tag id (one atomic increment per transform call).
+static NEXT_TAG: AtomicU64 = AtomicU64::new(1);
+
 thread_local! {
-    static NEXT_TAG: Cell<u64> = const { Cell::new(1) };
     static EPOCH: Cell<u64> = const { Cell::new(0) };
     static STACK: RefCell<Stack> = const { RefCell::new(Stack { entries: Vec::new(), current: 0 }) };
 }
 
 impl Tag {
-    /// A tag no other live interpreter on this thread has.
+    /// A tag no other interpreter has.
     pub fn fresh(name: &'static str) -> Tag {
-        let id = NEXT_TAG.with(|n| {
-            let id = n.get();
-            n.set(id + 1);
-            id
-        });
-        Tag { id, name }
+        Tag { id: NEXT_TAG.fetch_add(1, Ordering::Relaxed), name }
     }
 }
 
@@ -325,14 +325,26 @@ fn owner(level: Level, inputs: &[Tensor]) -> Option<(Level, *const dyn Interpret
     })
 }
 
-/// The concrete array of an operand that reached `Eval`.
+/// The concrete array of operand `t` (whose value is `v`) that reached `Eval`.
 #[inline]
-fn concrete<'v>(prim: &Prim, v: &'v Value) -> Result<&'v crate::Array> {
+fn concrete<'v>(prim: &Prim, t: &Tensor, v: &'v Value) -> Result<&'v crate::Array> {
     match v {
         Value::Array(a) => Ok(a),
-        Value::Tracer(tr) => {
-            Err(Error::new(prim.name(), ErrorKind::EscapedTracer { transform: tr.tag.name.to_string() }))
-        }
+        Value::Tracer(tr) => Err(escaped(prim.name(), t, tr.tag)),
+    }
+}
+
+/// The error for tracer `t` of `tag`, whose interpreter is not on this
+/// thread's stack: it escaped its transform, or reached another thread
+/// (a tracer's node is made on its transform's thread).
+#[cold]
+#[inline(never)]
+pub(crate) fn escaped(op: &str, t: &Tensor, tag: Tag) -> Error {
+    let transform = tag.name.to_string();
+    if t.owned_here() {
+        Error::new(op, ErrorKind::EscapedTracer { transform })
+    } else {
+        Error::new(op, ErrorKind::ForeignTracer { transform })
     }
 }
 
@@ -353,13 +365,13 @@ fn eval(prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
     match inputs {
         [x] => {
             let vx = x.value();
-            let ax = concrete(prim, &vx)?;
+            let ax = concrete(prim, x, &vx)?;
             crate::prim::check(prim, &[ax.aval_ref()])?;
             lower(prim, &[ax])
         }
         [x, y] => {
             let (vx, vy) = (x.value(), y.value());
-            let (ax, ay) = (concrete(prim, &vx)?, concrete(prim, &vy)?);
+            let (ax, ay) = (concrete(prim, x, &vx)?, concrete(prim, y, &vy)?);
             let (rx, ry) = (ax.aval_ref(), ay.aval_ref());
             let (dx, dy) = (rx.device, ry.device);
             crate::prim::check(prim, &[rx, ry])?;
@@ -374,10 +386,10 @@ fn eval(prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
 
 /// [`eval`] for any number of operands.
 fn eval_any(prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
-    let mut vals: SmallVec<[std::cell::Ref<'_, Value>; 4]> = SmallVec::new();
+    let mut vals: SmallVec<[crate::tensor::ValueRef<'_>; 4]> = SmallVec::new();
     for t in inputs {
         let v = t.value();
-        concrete(prim, &v)?;
+        concrete(prim, t, &v)?;
         vals.push(v);
     }
     let mut arrays: SmallVec<[&crate::Array; 4]> = SmallVec::new();

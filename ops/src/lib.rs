@@ -25,6 +25,7 @@ pub mod random;
 pub mod staging;
 mod storage_ref;
 pub mod tensor;
+mod value_cell;
 
 pub use array::{default_device, set_default_device, Array, Device};
 pub use error::{catch, raise, Error, ErrorKind, OrRaise, Result};
@@ -33,5 +34,5 @@ pub use methods::{Idx, Scalar};
 pub use prim::{DotDims, LinearArg, Prim};
 pub use program::{Atom, Eqn, Program, ProgramBuilder, Var};
 pub use random::Key;
-pub use tensor::{Aval, AvalRef, Tensor, Tracer, TracerData, Value};
+pub use tensor::{Aval, AvalRef, Tensor, Tracer, TracerData, Value, ValueRef};
 pub use xform_kernels::{half, DType, Element, Shape};

@@ -15,15 +15,16 @@
 //! transform (it would outlive it): that is refused with an error.
 
 use crate::tensor::{Tensor, Value};
+use std::sync::atomic::Ordering::Relaxed;
 
 /// Brings a view up to date with its base after a functionalized write.
-pub(crate) fn sync_view(view: &Tensor) {
-    let Some(link) = view.view_link() else {
-        return;
-    };
+/// On the view's own thread the new value is stored; on another (which may
+/// not write the node: `NOTE: [node ownership]`) it is returned instead.
+pub(crate) fn sync_view(view: &Tensor) -> Option<Value> {
+    let link = view.view_link()?;
     let base_version = link.base.version();
-    if base_version == link.seen_version.get() {
-        return;
+    if base_version == link.seen_version.load(Relaxed) {
+        return None;
     }
     // Recompute from the base's current value by replaying the view ops.
     let mut v = link.base.clone();
@@ -34,8 +35,12 @@ pub(crate) fn sync_view(view: &Tensor) {
         }
     }
     let new_value: Value = v.value_cloned();
-    *view.0.value.borrow_mut() = new_value;
-    link.seen_version.set(base_version);
+    if !view.owned_here() {
+        return Some(new_value);
+    }
+    view.set_view_value(new_value).expect("the view's own thread");
+    link.seen_version.store(base_version, Relaxed);
+    None
 }
 
 /// Applies the view primitives `ops` to `x` and links the result to `x`'s
@@ -62,7 +67,12 @@ pub(crate) fn make_view(x: &Tensor, ops: &[crate::prim::Prim]) -> crate::Result<
         };
         chain = chain.push(op.clone());
     }
-    let link = crate::tensor::ViewLink { seen_version: std::cell::Cell::new(base.version()), base, ops: chain, layout };
+    let link = crate::tensor::ViewLink {
+        seen_version: std::sync::atomic::AtomicU64::new(base.version()),
+        base,
+        ops: chain,
+        layout,
+    };
     Ok(Tensor::new_view(v.value_cloned(), link))
 }
 
@@ -126,16 +136,16 @@ pub(crate) fn functionalized_write(op: &str, target: &Tensor, value: &Tensor) ->
         _ => value,
     };
     match target.view_link().cloned() {
-        None => {
-            target.replace_value(value.value_cloned());
-            Ok(())
-        }
+        None => target.replace_value(op, value.value_cloned()),
         Some(link) => {
             let new_base = scatter_into_base(op, &link.base, &link.ops.to_vec(), value)?;
             crate::mutation::check_scope(op, &link.base, &new_base)?;
-            link.base.replace_value(new_base.value_cloned());
-            *target.0.value.borrow_mut() = value.value_cloned();
-            link.seen_version.set(link.base.version());
+            if !target.owned_here() {
+                return target.replace_value(op, value.value_cloned()); // the error
+            }
+            link.base.replace_value(op, new_base.value_cloned())?;
+            target.set_view_value(value.value_cloned()).expect("the target's own thread");
+            link.seen_version.store(link.base.version(), Relaxed);
             Ok(())
         }
     }
@@ -213,7 +223,9 @@ pub(crate) fn check_scope(op: &str, target: &Tensor, value: &Tensor) -> crate::R
     let Some(tag) = value.tag() else {
         return Ok(());
     };
-    let born = crate::interp::pushed_after(target.birth(), tag);
+    // A tensor of another thread was made outside every transform here.
+    let birth = if target.owned_here() { target.birth() } else { 0 };
+    let born = crate::interp::pushed_after(birth, tag);
     if born {
         return Err(crate::Error::in_place(
             op,
@@ -240,7 +252,7 @@ pub(crate) fn check_live(op: &str, t: &Tensor) -> crate::Result<()> {
     if crate::interp::pushed_after(0, tag) {
         return Ok(());
     }
-    Err(crate::Error::new(op, crate::error::ErrorKind::EscapedTracer { transform: tag.name.to_string() }))
+    Err(crate::interp::escaped(op, t, tag))
 }
 
 #[cfg(test)]

@@ -1,18 +1,17 @@
 //! `NodeRef`: the reference-counted pointer behind [`Tensor`](crate::Tensor).
 //!
-//! It is `Rc<Node>` whose freed blocks are reused through a per-thread
-//! [`FreeList`] (see there for why). Like `Rc`, a `NodeRef` never leaves its
-//! thread.
+//! It is `Arc<Node>` whose freed blocks are reused through the [`FreeList`]
+//! of the thread that frees them (see there for why): a node made on one
+//! thread and dropped on another lands on the second thread's list.
 
 use crate::free_list::FreeList;
 use crate::tensor::Node;
 use std::alloc::Layout;
-use std::cell::Cell;
-use std::marker::PhantomData;
 use std::ptr::NonNull;
+use std::sync::atomic::{fence, AtomicUsize, Ordering};
 
 struct RcNode {
-    strong: Cell<usize>,
+    strong: AtomicUsize,
     node: Node,
 }
 
@@ -26,9 +25,18 @@ thread_local! {
 /// A counted reference to a tensor node; dereferences to the node.
 pub(crate) struct NodeRef {
     ptr: NonNull<RcNode>,
-    /// Not `Send` or `Sync`, exactly like `Rc`.
-    _not_send: PhantomData<std::rc::Rc<Node>>,
 }
+
+// SAFETY: `NodeRef` is `Arc<Node>` with a different allocator: the count is
+// atomic (acquire/release as in `Arc`, below), blocks are plain
+// allocations that any thread may free, and the node is `Send + Sync`
+// (checked below), so sending a handle or sharing one is sharing the node.
+unsafe impl Send for NodeRef {}
+// SAFETY: as above.
+unsafe impl Sync for NodeRef {}
+
+const fn assert_send_sync<T: Send + Sync>() {}
+const _: () = assert_send_sync::<Node>();
 
 impl NodeRef {
     /// A new node with a count of one. The node is made by `make` after
@@ -41,8 +49,8 @@ impl NodeRef {
         // holds no live value (fresh, or listed after its node was dropped).
         // If `make` panics the block is leaked, never read.
         unsafe {
-            block.write(RcNode { strong: Cell::new(1), node: make() });
-            NodeRef { ptr: NonNull::new_unchecked(block), _not_send: PhantomData }
+            block.write(RcNode { strong: AtomicUsize::new(1), node: make() });
+            NodeRef { ptr: NonNull::new_unchecked(block) }
         }
     }
 
@@ -59,7 +67,7 @@ impl NodeRef {
     }
 
     #[inline]
-    fn strong(&self) -> &Cell<usize> {
+    fn strong(&self) -> &AtomicUsize {
         // SAFETY: the block is live while any `NodeRef` to it exists.
         unsafe { &self.ptr.as_ref().strong }
     }
@@ -77,29 +85,31 @@ impl std::ops::Deref for NodeRef {
 impl Clone for NodeRef {
     #[inline]
     fn clone(&self) -> NodeRef {
-        let n = self.strong().get();
-        if n == usize::MAX {
+        // Relaxed like `Arc::clone`: a new reference is made from an
+        // existing one, which already orders the accesses.
+        if self.strong().fetch_add(1, Ordering::Relaxed) > isize::MAX as usize {
             std::process::abort();
         }
-        self.strong().set(n + 1);
-        NodeRef { ptr: self.ptr, _not_send: PhantomData }
+        NodeRef { ptr: self.ptr }
     }
 }
 
 impl Drop for NodeRef {
     #[inline]
     fn drop(&mut self) {
-        let n = self.strong().get() - 1;
-        self.strong().set(n);
-        if n == 0 {
-            let block = self.ptr.as_ptr();
-            // SAFETY: this was the last reference: the node is dropped once
-            // (which may drop other nodes, its tracer's tensors, before the
-            // list is touched) and the block is handed over dead.
-            unsafe {
-                std::ptr::drop_in_place(&mut (*block).node);
-                FreeList::give(&FREE, block.cast(), LAYOUT);
-            }
+        if self.strong().fetch_sub(1, Ordering::Release) != 1 {
+            return;
+        }
+        // Synchronizes with the other references' release decrements, so
+        // their uses of the node happen before it is dropped (as in `Arc`).
+        fence(Ordering::Acquire);
+        let block = self.ptr.as_ptr();
+        // SAFETY: this was the last reference: the node is dropped once
+        // (which may drop other nodes, its tracer's tensors, before the
+        // list is touched) and the block is handed over dead.
+        unsafe {
+            std::ptr::drop_in_place(&mut (*block).node);
+            FreeList::give(&FREE, block.cast(), LAYOUT);
         }
     }
 }

@@ -1,19 +1,23 @@
 //! [`Tensor`]: the one array type users and rules see. It is a cheap handle
-//! (an `Rc`) to a node that holds either a concrete [`Array`] or a
+//! (an `Arc`) to a node that holds either a concrete [`Array`] or a
 //! [`Tracer`] of one interpreter instance.
 //!
 //! NOTE: [tensor identity] Cloning a `Tensor` copies the handle, like
 //! assigning a variable in Python: an in-place op through one clone is seen
 //! through all of them. `Tensor::copy` makes a fresh buffer (PyTorch's
 //! `clone`). Under a transform an in-place op replaces the node's value
-//! (functionalization), which is why the value sits in a `RefCell`.
+//! (functionalization), which is why the value sits in a cell: a
+//! `ValueCell`, which any thread may read and only the node's own thread
+//! writes (see `NOTE: [node ownership]`), so tensors are `Send + Sync`.
 
 use crate::array::{Array, Device};
 use crate::error::{Error, Result};
 use crate::interp::Tag;
 use crate::node_ref::NodeRef;
-use std::cell::{Cell, Ref, RefCell};
-use std::rc::Rc;
+use crate::value_cell::ValueCell;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use xform_kernels::{DType, Shape};
 
 /// An abstract value: what every interpreter knows of a tensor without
@@ -163,7 +167,7 @@ impl Value {
 /// view is O(1) in the length of the chain (a view of a view of ... is
 /// common: 20,000 successive `.t()` must not copy 20,000 ops each time).
 #[derive(Clone, Default)]
-pub struct ViewOps(Option<Rc<ViewOpNode>>);
+pub struct ViewOps(Option<Arc<ViewOpNode>>);
 
 struct ViewOpNode {
     op: crate::prim::Prim,
@@ -174,7 +178,7 @@ struct ViewOpNode {
 impl ViewOps {
     /// This chain followed by `op` (the chain itself is unchanged).
     pub fn push(&self, op: crate::prim::Prim) -> ViewOps {
-        ViewOps(Some(Rc::new(ViewOpNode { op, prev: self.clone(), len: self.len() + 1 })))
+        ViewOps(Some(Arc::new(ViewOpNode { op, prev: self.clone(), len: self.len() + 1 })))
     }
 
     /// The number of ops.
@@ -206,7 +210,7 @@ impl Drop for ViewOps {
     fn drop(&mut self) {
         let mut next = self.0.take();
         while let Some(rc) = next {
-            match Rc::try_unwrap(rc) {
+            match Arc::try_unwrap(rc) {
                 Ok(mut node) => next = node.prev.0.take(),
                 Err(_) => break,
             }
@@ -215,14 +219,14 @@ impl Drop for ViewOps {
 }
 
 /// How a view tensor was derived from its base, for functionalization.
-#[derive(Clone)]
 pub struct ViewLink {
     /// The tensor this one is a view of (the root of the view chain).
     pub base: Tensor,
     /// The view ops from `base` to this tensor, in order.
     pub ops: ViewOps,
-    /// The base's version when this view's value was last computed.
-    pub seen_version: Cell<u64>,
+    /// The base's version when this view's value was last computed
+    /// (written only by the view's own thread, so relaxed accesses).
+    pub seen_version: AtomicU64,
     /// Where this view's elements would sit in the base's storage eagerly
     /// (for a traced base: as if it were contiguous). Decides whether a
     /// further reshape is a view or a copy, the same way eager execution
@@ -230,22 +234,100 @@ pub struct ViewLink {
     pub layout: xform_kernels::Layout,
 }
 
+impl Clone for ViewLink {
+    fn clone(&self) -> ViewLink {
+        ViewLink {
+            base: self.base.clone(),
+            ops: self.ops.clone(),
+            seen_version: AtomicU64::new(self.seen_version.load(Ordering::Relaxed)),
+            layout: self.layout.clone(),
+        }
+    }
+}
+
 /// See [`Tensor::value_key`].
 pub type ValueKey = (*const (), u64, u64);
 
 pub(crate) struct Node {
-    pub(crate) value: RefCell<Value>,
+    pub(crate) slot: ValueCell<Slot>,
     /// Set for tensors made by a view method (reshape, slice, ...).
     pub(crate) view: Option<Box<ViewLink>>,
-    /// Bumped whenever `value` is replaced by a functionalized write.
-    pub(crate) version: Cell<u64>,
-    /// When the node was made, on the thread's epoch clock (see
+    /// Bumped whenever `value` is replaced by a functionalized write
+    /// (only by the node's own thread: relaxed loads and stores).
+    pub(crate) version: AtomicU64,
+    /// When the node was made, on its thread's epoch clock (see
     /// `interp::next_epoch`), to tell tensors made outside a transform.
     pub(crate) birth: u64,
+}
+
+/// What a functionalized write changes: the value, and the layout it had.
+pub(crate) struct Slot {
+    pub(crate) value: Value,
     /// The layout the tensor had before its first functionalized write: an
     /// eager in-place op keeps a tensor's layout, so view decisions keep
     /// using it (see `mutation::make_view`).
-    pub(crate) eager_layout: RefCell<Option<Box<xform_kernels::Layout>>>,
+    pub(crate) eager_layout: Option<Box<xform_kernels::Layout>>,
+}
+
+impl Node {
+    #[inline(always)]
+    fn new(value: Value, view: Option<Box<ViewLink>>, birth: u64, owner: u32) -> Node {
+        Node {
+            slot: ValueCell::new(Slot { value, eager_layout: None }, owner),
+            view,
+            version: AtomicU64::new(0),
+            birth,
+        }
+    }
+}
+
+/// A borrowed tensor value (see [`Tensor::value`]); other borrows may
+/// coexist, on this thread and others. Two words, like `Ref`.
+pub struct ValueRef<'a> {
+    value: NonNull<Value>,
+    /// The borrowed cell (the borrow is counted there), or `None` when
+    /// `value` is owned (a `Box`).
+    cell: Option<&'a ValueCell<Slot>>,
+}
+
+impl<'a> ValueRef<'a> {
+    #[inline]
+    fn borrowed(cell: &'a ValueCell<Slot>) -> ValueRef<'a> {
+        cell.acquire();
+        // SAFETY: the slot is live while `cell` is borrowed; its address
+        // is taken without reading it.
+        let value = unsafe { NonNull::new_unchecked(std::ptr::addr_of!((*cell.as_ptr()).value).cast_mut()) };
+        ValueRef { value, cell: Some(cell) }
+    }
+
+    fn owned(value: Value) -> ValueRef<'a> {
+        // SAFETY: `Box::into_raw` is non-null.
+        ValueRef { value: unsafe { NonNull::new_unchecked(Box::into_raw(Box::new(value))) }, cell: None }
+    }
+}
+
+impl std::ops::Deref for ValueRef<'_> {
+    type Target = Value;
+    #[inline]
+    fn deref(&self) -> &Value {
+        // SAFETY: `value` points into the slot whose borrow this guard
+        // counts (no write meanwhile), or at the box this guard owns.
+        unsafe { self.value.as_ref() }
+    }
+}
+
+impl Drop for ValueRef<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        match self.cell {
+            // SAFETY: the borrow counted in `borrowed`, on this thread
+            // (`ValueRef` is not `Send`: it holds a `NonNull`).
+            Some(cell) => unsafe { cell.release() },
+            // SAFETY: without a cell, `value` came from `Box::into_raw` in
+            // `owned`, and is freed once, here.
+            None => drop(unsafe { Box::from_raw(self.value.as_ptr()) }),
+        }
+    }
 }
 
 /// A tensor: a cheap-to-clone handle to a concrete array or a tracer.
@@ -256,17 +338,13 @@ pub(crate) struct Node {
 pub struct Tensor(pub(crate) NodeRef);
 
 impl Tensor {
-    /// A tensor holding `value`.
-    #[inline]
+    /// A tensor holding `value`. (Always inlined: built in place, the
+    /// value is not copied through this frame; every op makes one.)
+    #[inline(always)]
     pub fn from_value(value: Value) -> Tensor {
         let birth = crate::interp::next_epoch();
-        Tensor(NodeRef::new_with(|| Node {
-            value: RefCell::new(value),
-            view: None,
-            version: Cell::new(0),
-            birth,
-            eager_layout: RefCell::new(None),
-        }))
+        let owner = crate::value_cell::thread_index();
+        Tensor(NodeRef::new_with(|| Node::new(value, None, birth, owner)))
     }
 
     /// A tensor over a concrete array.
@@ -282,23 +360,35 @@ impl Tensor {
     /// A view tensor of `base` (see [`ViewLink`]).
     pub(crate) fn new_view(value: Value, link: ViewLink) -> Tensor {
         let birth = crate::interp::next_epoch();
-        Tensor(NodeRef::new_with(|| Node {
-            value: RefCell::new(value),
-            view: Some(Box::new(link)),
-            version: Cell::new(0),
-            birth,
-            eager_layout: RefCell::new(None),
-        }))
+        let owner = crate::value_cell::thread_index();
+        Tensor(NodeRef::new_with(|| Node::new(value, Some(Box::new(link)), birth, owner)))
     }
 
     /// The current value. For a view whose base was replaced by a
-    /// functionalized write, the view is recomputed from the base first.
+    /// functionalized write, the view is recomputed from the base first
+    /// (and kept, on the tensor's own thread).
     #[inline]
-    pub fn value(&self) -> Ref<'_, Value> {
+    pub fn value(&self) -> ValueRef<'_> {
         if self.0.view.is_some() {
-            crate::mutation::sync_view(self);
+            return self.view_value();
         }
-        self.0.value.borrow()
+        ValueRef::borrowed(&self.0.slot)
+    }
+
+    /// [`Tensor::value`] of a view (out of line: the common path stays small).
+    #[inline(never)]
+    fn view_value(&self) -> ValueRef<'_> {
+        match crate::mutation::sync_view(self) {
+            Some(v) => ValueRef::owned(v),
+            None => ValueRef::borrowed(&self.0.slot),
+        }
+    }
+
+    /// True on the thread that made this tensor's node, the only one that
+    /// may replace its value (see `NOTE: [node ownership]`).
+    #[inline]
+    pub(crate) fn owned_here(&self) -> bool {
+        self.0.slot.is_owner()
     }
 
     /// The current value (a clone of the handle inside).
@@ -407,7 +497,7 @@ impl Tensor {
         }
         // Plain pushes: `collect` into a SmallVec costs several times more
         // on this path, which every staged op takes.
-        let mut vals: smallvec::SmallVec<[Ref<'_, Value>; 4]> = smallvec::SmallVec::new();
+        let mut vals: smallvec::SmallVec<[ValueRef<'_>; 4]> = smallvec::SmallVec::new();
         for t in inputs {
             vals.push(t.value());
         }
@@ -480,31 +570,43 @@ impl Tensor {
     }
 
     /// Replaces this node's value (functionalized mutation) and bumps its
-    /// version so that views of it re-read.
-    pub(crate) fn replace_value(&self, v: Value) {
-        let mut hint = self.0.eager_layout.borrow_mut();
-        if hint.is_none() {
-            *hint = Some(Box::new(match &*self.0.value.borrow() {
+    /// version so that views of it re-read. Only the node's own thread may
+    /// (see `NOTE: [node ownership]`); on another, an in-place error
+    /// naming `op`.
+    pub(crate) fn replace_value(&self, op: &str, v: Value) -> Result<()> {
+        let mut slot = self.0.slot.try_borrow_mut().ok_or_else(|| foreign_write(op))?;
+        if slot.eager_layout.is_none() {
+            slot.eager_layout = Some(Box::new(match &slot.value {
                 Value::Array(a) => a.layout.clone(),
                 Value::Tracer(t) => xform_kernels::Layout::contiguous(t.aval.shape.clone()),
             }));
         }
-        drop(hint);
-        *self.0.value.borrow_mut() = v;
-        self.0.version.set(self.0.version.get() + 1);
+        slot.value = v;
+        drop(slot);
+        self.0.version.store(self.0.version.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Sets the value of a view to its base's (already replaced) value,
+    /// without bumping the view's version; `None` on another thread than
+    /// the node's (nothing written).
+    pub(crate) fn set_view_value(&self, v: Value) -> Option<()> {
+        self.0.slot.try_borrow_mut()?.value = v;
+        Some(())
     }
 
     /// How many times an in-place op under a transform replaced this
     /// tensor's value (0 if it never did). Transforms use it to write
     /// mutated arguments back to the caller.
+    #[inline]
     pub fn version(&self) -> u64 {
-        self.0.version.get()
+        self.0.version.load(Ordering::Relaxed)
     }
 
     /// The layout eager execution would give this tensor (its layout before
     /// any functionalized write; contiguous for a tracer).
     pub(crate) fn eager_layout(&self) -> xform_kernels::Layout {
-        if let Some(l) = &*self.0.eager_layout.borrow() {
+        if let Some(l) = &self.0.slot.borrow().eager_layout {
             return (**l).clone();
         }
         match self.array() {
@@ -525,7 +627,7 @@ impl Tensor {
     /// a tensor kept alive mean the same value.
     pub fn value_key(&self) -> ValueKey {
         drop(self.value());
-        let seen = self.view_link().map_or(0, |l| l.seen_version.get());
+        let seen = self.view_link().map_or(0, |l| l.seen_version.load(Ordering::Relaxed));
         (self.0.as_ptr(), self.version(), seen)
     }
 
@@ -550,6 +652,15 @@ enum Unknown {
     Batched(Aval),
     /// A staged tracer: no value yet.
     Staged(Aval),
+}
+
+#[cold]
+fn foreign_write(op: &str) -> Error {
+    Error::in_place(
+        op,
+        "the target tensor was made on another thread; under a transform, in-place ops write only tensors \
+         made on the thread running the transform (copy it first)",
+    )
 }
 
 #[cold]

@@ -25,6 +25,7 @@ mod prims_eval;
 mod random;
 mod rules;
 mod safetensors;
+mod threads;
 mod tree;
 mod views;
 mod window;

@@ -18,7 +18,7 @@ use crate::prims::batching::to_position;
 use crate::prims::indexing::scalar_i64;
 use crate::staging::stage;
 use crate::tensor::{Aval, AvalRef, Tensor};
-use std::rc::Rc;
+use std::sync::Arc;
 use xform_kernels::{DType, Shape};
 
 pub(super) fn shape_rule(branches: &[Body], ins: &[AvalRef<'_>]) -> Result<Avals> {
@@ -73,7 +73,7 @@ pub(super) fn eval(branches: &[Body], ins: &[Tensor]) -> Result<Outs> {
 
 type Jvp = (Vec<Tensor>, Vec<Option<Tensor>>);
 
-pub(super) fn jvp(branches: &Rc<[Body]>, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<Jvp> {
+pub(super) fn jvp(branches: &Arc<[Body]>, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<Jvp> {
     if let Some(index) = primals[0].known_array() {
         let k = pick(branches.len(), &index)?;
         return jvp_eval(&branches[k], &primals[1..], &tangents[1..]);
@@ -109,7 +109,7 @@ pub(super) fn jvp(branches: &Rc<[Body]>, primals: &[Tensor], tangents: &[Option<
     Ok((outs, touts.into_iter().map(Some).collect()))
 }
 
-pub(super) fn transpose(branches: &Rc<[Body]>, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
+pub(super) fn transpose(branches: &Arc<[Body]>, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
     let Some(index) = args[0].constant() else {
         return Err(Error::transform("cond", "the index of a cond cannot be a linear operand"));
     };
@@ -159,7 +159,7 @@ pub(super) fn transpose(branches: &Rc<[Body]>, cts: &[Option<Tensor>], args: &[L
 
 type Batched = (Vec<Tensor>, Vec<Option<usize>>);
 
-pub(super) fn batch(branches: &Rc<[Body]>, ins: &[Tensor], bdims: &[Option<usize>], size: usize) -> Result<Batched> {
+pub(super) fn batch(branches: &Arc<[Body]>, ins: &[Tensor], bdims: &[Option<usize>], size: usize) -> Result<Batched> {
     if bdims[0].is_none() {
         // One cond of batched branches, each output batched where any
         // branch batches it.

@@ -35,7 +35,7 @@ use crate::prim::{Avals, BDims, Cotangents, LinearArg, Prim, Tangents};
 use crate::program::Program;
 use crate::tensor::{Aval, AvalRef, Tensor};
 use std::fmt;
-use std::rc::Rc;
+use std::sync::Arc;
 use xform_kernels::cuda_source::Kernel;
 use xform_kernels::{DType, Layout};
 
@@ -45,13 +45,13 @@ pub use remat::RematPolicy;
 /// captured tracer is an operand), shared by the primitive's copies. Two
 /// bodies are equal when they are the same program.
 #[derive(Clone)]
-pub struct Body(pub Rc<Program>);
+pub struct Body(pub Arc<Program>);
 
 impl Body {
     /// A body from a closed program.
     pub fn new(p: Program) -> Body {
         debug_assert!(p.consts.iter().all(|c| !c.is_tracer()), "a body captures no tracer");
-        Body(Rc::new(p))
+        Body(Arc::new(p))
     }
 }
 
@@ -64,7 +64,7 @@ impl std::ops::Deref for Body {
 
 impl PartialEq for Body {
     fn eq(&self, other: &Body) -> bool {
-        Rc::ptr_eq(&self.0, &other.0)
+        Arc::ptr_eq(&self.0, &other.0)
     }
 }
 
@@ -98,7 +98,7 @@ crate::family_enum! {
         /// the index selects, clamped to the branches.
         Cond {
             /// The branches, index order.
-            branches: Rc<[Body]>,
+            branches: Arc<[Body]>,
         },
         /// `while_loop`.
         While {
