@@ -33,13 +33,12 @@ const NOISE: f64 = 0.8;
 const LR: f64 = 0.5;
 
 /// The CNN's parameters: a pytree, so `grad` of a loss is a `Cnn` too.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Tree)]
 struct Cnn {
     conv1: Conv2d,
     conv2: Conv2d,
     head: Linear,
 }
-impl_tree!(Cnn { conv1, conv2, head });
 
 impl Cnn {
     fn init(key: &Key) -> Cnn {

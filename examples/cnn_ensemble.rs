@@ -23,13 +23,12 @@ const MODELS: usize = 6;
 const EPOCHS: usize = 12;
 const BATCH: usize = 128;
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Tree)]
 struct Cnn {
     conv1: Conv2d,
     conv2: Conv2d,
     head: Linear,
 }
-impl_tree!(Cnn { conv1, conv2, head });
 
 impl Cnn {
     fn init(key: &Key) -> Cnn {

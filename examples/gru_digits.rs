@@ -52,7 +52,7 @@ const CLIP: f64 = 5.0;
 const LR: f64 = 1e-2;
 
 /// The GRU's parameters: a pytree, so `grad` of a loss is a `Gru` too.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Tree)]
 struct Gru {
     w_ih: Tensor,
     w_hh: Tensor,
@@ -61,7 +61,6 @@ struct Gru {
     w_out: Tensor,
     b_out: Tensor,
 }
-impl_tree!(Gru { w_ih, w_hh, b_ih, b_hh, w_out, b_out });
 
 impl Gru {
     /// PyTorch's initialization: every weight and bias ~ U(-1/sqrt(H), 1/sqrt(H)).

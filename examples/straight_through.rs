@@ -46,7 +46,7 @@ type Binarize = fn(&Tensor) -> Tensor;
 
 /// A two-layer perceptron with binary weights; one scale per layer (as
 /// XNOR-Net's) and the biases stay real.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Tree)]
 struct BinaryMlp {
     w1: Tensor,
     s1: Tensor,
@@ -55,7 +55,6 @@ struct BinaryMlp {
     s2: Tensor,
     b2: Tensor,
 }
-impl_tree!(BinaryMlp { w1, s1, b1, w2, s2, b2 });
 
 impl BinaryMlp {
     fn init(key: &Key) -> BinaryMlp {

@@ -38,16 +38,15 @@ const EPOCHS: usize = 10;
 const LR: f64 = 3e-3;
 
 /// A pre-LayerNorm encoder block: `h + attn(ln1(h))`, then `h + mlp(ln2(h))`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Tree)]
 struct Block {
     ln1: LayerNorm,
     attn: MultiHeadAttention,
     ln2: LayerNorm,
     mlp: Mlp,
 }
-impl_tree!(Block { ln1, attn, ln2, mlp });
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Tree)]
 struct Encoder {
     tokens: Embedding,
     positions: Embedding,
@@ -55,7 +54,6 @@ struct Encoder {
     ln_f: LayerNorm,
     head: Linear,
 }
-impl_tree!(Encoder { tokens, positions, blocks, ln_f, head });
 
 impl Encoder {
     fn init(key: &Key) -> Encoder {

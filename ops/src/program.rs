@@ -87,6 +87,34 @@ impl Program {
         self.consts[i] = t;
     }
 
+    /// Keeps the first `n` outputs and drops every equation no kept output
+    /// depends on (programs are pure, so a dead equation only costs time).
+    pub fn keep_outputs(&mut self, n: usize) {
+        self.outputs.truncate(n);
+        let mut live = vec![false; self.avals.len()];
+        for a in &self.outputs {
+            if let Atom::Var(v) = a {
+                live[v.0 as usize] = true;
+            }
+        }
+        let mut keep = vec![false; self.eqns.len()];
+        for (k, eqn) in self.eqns.iter().enumerate().rev() {
+            if eqn.outputs.iter().any(|v| live[v.0 as usize]) {
+                keep[k] = true;
+                for a in &eqn.inputs {
+                    if let Atom::Var(v) = a {
+                        live[v.0 as usize] = true;
+                    }
+                }
+            }
+        }
+        let mut k = 0;
+        self.eqns.retain(|_| {
+            k += 1;
+            keep[k - 1]
+        });
+    }
+
     /// Checks that no concrete constant was written in place since it was
     /// captured. A program keeps its constants by reference (a copy of
     /// every residual would cost memory and time on every transformed
@@ -520,5 +548,22 @@ mod tests {
         let second = add_const_program(&y);
         assert_eq!((second.eqns.len(), second.consts.len()), (1, 1));
         assert_eq!(second.eval(&[x]).unwrap()[0].to_vec::<f32>(), vec![6.0, 1.0]);
+    }
+
+    /// Dropping an output drops the equations only it needed.
+    #[test]
+    fn keep_outputs_drops_dead_equations() {
+        let x = Tensor::from_vec(vec![1.0f32, 2.0], [2]);
+        let mut b = ProgramBuilder::new();
+        let v = b.new_input(x.aval());
+        let (a, m) = (b.new_var(x.aval()), b.new_var(x.aval()));
+        let add = Prim::Binary(BinaryOp::Add);
+        b.push(add.clone(), smallvec![Atom::Var(v), Atom::Var(v)], smallvec![a]);
+        b.push(Prim::Binary(BinaryOp::Mul), smallvec![Atom::Var(v), Atom::Var(v)], smallvec![m]);
+        let mut p = b.finish([Atom::Var(a), Atom::Var(m)]);
+        p.keep_outputs(1);
+        assert_eq!((p.eqns.len(), p.outputs.len()), (1, 1));
+        assert!(matches!(p.eqns[0].prim, Prim::Binary(BinaryOp::Add)));
+        assert_eq!(p.eval(&[x]).unwrap()[0].to_vec::<f32>(), vec![2.0, 4.0]);
     }
 }

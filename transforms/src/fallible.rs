@@ -11,8 +11,7 @@
 //! after (a non-scalar output for grad). Other panics (a bug in the user's
 //! closure, `unwrap` on `None`) are not xform errors and still unwind
 //! through a `try_` form. After an `Err` the interpreter stack is as before
-//! the call, and arguments that `f` writes in place are written back whole
-//! (after `f` returned) or not at all.
+//! the call (each `try_` test checks it).
 
 use crate::tree::Tree;
 use crate::vmap::{try_vmap_call, VmapOptions};

@@ -30,8 +30,7 @@
 //! [`try_hessian`], [`try_trace`], [`try_functionalize`] (control flow:
 //! `control::try_cond`, `try_switch`). A panic that is not an xform error
 //! (a bug in the closure) unwinds through both. After an error the
-//! interpreter stack is as before the call, and an argument `f` wrote in
-//! place is written back whole or not at all.
+//! interpreter stack is as before the call.
 
 #![warn(missing_docs)]
 

@@ -369,8 +369,8 @@ pub fn linearize_with_aux<X: Tree, Y: Tree, A: Tree>(f: impl FnOnce(&X) -> (Y, A
     let ny = y.leaves().len();
     let y = y.with_leaves(lin.out_leaves[..ny].iter().cloned());
     let aux = aux.with_leaves(lin.out_leaves[ny..].iter().cloned());
-    // The aux part of the linear program is never evaluated.
-    lin.program.outputs.truncate(ny);
+    // The aux tangents are never evaluated.
+    lin.program.keep_outputs(ny);
     let template = y.with_leaves(lin.out_leaves[..ny].iter().cloned());
     let f_lin = move |t: &X| {
         let leaves = lin.push("linearize", &t.leaves()).or_raise();

@@ -96,6 +96,27 @@ impl Skeleton {
         }
     }
 
+    /// The leaf paths, as [`Tree::paths`] gives them (`<root>` for a lone
+    /// leaf).
+    pub fn paths(&self) -> Vec<String> {
+        fn walk(sk: &Skeleton, path: &mut String, out: &mut Vec<String>) {
+            match sk {
+                Skeleton::Leaf => out.push(if path.is_empty() { "<root>".to_string() } else { path.clone() }),
+                Skeleton::Node(children) => {
+                    for (name, c) in children {
+                        let len = path.len();
+                        path.push_str(name);
+                        walk(c, path, out);
+                        path.truncate(len);
+                    }
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(self, &mut String::new(), &mut out);
+        out
+    }
+
     /// A node of `children`, each named by its segment.
     pub fn node(children: impl IntoIterator<Item = (String, Skeleton)>) -> Skeleton {
         Skeleton::Node(children.into_iter().collect())
@@ -502,6 +523,7 @@ mod tests {
         let tree = (t(1.0), vec![t(2.0), t(3.0)], Mlp { w: t(5.0), b: vec![t(6.0)] }, map);
         let sk = tree.skeleton();
         assert_eq!(sk, Skeleton::from_paths(&tree.paths()));
+        assert_eq!(sk.paths(), tree.paths());
         assert_eq!(sk.num_leaves(), 6);
         // Empty subtrees are kept by the exact skeleton.
         let with_none = (t(1.0), None::<Tensor>, Vec::<Tensor>::new(), t(2.0));

@@ -221,7 +221,8 @@ pub enum Axes {
     /// field, vector element), applying to every leaf under it, like a
     /// JAX in_axes tuple.
     Args(Vec<Option<isize>>),
-    /// One entry per leaf, in flattening order.
+    /// One entry per leaf, in flattening order. Inside a tuple spec it
+    /// lists the children of its subtree, as [`Axes::Args`] does.
     Leaves(Vec<Option<isize>>),
     /// A tree prefix at any depth (see [`Prefix`]): what tuples convert to.
     Tree(Prefix<Option<isize>>),
@@ -363,7 +364,7 @@ fn resolve_axes(what: &str, spec: &Axes, n: usize, skeleton: impl FnOnce() -> Sk
         Axes::All(a) => Ok(smallvec::smallvec![*a; n]),
         Axes::Leaves(v) => {
             if v.len() != n {
-                let paths = skeleton_paths(&skeleton());
+                let paths = skeleton().paths();
                 return Err(Error::batching(
                     "vmap",
                     format!("{what} lists {} axes but the tree has {n} leaves ({})", v.len(), paths.join(", ")),
@@ -386,26 +387,6 @@ fn resolve_axes(what: &str, spec: &Axes, n: usize, skeleton: impl FnOnce() -> Sk
             Ok(out.into_iter().collect())
         }
     }
-}
-
-/// The leaf paths of a skeleton (for error messages).
-fn skeleton_paths(sk: &Skeleton) -> Vec<String> {
-    fn walk(sk: &Skeleton, path: &mut String, out: &mut Vec<String>) {
-        match sk {
-            Skeleton::Leaf => out.push(if path.is_empty() { "<root>".to_string() } else { path.clone() }),
-            Skeleton::Node(children) => {
-                for (name, c) in children {
-                    let len = path.len();
-                    path.push_str(name);
-                    walk(c, path, out);
-                    path.truncate(len);
-                }
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(sk, &mut String::new(), &mut out);
-    out
 }
 
 /// Vectorizes `f` over axis 0 of every input leaf: `vmap(f)(xs)` equals
