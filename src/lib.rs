@@ -27,6 +27,7 @@
 #![warn(missing_docs)]
 
 pub mod data;
+pub mod dp;
 pub mod nn;
 pub mod safetensors;
 pub mod testing;

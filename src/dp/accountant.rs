@@ -1,0 +1,2 @@
+//! Privacy accounting for DP-SGD (Rényi differential privacy of the sampled
+//! Gaussian mechanism).
