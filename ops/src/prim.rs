@@ -141,6 +141,13 @@ macro_rules! families {
             match prim { $( Prim::$variant(p) => p.transpose(cts, args), )* }
         }
 
+        /// The cotangent of linear operand `i` factored as outer products
+        /// (ghost clipping; see NOTE: [factor]), or `None` where the
+        /// transpose rule must form it.
+        pub fn factor_rule(prim: &Prim, cts: &[Option<Tensor>], args: &[LinearArg], i: usize) -> Result<Option<crate::prims::factor::Factor>> {
+            match prim { $( Prim::$variant(p) => p.factor(cts, args, i), )* }
+        }
+
         /// Batch rule: outputs and their batch dims, given the (physical)
         /// operands and theirs. Never loops over examples.
         pub fn batch_rule(prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {

@@ -12,6 +12,7 @@ mod control;
 mod conv;
 mod cuda;
 mod derive;
+mod dp;
 mod dynamic_slice;
 mod edges;
 mod errors;

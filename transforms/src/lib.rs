@@ -42,6 +42,7 @@ mod grad;
 mod jac;
 mod jvp;
 mod linearize;
+pub mod per_example;
 mod trace;
 pub mod tree;
 mod vmap;
@@ -65,6 +66,10 @@ pub use jac::{
 };
 pub use jvp::{jvp, jvp_with_aux, try_jvp};
 pub use linearize::{backward_pass, linearize, linearize_with_aux, vjp, vjp_with_aux};
+pub use per_example::{
+    dp_clipped_grad, dp_clipped_grad_with, per_example_grad_norms, per_example_grad_norms_with, try_dp_clipped_grad,
+    try_per_example_grad_norms, ClipSum, DpGrad, DpOptions, GradNorms, NormMethod,
+};
 pub use trace::trace;
 pub use tree::{Leaves, Prefix, Skeleton, Tree};
 pub use vmap::{try_vmap_call, vmap, vmap_axes, vmap_with, Axes, VmapOptions};

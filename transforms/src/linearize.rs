@@ -165,9 +165,37 @@ pub fn backward_pass(program: &Program, cts: &[Option<Tensor>]) -> Result<SmallV
 
 /// [`backward_pass`] from cotangents that may be symbolic ones.
 pub(crate) fn backward_pass_ct(program: &Program, cts: &[Option<Ct>]) -> Result<SmallVec<[Option<Tensor>; 4]>> {
+    backward_pass_hooked(program, cts, None)
+}
+
+/// Sees the equations that read an input of the program directly (a
+/// parameter's tangent) before they are transposed.
+pub(crate) trait InputHook {
+    /// Given the equation's output cotangents and operands, and for each
+    /// operand the index of the program input it is (if it is one): `true`
+    /// if the hook took the equation's cotangents itself, so that it is not
+    /// transposed.
+    fn take(&mut self, eqn: &Eqn, cts: &[Option<Tensor>], args: &[LinearArg], inputs: &[Option<usize>])
+        -> Result<bool>;
+}
+
+/// [`backward_pass_ct`], offering `hook` the equations that read an input.
+pub(crate) fn backward_pass_hooked(
+    program: &Program,
+    cts: &[Option<Ct>],
+    mut hook: Option<&mut dyn InputHook>,
+) -> Result<SmallVec<[Option<Tensor>; 4]>> {
     // Inline for the small programs of tiny transformed calls.
     let mut env: SmallVec<[Option<Ct>; 32]> = SmallVec::new();
     env.resize(program.avals.len(), None);
+    // Which input each variable is, for the hook.
+    let mut input_of: Vec<Option<usize>> = Vec::new();
+    if hook.is_some() {
+        input_of.resize(program.avals.len(), None);
+        for (i, v) in program.inputs.iter().enumerate() {
+            input_of[v.0 as usize] = Some(i);
+        }
+    }
     for (atom, ct) in program.outputs.iter().zip(cts) {
         if let (Atom::Var(v), Some(ct)) = (atom, ct) {
             accumulate(&mut env[v.0 as usize], ct.clone(), program.aval(*v))?;
@@ -184,8 +212,22 @@ pub(crate) fn backward_pass_ct(program: &Program, cts: &[Option<Ct>]) -> Result<
                 Atom::Const(i) => LinearArg::Const(&program.consts[*i]),
             });
         }
+        let inputs: SmallVec<[Option<usize>; 4]> = match hook {
+            Some(_) => eqn
+                .inputs
+                .iter()
+                .map(|a| match a {
+                    Atom::Var(v) => input_of[v.0 as usize],
+                    Atom::Const(_) => None,
+                })
+                .collect(),
+            None => SmallVec::new(),
+        };
+        let hooked = inputs.iter().any(Option::is_some);
         let shortcut = match eqn.outputs[..] {
-            [v] if matches!(env[v.0 as usize], Some(Ct::Ones)) => transpose_ones(eqn, &args, program.aval(v)),
+            [v] if !hooked && matches!(env[v.0 as usize], Some(Ct::Ones)) => {
+                transpose_ones(eqn, &args, program.aval(v))
+            }
             _ => None,
         };
         let cts_in: SmallVec<[Option<Ct>; 4]> = match shortcut {
@@ -207,6 +249,11 @@ pub(crate) fn backward_pass_ct(program: &Program, cts: &[Option<Ct>]) -> Result<
                             Some(t)
                         }
                     });
+                }
+                if let (true, Some(h)) = (hooked, hook.as_deref_mut()) {
+                    if h.take(eqn, &outs, &args, &inputs)? {
+                        continue;
+                    }
                 }
                 let borrowed = borrowed && !eqn.prim.transpose_is_fresh();
                 transpose_rule(&eqn.prim, &outs, &args)?.into_iter().map(|c| c.map(|t| Ct::Val(t, borrowed))).collect()

@@ -5,6 +5,7 @@
 //! of range are an error, not a clamp).
 
 use super::batching::{batch_size, to_front, to_position};
+use super::factor::{Factor, FactorRows};
 use super::sample::{generic_dom, numeric, Case, Dom, Sample, FLOATS, INTS};
 use super::{check_arity, check_axis, check_int, Family, Props};
 use crate::array::{Array, Device};
@@ -370,6 +371,33 @@ fn transpose_scatter_add(
     Ok(smallvec![ct_x, None, ct_u])
 }
 
+/// The cotangent of gather's operand as one-hot rows times the output
+/// cotangent (NOTE: [factor]), for a gather of whole slices along the
+/// first axis after the matched batch axes (an embedding lookup); `None`
+/// for the rest.
+fn factor_gather(
+    axis: usize,
+    batch_dims: usize,
+    cts: &[Option<Tensor>],
+    args: &[LinearArg],
+    i: usize,
+) -> Result<Option<Factor>> {
+    let (Some(g), 0, LinearArg::Linear(x), LinearArg::Const(idx)) = (&cts[0], i, &args[0], &args[1]) else {
+        return Ok(None);
+    };
+    if axis != batch_dims {
+        return Ok(None);
+    }
+    let groups: usize = x.shape.dims()[..axis].iter().product();
+    let n: usize = x.shape.dims()[axis + 1..].iter().product();
+    let m: usize = idx.shape().dims()[batch_dims..].iter().product();
+    let indices = lax::reshape(idx, &Shape::from(&[groups, m][..]))?;
+    let ct = lax::reshape(g, &Shape::from(&[groups, m, n][..]))?;
+    let axes: Axes = (0..x.shape.rank()).collect();
+    let k = x.shape[axis];
+    Ok(Some(Factor { rows: FactorRows::OneHot { indices, k }, ct, shape: x.shape.clone(), axes }))
+}
+
 // ---- batching ----------------------------------------------------------------
 
 /// A scalar zero index, typed like the other start indices (i32 if none).
@@ -566,6 +594,13 @@ impl Family for IndexOp {
             IndexOp::DynamicUpdateSlice => transpose_dynamic_update_slice(cts, args),
             IndexOp::Gather { axis, batch_dims } => transpose_gather(*axis, *batch_dims, cts, args),
             IndexOp::ScatterAdd { axis, batch_dims } => transpose_scatter_add(*axis, *batch_dims, cts, args),
+        }
+    }
+
+    fn factor(&self, cts: &[Option<Tensor>], args: &[LinearArg], i: usize) -> Result<Option<Factor>> {
+        match self {
+            IndexOp::Gather { axis, batch_dims } => factor_gather(*axis, *batch_dims, cts, args, i),
+            IndexOp::DynamicSlice { .. } | IndexOp::DynamicUpdateSlice | IndexOp::ScatterAdd { .. } => Ok(None),
         }
     }
 

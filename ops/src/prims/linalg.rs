@@ -7,6 +7,7 @@
 //! unbatched into a free axis, so `vmap(x @ W)` is a single GEMM.
 
 use super::batching::physical;
+use super::factor::{Factor, FactorRows};
 use super::sample::{numeric, Case, Dom, Sample};
 use super::{check_arity, check_axes, Family, Props};
 use crate::array::{Array, Device};
@@ -380,6 +381,55 @@ fn transpose_dot_general(d: &DotDims, cts: &[Option<Tensor>], args: &[LinearArg]
     }
 }
 
+/// `x` with its axes in the order `perm`, merged into `[groups, rows, cols]`
+/// (no transpose for the identity).
+fn as_matrices(x: &Tensor, perm: &[usize], dims: [usize; 3]) -> Result<Tensor> {
+    let x = if perm.iter().enumerate().all(|(i, &p)| i == p) { x.clone() } else { lax::transpose(x, perm)? };
+    lax::reshape(&x, &Shape::from(&dims[..]))
+}
+
+/// The cotangent of the linear operand `i` of `dot_general(d)` as
+/// `A^T G` (NOTE: [factor]): `A` is the other operand with its batch axes
+/// first, then its free axes (the rows), then its contracted axes; `G` is
+/// the output cotangent with its batch axes, the other operand's free axes
+/// and this operand's free axes.
+fn factor_dot_general(d: &DotDims, cts: &[Option<Tensor>], args: &[LinearArg], i: usize) -> Result<Option<Factor>> {
+    let Some(g) = &cts[0] else {
+        return Ok(None);
+    };
+    let (this, other, lhs) = match (i, &args[0], &args[1]) {
+        (0, LinearArg::Linear(a), LinearArg::Const(b)) => (*a, *b, true),
+        (1, LinearArg::Const(a), LinearArg::Linear(b)) => (*b, *a, false),
+        _ => return Ok(None),
+    };
+    let (this_c, this_b, other_c, other_b) = if lhs {
+        (&d.lhs_contract, &d.lhs_batch, &d.rhs_contract, &d.rhs_batch)
+    } else {
+        (&d.rhs_contract, &d.rhs_batch, &d.lhs_contract, &d.lhs_batch)
+    };
+    let this_free = d.free(this.shape.rank(), lhs);
+    let other_free = d.free(other.rank(), !lhs);
+    let nb = this_b.len();
+    // The cotangent's axes: [batch, lhs free, rhs free].
+    let (lf, rf) = if lhs { (this_free.len(), other_free.len()) } else { (other_free.len(), this_free.len()) };
+    let (g_other, g_this): (Axes, Axes) = if lhs {
+        ((nb + lf..nb + lf + rf).collect(), (nb..nb + lf).collect())
+    } else {
+        ((nb..nb + lf).collect(), (nb + lf..nb + lf + rf).collect())
+    };
+    let os = other.shape();
+    let size = |ax: &Axes, s: &Shape| ax.iter().map(|&a| s[a]).product::<usize>();
+    let groups = size(this_b, &this.shape);
+    let (m, k, n) = (size(&other_free, &os), size(this_c, &this.shape), size(&this_free, &this.shape));
+    let perm_a: Axes = other_b.iter().chain(&other_free).chain(other_c).copied().collect();
+    let a = as_matrices(other, &perm_a, [groups, m, k])?;
+    let perm_g: Axes = (0..nb).chain(g_other.iter().copied()).chain(g_this.iter().copied()).collect();
+    let ct = as_matrices(g, &perm_g, [groups, m, n])?;
+    let axes: Axes = this_b.iter().chain(this_c).chain(&this_free).copied().collect();
+    let shape = Shape::from(axes.iter().map(|&a| this.shape[a]).collect::<Vec<_>>());
+    Ok(Some(Factor { rows: FactorRows::Dense(a), ct, shape, axes }))
+}
+
 // ---- batching ------------------------------------------------------------------------
 
 fn batch_dot_general(d: &DotDims, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
@@ -481,6 +531,12 @@ impl Family for LinalgOp {
     fn transpose(&self, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
         match self {
             LinalgOp::DotGeneral(d) => transpose_dot_general(d, cts, args),
+        }
+    }
+
+    fn factor(&self, cts: &[Option<Tensor>], args: &[LinearArg], i: usize) -> Result<Option<Factor>> {
+        match self {
+            LinalgOp::DotGeneral(d) => factor_dot_general(d, cts, args, i),
         }
     }
 

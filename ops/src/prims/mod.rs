@@ -18,6 +18,7 @@ pub mod control;
 pub mod conv;
 pub mod cuda_c;
 pub mod elementwise;
+pub mod factor;
 pub mod indexing;
 pub mod linalg;
 pub mod padding;
@@ -187,6 +188,13 @@ pub trait Family: Clone + fmt::Debug + PartialEq + Into<Prim> + 'static {
     fn transpose(&self, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents>;
     /// Batch rule: results and their batch dims. Never loops over examples.
     fn batch(&self, prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)>;
+    /// The cotangent of linear operand `i` as a sum of outer products (see
+    /// NOTE: [factor]), where it has that form; `None` (the default, the
+    /// one optional rule) where the transpose rule must form it.
+    fn factor(&self, cts: &[Option<Tensor>], args: &[LinearArg], i: usize) -> Result<Option<factor::Factor>> {
+        let _ = (cts, args, i);
+        Ok(None)
+    }
     /// For a view primitive ([`Props::view`]): the layout of its result
     /// over an operand laid out as `layout`, or `None` where it must copy
     /// (a reshape the strides cannot express). `None` for the rest.
