@@ -1,4 +1,5 @@
-//! Data utilities for examples and tests: [`permutation`] and [`batches`]
+//! Data utilities for examples and tests: [`permutation`], [`batches`] and
+//! [`poisson_batches`]
 //! (always built), and with the `data` feature (on by default) a data set
 //! shipped with xform, to train on real data with no download.
 //!
@@ -92,6 +93,48 @@ pub fn batches(x: &Tensor, y: &Tensor, batch_size: usize, seed: Option<u64>, dro
                 let idx = Tensor::from_vec(c.to_vec(), [c.len()]);
                 (x.take(&idx, 0), y.take(&idx, 0))
             }
+        })
+        .collect()
+}
+
+/// An epoch of Poisson-sampled minibatches, as DP-SGD's privacy accounting
+/// assumes (Opacus's `DPDataLoader`): `round(1 / sample_rate)` batches,
+/// each holding every row independently with probability `sample_rate`,
+/// so a batch's size varies (and may be zero). The draws come from `key`
+/// (`key.fold_in(step)`'s uniforms), so one key gives one epoch.
+///
+/// ```
+/// use xform::data::poisson_batches;
+/// use xform::{DType, Key, Tensor};
+///
+/// let x = Tensor::zeros([1000, 3], DType::F32);
+/// let y = Tensor::zeros([1000], DType::I32);
+/// let epoch = poisson_batches(&x, &y, 0.05, &Key::new(0));
+/// assert_eq!(epoch.len(), 20);
+/// let mean = epoch.iter().map(|(x, _)| x.dim(0)).sum::<usize>() as f64 / 20.0;
+/// assert!((mean - 50.0).abs() < 10.0, "{mean}");
+/// ```
+///
+/// # Panics
+/// If `sample_rate` is not in `(0, 1]` or the leading sizes of `x` and `y`
+/// differ.
+#[track_caller]
+pub fn poisson_batches(x: &Tensor, y: &Tensor, sample_rate: f64, key: &crate::Key) -> Vec<(Tensor, Tensor)> {
+    if !(sample_rate > 0.0 && sample_rate <= 1.0) {
+        Error::invalid("poisson_batches", format!("sample_rate must be in (0, 1], got {sample_rate}")).raise();
+    }
+    let (sx, sy) = (x.shape(), y.shape());
+    if sx.rank() == 0 || sy.rank() == 0 || sx[0] != sy[0] {
+        Error::shape("poisson_batches", "x and y must have the same leading size", &[&sx, &sy]).raise();
+    }
+    let n = sx[0];
+    let steps = (1.0 / sample_rate).round().max(1.0) as u32;
+    (0..steps)
+        .map(|step| {
+            let u = key.fold_in(step).uniform([n], crate::DType::F64).to_vec::<f64>();
+            let rows: Vec<i64> = (0..n as i64).filter(|&i| u[i as usize] < sample_rate).collect();
+            let idx = Tensor::from_vec(rows.clone(), [rows.len()]);
+            (x.take(&idx, 0), y.take(&idx, 0))
         })
         .collect()
 }

@@ -327,3 +327,34 @@ fn bad_inputs_are_clear_errors() {
     let e = err_of(|| xform::dp::try_dp_clipped_grad(wrong, 1.0)(&p, &batch));
     assert!(e.contains("matmul"), "{e}");
 }
+
+/// A GRU scanned over time: its weights are read inside the scan (formed
+/// per example by the scan's transpose), the head outside (factored).
+#[test]
+fn recurrent_model_through_scan_matches() {
+    let (t, d, h, c) = (4, 3, 5, 3);
+    let key = Key::new(11);
+    let dtype = DType::F64;
+    let p: Vec<Tensor> = [vec![d, 3 * h], vec![h, 3 * h], vec![3 * h], vec![h, c], vec![c]]
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| key.fold_in(i as u32).normal(s, dtype) * 0.5)
+        .collect();
+    // x [B, T, d] -> time-major inside the loss.
+    let batch = (key.fold_in(10).normal([5, t, d], dtype), key.fold_in(11).randint([5], 0, c as i64, DType::I32));
+    let loss = |p: &Vec<Tensor>, (x, y): &(Tensor, Tensor)| {
+        let xt = x.transpose(0, 1);
+        let h0 = Tensor::zeros([x.dim(0), h], dtype);
+        let cell = |hs: &Tensor, xs: &Tensor| {
+            let gi = xs.matmul(&p[0]) + &p[2];
+            let gh = hs.matmul(&p[1]);
+            let r = (gi.narrow(-1, 0, h) + gh.narrow(-1, 0, h)).sigmoid();
+            let z = (gi.narrow(-1, h, h) + gh.narrow(-1, h, h)).sigmoid();
+            let n = (gi.narrow(-1, 2 * h, h) + r * gh.narrow(-1, 2 * h, h)).tanh();
+            ((-&z + 1.0) * n + z * hs, ())
+        };
+        let (hl, ()) = scan(cell, &h0, &xt);
+        softmax_cross_entropy_per_example(&(hl.matmul(&p[3]) + &p[4]), y)
+    };
+    check_model("gru", loss, &p, &batch);
+}
