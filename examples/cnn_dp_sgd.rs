@@ -75,7 +75,9 @@ fn losses(p: &Cnn, (x, y): &(Tensor, Tensor)) -> Tensor {
 /// each clipped, summed.
 fn clipped_sum_by_vmap(params: &Cnn, batch: &(Tensor, Tensor)) -> Cnn {
     let each = vmap(|(x, y): &(Tensor, Tensor)| {
-        let g = grad(|p: &Cnn| softmax_cross_entropy_per_example(&p.forward(&x.unsqueeze(0)), &y.unsqueeze(0)).sum())(params);
+        let g = grad(|p: &Cnn| softmax_cross_entropy_per_example(&p.forward(&x.unsqueeze(0)), &y.unsqueeze(0)).sum())(
+            params,
+        );
         clip_by_global_norm(&g, CLIP)
     })(batch);
     xform::tree::map(&each, |l| l.sum_axis(0, false))

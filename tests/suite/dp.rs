@@ -358,3 +358,52 @@ fn recurrent_model_through_scan_matches() {
     };
     check_model("gru", loss, &p, &batch);
 }
+
+/// Weights read through views: transposed (PyTorch's `[out, in]` layout),
+/// sliced into disjoint blocks (a packed projection, as attention's), and
+/// sliced into overlapping blocks (not orthogonal: formed per example).
+#[test]
+fn weights_read_through_views_match() {
+    let key = Key::new(12);
+    for dtype in [DType::F32, DType::F64] {
+        let w = key.fold_in(0).normal([10, 6], dtype) * 0.4;
+        let batch = (key.fold_in(1).normal([7, 3, 6], dtype), key.fold_in(2).randint([7], 0, 4, DType::I32));
+        let torch_layout = |w: &Tensor, (x, y): &(Tensor, Tensor)| {
+            let h = x.matmul(&w.t()).tanh().sum_axis(1, false); // [B, 10]
+            softmax_cross_entropy_per_example(&h.narrow(1, 0, 4), y)
+        };
+        check_model("transposed weight", torch_layout, &w, &batch);
+        let packed = |w: &Tensor, (x, y): &(Tensor, Tensor)| {
+            let a = x.matmul(&w.narrow(0, 0, 6).t()); // rows 0..6 of w
+            let b = x.matmul(&w.narrow(0, 6, 4).t()); // rows 6..10
+            softmax_cross_entropy_per_example(&((a.narrow(2, 0, 4) * b).sum_axis(1, false)), y)
+        };
+        check_model("disjoint blocks", packed, &w, &batch);
+        let overlapping = |w: &Tensor, (x, y): &(Tensor, Tensor)| {
+            let a = x.matmul(&w.narrow(0, 0, 6).t());
+            let b = x.matmul(&w.narrow(0, 4, 6).t()); // rows 4..10 overlap rows 4..6
+            softmax_cross_entropy_per_example(&((a * b).sum_axis(1, false).narrow(1, 0, 4)), y)
+        };
+        check_model("overlapping blocks", overlapping, &w, &batch);
+    }
+}
+
+/// A transposed or sliced dense weight is not formed per example either.
+#[test]
+fn views_of_a_dense_weight_are_not_formed_per_example() {
+    let (b, d, h) = (32, 64, 48);
+    let key = Key::new(13);
+    let w = key.fold_in(0).normal([2 * h, d], DType::F32);
+    let x = key.fold_in(1).normal([b, d], DType::F32);
+    let loss = |w: &Tensor, x: &Tensor| {
+        let u = x.matmul(&w.narrow(0, 0, h).t());
+        let v = x.matmul(&w.narrow(0, h, h).t());
+        (u.tanh() * v).sum_axis(1, false)
+    };
+    let program = xform::trace(
+        |(w, x): &(Tensor, Tensor)| xform::dp::dp_clipped_grad(loss, 1.0)(w, x).sum,
+        &(w.clone(), x.clone()),
+    );
+    let largest = program.avals.iter().map(|a| a.shape.numel()).max().unwrap();
+    assert!(largest < b * h * d / 4, "largest value {largest} elements, batch x |block| = {}", b * h * d);
+}

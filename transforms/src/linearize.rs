@@ -171,8 +171,11 @@ pub(crate) fn backward_pass_ct(program: &Program, cts: &[Option<Ct>]) -> Result<
 /// Sees the equations that read an input of the program directly (a
 /// parameter's tangent) before they are transposed.
 pub(crate) trait InputHook {
+    /// Per variable of `program`, the id under which the hook watches it
+    /// (at least the inputs): `take` is offered the equations reading one.
+    fn watch(&mut self, program: &Program) -> Vec<Option<usize>>;
     /// Given the equation's output cotangents and operands, and for each
-    /// operand the index of the program input it is (if it is one): `true`
+    /// operand the id it is watched under (if it is): `true`
     /// if the hook took the equation's cotangents itself, so that it is not
     /// transposed.
     fn take(&mut self, eqn: &Eqn, cts: &[Option<Tensor>], args: &[LinearArg], inputs: &[Option<usize>])
@@ -188,14 +191,11 @@ pub(crate) fn backward_pass_hooked(
     // Inline for the small programs of tiny transformed calls.
     let mut env: SmallVec<[Option<Ct>; 32]> = SmallVec::new();
     env.resize(program.avals.len(), None);
-    // Which input each variable is, for the hook.
-    let mut input_of: Vec<Option<usize>> = Vec::new();
-    if hook.is_some() {
-        input_of.resize(program.avals.len(), None);
-        for (i, v) in program.inputs.iter().enumerate() {
-            input_of[v.0 as usize] = Some(i);
-        }
-    }
+    // The variables the hook watches.
+    let input_of: Vec<Option<usize>> = match hook.as_deref_mut() {
+        Some(h) => h.watch(program),
+        None => Vec::new(),
+    };
     for (atom, ct) in program.outputs.iter().zip(cts) {
         if let (Atom::Var(v), Some(ct)) = (atom, ct) {
             accumulate(&mut env[v.0 as usize], ct.clone(), program.aval(*v))?;

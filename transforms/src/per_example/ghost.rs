@@ -19,18 +19,80 @@
 use super::NormMethod;
 use crate::linearize::InputHook;
 use smallvec::{smallvec, SmallVec};
-use xform_ops::prim::{factor_rule, Axes, LinearArg};
+use xform_ops::prim::{factor_rule, transpose_rule, Axes, LinearArg};
 use xform_ops::prims::factor::{Factor, FactorRows};
 use xform_ops::prims::linalg::DotDims;
-use xform_ops::{lax, DType, Eqn, Result, Shape, Tensor};
+use xform_ops::prims::ViewKind;
+use xform_ops::{lax, Atom, Aval, DType, Eqn, Error, Prim, Program, Result, Shape, Tensor};
 
-/// Collects the factors of the cotangents of the program's inputs.
+/// One step from a parameter to the value a product reads: a view op that
+/// reindexes or selects (transpose, reshape, rev, slice; see
+/// [`ViewKind`]), whose transpose takes the value's cotangent back
+/// injectively, so it keeps norms and inner products.
+#[derive(Clone, Debug)]
+pub(crate) struct Step {
+    prim: Prim,
+    operand: Aval,
+}
+
+/// The cotangent of a chain's start from that of its end.
+pub(crate) fn pull_back(chain: &[Step], ct: Tensor) -> Result<Tensor> {
+    let mut ct = ct;
+    for s in chain.iter().rev() {
+        let args = [LinearArg::Linear(&s.operand)];
+        ct = transpose_rule(&s.prim, &[Some(ct)], &args)?
+            .into_iter()
+            .next()
+            .flatten()
+            .ok_or_else(|| Error::transform(s.prim.name(), "internal: a view's transpose gave no cotangent"))?;
+    }
+    Ok(ct)
+}
+
+/// A watched variable: a parameter's tangent, or a view of one.
+pub(crate) struct Watched {
+    /// The parameter (program input).
+    pub(crate) input: usize,
+    /// The views from the parameter to this variable.
+    pub(crate) chain: Vec<Step>,
+}
+
+/// Collects the factors of the cotangents of the program's inputs and of
+/// the views of them (see NOTE: [ghost]).
+#[derive(Default)]
 pub(crate) struct FactorHook {
-    /// Per program input, its factors so far.
+    /// Per watched id, what it is.
+    pub(crate) watched: Vec<Watched>,
+    /// Per watched id, its factors so far.
     pub(crate) factors: Vec<Vec<Factor>>,
 }
 
 impl InputHook for FactorHook {
+    fn watch(&mut self, program: &Program) -> Vec<Option<usize>> {
+        let mut ids: Vec<Option<usize>> = vec![None; program.avals.len()];
+        self.watched.clear();
+        for (i, v) in program.inputs.iter().enumerate() {
+            ids[v.0 as usize] = Some(i);
+            self.watched.push(Watched { input: i, chain: Vec::new() });
+        }
+        for eqn in &program.eqns {
+            let ([Atom::Var(u)], [out]) = (&eqn.inputs[..], &eqn.outputs[..]) else {
+                continue;
+            };
+            let Some(w) = ids[u.0 as usize] else {
+                continue;
+            };
+            if matches!(eqn.prim.props().view, Some(ViewKind::Reindex | ViewKind::Select)) {
+                let mut chain = self.watched[w].chain.clone();
+                chain.push(Step { prim: eqn.prim.clone(), operand: program.aval(*u).clone() });
+                ids[out.0 as usize] = Some(self.watched.len());
+                self.watched.push(Watched { input: self.watched[w].input, chain });
+            }
+        }
+        self.factors = (0..self.watched.len()).map(|_| Vec::new()).collect();
+        ids
+    }
+
     fn take(
         &mut self,
         eqn: &Eqn,
@@ -38,18 +100,18 @@ impl InputHook for FactorHook {
         args: &[LinearArg],
         inputs: &[Option<usize>],
     ) -> Result<bool> {
-        // Only an equation linear in exactly one operand, that operand an
-        // input: its whole cotangent is then that input's.
+        // Only an equation linear in exactly one operand, that operand
+        // watched: its whole cotangent is then that variable's.
         let mut linear = args.iter().enumerate().filter(|(_, a)| a.is_linear());
         let (Some((i, _)), None) = (linear.next(), linear.next()) else {
             return Ok(false);
         };
-        let Some(input) = inputs[i] else {
+        let Some(id) = inputs[i] else {
             return Ok(false);
         };
         match factor_rule(&eqn.prim, cts, args, i)? {
             Some(f) => {
-                self.factors[input].push(f);
+                self.factors[id].push(f);
                 Ok(true)
             }
             None => Ok(false),
@@ -61,8 +123,9 @@ impl InputHook for FactorHook {
 pub(crate) enum LeafPart {
     /// The per-example cotangent, leaf-shaped.
     Dense(Tensor),
-    /// The factor whose product is the per-example cotangent.
-    Factored(Factor),
+    /// The factor whose product, taken back through the chain of views,
+    /// is (a part of) the per-example cotangent.
+    Factored(Factor, Vec<Step>),
 }
 
 /// The layout of a leaf's part, the same for every example (its tensors
@@ -71,21 +134,23 @@ pub(crate) enum LeafPart {
 pub(crate) enum PartLayout {
     /// One tensor: the dense cotangent.
     Dense,
-    /// Two tensors, `A` and `G`, of a factor with this layout.
-    Factored { one_hot_k: Option<usize>, shape: Shape, axes: Axes },
+    /// Two tensors, `A` and `G`, of a factor with this layout, whose
+    /// product is taken back through `chain`.
+    Factored { one_hot_k: Option<usize>, shape: Shape, axes: Axes, chain: Vec<Step> },
 }
 
 impl LeafPart {
     pub(crate) fn layout(&self) -> PartLayout {
         match self {
             LeafPart::Dense(_) => PartLayout::Dense,
-            LeafPart::Factored(f) => PartLayout::Factored {
+            LeafPart::Factored(f, chain) => PartLayout::Factored {
                 one_hot_k: match f.rows {
                     FactorRows::Dense(_) => None,
                     FactorRows::OneHot { k, .. } => Some(k),
                 },
                 shape: f.shape.clone(),
                 axes: f.axes.clone(),
+                chain: chain.clone(),
             },
         }
     }
@@ -94,7 +159,7 @@ impl LeafPart {
     pub(crate) fn tensors(self) -> SmallVec<[Tensor; 2]> {
         match self {
             LeafPart::Dense(d) => smallvec![d],
-            LeafPart::Factored(f) => match f.rows {
+            LeafPart::Factored(f, _) => match f.rows {
                 FactorRows::Dense(a) => smallvec![a, f.ct],
                 FactorRows::OneHot { indices, .. } => smallvec![indices, f.ct],
             },
@@ -264,39 +329,93 @@ fn concat_rows(fs: Vec<Factor>) -> Result<Factor> {
     Ok(Factor { rows, ct, shape: first.shape.clone(), axes: first.axes.clone() })
 }
 
-/// A leaf's squared norm for one example, and its part for a clipped sum:
-/// from its dense cotangent (if any) and its factors (see NOTE: [ghost]).
+/// True if the views of the groups read disjoint elements of the leaf, so
+/// that their cotangents are orthogonal and the squared norms add: each
+/// group's chain taken back from ones marks what it reads (concrete
+/// values, computed once per call, not per example).
+fn disjoint(chains: &[&[Step]], leaf: &Tensor) -> Result<bool> {
+    if chains.len() < 2 {
+        return Ok(true);
+    }
+    if chains.iter().any(|c| c.is_empty()) {
+        return Ok(false);
+    }
+    let mut seen: Option<Tensor> = None;
+    for c in chains {
+        let end = c.last().expect("non-empty");
+        let ones_at_end = lax::full(&view_shape(end)?, 1.0, leaf.dtype(), leaf.device())?;
+        let mask = pull_back(c, ones_at_end)?;
+        seen = Some(match seen {
+            None => mask,
+            Some(s) => {
+                if total(&lax::mul(&s, &mask)?)?.item_f64() != 0.0 {
+                    return Ok(false);
+                }
+                lax::add(&s, &mask)?
+            }
+        });
+    }
+    Ok(true)
+}
+
+/// The shape of a view step's result.
+fn view_shape(step: &Step) -> Result<Shape> {
+    let outs = xform_ops::prim::shape_rule(&step.prim, &[step.operand.as_ref()])?;
+    Ok(outs[0].shape.clone())
+}
+
+/// A leaf's squared norm for one example, and its parts for a clipped sum:
+/// from its dense cotangent (if any) and its factors, each with the id of
+/// the watched variable it is for (see NOTE: [ghost]).
 pub(crate) fn leaf_norm(
     dense: Option<Tensor>,
-    mut factors: Vec<Factor>,
+    factors: Vec<(Factor, usize)>,
+    watched: &[Watched],
     leaf: &Tensor,
     method: NormMethod,
-) -> Result<(Tensor, LeafPart)> {
-    let mut groups: Vec<Vec<Factor>> = Vec::new();
-    for f in factors.drain(..) {
-        match groups.iter_mut().find(|g| same_layout(&g[0], &f)) {
-            Some(g) => g.push(f),
-            None => groups.push(vec![f]),
+) -> Result<(Tensor, Vec<LeafPart>)> {
+    // Factors of one watched variable and one layout are one factor.
+    let mut groups: Vec<(usize, Vec<Factor>)> = Vec::new();
+    for (f, id) in factors {
+        match groups.iter_mut().find(|(gid, g)| *gid == id && same_layout(&g[0], &f)) {
+            Some((_, g)) => g.push(f),
+            None => groups.push((id, vec![f])),
         }
     }
-    if dense.is_none() && groups.len() == 1 {
-        let f = concat_rows(groups.pop().expect("one group"))?;
-        if use_gram(&f, method) {
-            return Ok((gram_sq_norm(&f)?, LeafPart::Factored(f)));
+    let chains: Vec<&[Step]> = groups.iter().map(|(id, _)| &watched[*id].chain[..]).collect();
+    let add = |acc: Option<Tensor>, d: Tensor| -> Result<Option<Tensor>> {
+        Ok(Some(match acc {
+            None => d,
+            Some(a) => lax::add(&a, &d)?,
+        }))
+    };
+    if dense.is_none() && !groups.is_empty() && disjoint(&chains, leaf)? {
+        // Orthogonal parts: the squared norms add.
+        let mut sq: Option<Tensor> = None;
+        let mut formed: Option<Tensor> = None;
+        let mut parts = Vec::new();
+        for (id, g) in groups {
+            let f = concat_rows(g)?;
+            let chain = &watched[id].chain;
+            if use_gram(&f, method) {
+                sq = add(sq, gram_sq_norm(&f)?)?;
+                parts.push(LeafPart::Factored(f, chain.clone()));
+            } else {
+                // Cheaper to form (and then no larger than its factors).
+                let d = pull_back(chain, materialize(&f)?)?;
+                sq = add(sq, sum_squares(&d)?)?;
+                formed = add(formed, d)?;
+            }
         }
-        // Cheaper to form (and then no larger than its factors, for the
-        // clipped sum).
-        let d = materialize(&f)?;
-        return Ok((sum_squares(&d)?, LeafPart::Dense(d)));
+        if let Some(d) = formed {
+            parts.push(LeafPart::Dense(d));
+        }
+        return Ok((sq.expect("a group"), parts));
     }
     let mut acc = dense;
-    for g in groups {
+    for (id, g) in groups {
         for f in g {
-            let d = materialize(&f)?;
-            acc = Some(match acc {
-                None => d,
-                Some(a) => lax::add(&a, &d)?,
-            });
+            acc = add(acc, pull_back(&watched[id].chain, materialize(&f)?)?)?;
         }
     }
     let d = match acc {
@@ -304,5 +423,5 @@ pub(crate) fn leaf_norm(
         // Unused: a zero gradient.
         None => lax::zeros_like(leaf)?,
     };
-    Ok((sum_squares(&d)?, LeafPart::Dense(d)))
+    Ok((sum_squares(&d)?, vec![LeafPart::Dense(d)]))
 }

@@ -26,7 +26,7 @@ mod ghost;
 use crate::linearize::{backward_pass_hooked, linearize_flat, Ct};
 use crate::tree::Tree;
 use crate::vmap::vmap;
-use ghost::{in_layout, leaf_norm, FactorHook, PartLayout};
+use ghost::{in_layout, leaf_norm, pull_back, FactorHook, PartLayout};
 use smallvec::smallvec;
 use std::cell::RefCell;
 use xform_ops::prims::linalg::DotDims;
@@ -290,8 +290,19 @@ fn dp_call<P: Tree, D: Tree>(
         ClipSum::BookKeeping => {
             let mut parts = pass.parts.into_iter();
             let mut out = Vec::with_capacity(leaves.len());
-            for (leaf, layout) in leaves.iter().zip(&pass.layouts) {
-                let s = weighted_sum(layout, &mut parts, &factor)?;
+            for (leaf, layouts) in leaves.iter().zip(&pass.layouts) {
+                let mut acc: Option<Tensor> = None;
+                for layout in layouts {
+                    let s = weighted_sum(layout, &mut parts, &factor)?;
+                    acc = Some(match acc {
+                        None => s,
+                        Some(a) => lax::add(&a, &s)?,
+                    });
+                }
+                let s = match acc {
+                    Some(s) => s,
+                    None => lax::zeros_like(leaf)?,
+                };
                 out.push(if s.dtype() == leaf.dtype() { s } else { lax::convert(&s, leaf.dtype())? });
             }
             out
@@ -323,7 +334,7 @@ fn weighted_sum(layout: &PartLayout, parts: &mut impl Iterator<Item = Tensor>, c
                 DotDims { lhs_contract: smallvec![0], rhs_contract: smallvec![0], ..Default::default() },
             )
         }
-        PartLayout::Factored { one_hot_k, shape, axes } => {
+        PartLayout::Factored { one_hot_k, shape, axes, chain } => {
             let (rows, g) = (next()?, next()?);
             let c = typed(c, g.dtype())?;
             // G [B, groups, m, n] scaled per example.
@@ -353,7 +364,7 @@ fn weighted_sum(layout: &PartLayout, parts: &mut impl Iterator<Item = Tensor>, c
                     lax::scatter_add(&zeros, &idx, &upd, 1, 1)?
                 }
             };
-            in_layout(&p, shape, axes)
+            pull_back(chain, in_layout(&p, shape, axes)?)
         }
     }
 }
@@ -364,8 +375,8 @@ struct Pass {
     loss: Tensor,
     /// Per leaf, each example's squared gradient norm, `[B]`.
     sq: Vec<Tensor>,
-    /// Per leaf, the layout of its parts (when asked for).
-    layouts: Vec<PartLayout>,
+    /// Per leaf, the layouts of its parts (when asked for).
+    layouts: Vec<Vec<PartLayout>>,
     /// The parts' tensors, stacked over the examples, leaf after leaf.
     parts: Vec<Tensor>,
     /// `B`.
@@ -456,7 +467,7 @@ fn per_example_pass<P: Tree, D: Tree>(
         };
         let leaves = params.leaves();
         let dtype_leaf = leaves.first().cloned().unwrap_or_else(|| Tensor::zeros([0], DType::F32));
-        let layouts = vec![PartLayout::Dense; n_leaves];
+        let layouts = vec![vec![PartLayout::Dense]; n_leaves];
         let mut stacked = Vec::new();
         for l in leaves.iter() {
             let mut shape = vec![0usize];
@@ -472,7 +483,7 @@ fn per_example_pass<P: Tree, D: Tree>(
             batch: 0,
         });
     }
-    let layouts: RefCell<Vec<PartLayout>> = RefCell::new(Vec::new());
+    let layouts: RefCell<Vec<Vec<PartLayout>>> = RefCell::new(Vec::new());
     let one = |ex: &D| -> Vec<Tensor> {
         let leaves: Vec<Tensor> = ex.leaves().iter().map(|l| l.unsqueeze(0)).collect();
         let ex1 = ex.with_leaves(leaves);
@@ -491,17 +502,24 @@ fn per_example_pass<P: Tree, D: Tree>(
             .raise(),
         };
         lin.program.check_consts(op).or_raise();
-        let mut hook = FactorHook { factors: (0..n_leaves).map(|_| Vec::new()).collect() };
+        let mut hook = FactorHook::default();
         let dense = backward_pass_hooked(&lin.program, &[Some(Ct::Ones)], Some(&mut hook)).or_raise();
+        // Each parameter's factors, from it and from its views.
+        let mut per_leaf: Vec<Vec<_>> = (0..n_leaves).map(|_| Vec::new()).collect();
+        for (id, fs) in hook.factors.into_iter().enumerate() {
+            per_leaf[hook.watched[id].input].extend(fs.into_iter().map(|f| (f, id)));
+        }
         let mut sq = Vec::with_capacity(n_leaves);
         let mut tensors = Vec::new();
         let mut lay = Vec::new();
-        for ((d, fs), leaf) in dense.into_iter().zip(hook.factors).zip(lin.in_leaves.iter()) {
-            let (s, part) = leaf_norm(d, fs, leaf, method).or_raise();
+        for ((d, fs), leaf) in dense.into_iter().zip(per_leaf).zip(lin.in_leaves.iter()) {
+            let (s, leaf_parts) = leaf_norm(d, fs, &hook.watched, leaf, method).or_raise();
             sq.push(s);
             if parts {
-                lay.push(part.layout());
-                tensors.extend(part.tensors());
+                lay.push(leaf_parts.iter().map(|p| p.layout()).collect());
+                for p in leaf_parts {
+                    tensors.extend(p.tensors());
+                }
             }
         }
         *layouts.borrow_mut() = lay;
