@@ -407,3 +407,43 @@ fn views_of_a_dense_weight_are_not_formed_per_example() {
     let largest = program.avals.iter().map(|a| a.shape.numel()).max().unwrap();
     assert!(largest < b * h * d / 4, "largest value {largest} elements, batch x |block| = {}", b * h * d);
 }
+
+/// A convolution on a small map with many features (a deep layer): the
+/// Gram form of its patches is cheaper than forming the kernel's gradient,
+/// so the kernel is factored; channels-last with stride and padding too.
+#[test]
+fn deep_convolutions_use_patches_and_match() {
+    let key = Key::new(14);
+    for dtype in [DType::F32, DType::F64] {
+        let conv = Conv2d::init(&key.fold_in(0), 16, 32, [3, 3], dtype);
+        let head = Linear::init(&key.fold_in(1), 32, 3, dtype);
+        let batch = (key.fold_in(2).normal([6, 16, 4, 4], dtype), key.fold_in(3).randint([6], 0, 3, DType::I32));
+        let loss = |p: &(Conv2d, Linear), (x, y): &(Tensor, Tensor)| {
+            let h = p.0.forward(x).relu().mean_axes(&[2, 3], false); // [B, 32]
+            softmax_cross_entropy_per_example(&p.1.forward(&h), y)
+        };
+        check_model("deep conv", loss, &(conv, head.clone()), &batch);
+        // NHWC / HWIO, stride 2, explicit padding.
+        let w = key.fold_in(4).normal([3, 3, 16, 32], dtype) * 0.1;
+        let xs = key.fold_in(5).normal([6, 5, 5, 16], dtype);
+        let opts = xform::lax::ConvOptions {
+            strides: vec![2, 2],
+            padding: xform::lax::Padding::Explicit(vec![(1, 1), (1, 1)]),
+            dims: Some(xform::lax::ConvDims::from_strings("NHWC", "HWIO", "NHWC").unwrap()),
+            ..Default::default()
+        };
+        let nhwc = |p: &(Tensor, Linear), (x, y): &(Tensor, Tensor)| {
+            let h = xform::lax::conv_general_dilated(x, &p.0, &opts).unwrap().tanh().mean_axes(&[1, 2], false);
+            softmax_cross_entropy_per_example(&p.1.forward(&h), y)
+        };
+        check_model("deep conv nhwc", nhwc, &(w, head), &(xs, batch.1.clone()));
+    }
+    // The kernel is not formed per example.
+    let (b, conv) = (32, Conv2d::init(&key.fold_in(6), 16, 32, [3, 3], DType::F32).without_bias());
+    let xs = key.fold_in(7).normal([b, 16, 4, 4], DType::F32);
+    let loss = |c: &Conv2d, x: &Tensor| c.forward(x).tanh().sum_axes(&[1, 2, 3], false);
+    let program =
+        xform::trace(|(c, x): &(Conv2d, Tensor)| xform::dp::dp_clipped_grad(loss, 1.0)(c, x).sum, &(conv, xs));
+    let largest = program.avals.iter().map(|a| a.shape.numel()).max().unwrap();
+    assert!(largest < b * 16 * 32 * 9 / 2, "largest value {largest}, batch x |kernel| = {}", b * 16 * 32 * 9);
+}

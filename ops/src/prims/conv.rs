@@ -17,6 +17,7 @@
 //! [`ConvGeometry`] and runs `kernels::cpu::conv` (im2col and a batched
 //! GEMM) or the CUDA kernels; f16 and bf16 compute in f32 and round once.
 
+use super::factor::{Factor, FactorRows};
 use super::padding::Padding;
 use super::sample::{Case, Dom, Sample, FLOATS};
 use super::{check_arity, Family, Props};
@@ -555,6 +556,66 @@ fn transpose_conv(p: &ConvParams, cts: &[Option<Tensor>], args: &[LinearArg]) ->
     }
 }
 
+/// The kernel's cotangent as patches times the output cotangent (NOTE:
+/// [factor]): with `P` the lhs's windows, one row per output position
+/// (`[positions, in features x window]`), and `G` the output cotangent
+/// (`[positions, out features]`), the kernel's cotangent is `P^T G`.
+/// Offered only where the Gram form costs less than forming the kernel's
+/// cotangent, counting the patches (a convolution of the lhs with a one-hot
+/// kernel, one group per input feature); and only without groups.
+fn factor_conv(p: &ConvParams, cts: &[Option<Tensor>], args: &[LinearArg], i: usize) -> Result<Option<Factor>> {
+    let (Some(ct), 1, LinearArg::Const(lhs), LinearArg::Linear(rhs)) = (&cts[0], i, &args[0], &args[1]) else {
+        return Ok(None);
+    };
+    if p.feature_group_count != 1 || p.batch_group_count != 1 {
+        return Ok(None);
+    }
+    let d = &p.dims;
+    let (ls, cs) = (lhs.shape(), ct.shape());
+    let win = spatial_sizes(&rhs.shape, &d.rhs);
+    let w: usize = win.iter().product();
+    let c = ls[d.lhs[1]];
+    let o = cs[d.out[1]];
+    let m = cs[d.out[0]] * spatial_sizes(&cs, &d.out).iter().product::<usize>();
+    let k = c * w;
+    let (gram, patches, formed) = (
+        m.saturating_mul(m).saturating_mul(k + o),
+        m.saturating_mul(k).saturating_mul(w),
+        m.saturating_mul(k).saturating_mul(o),
+    );
+    if gram.saturating_add(patches) >= formed {
+        return Ok(None);
+    }
+    // The one-hot kernel [c * w, 1, win...]: output feature `g * w + j` of
+    // group `g` (input feature `g`) reads window position `j`.
+    let dev = lhs.device();
+    let sq = Shape::from(&[c, w, w][..]);
+    let eye = lax::convert(
+        &lax::eq(&lax::iota(DType::I32, &sq, 1, dev)?, &lax::iota(DType::I32, &sq, 2, dev)?)?,
+        lhs.dtype(),
+    )?;
+    let mut kshape = vec![c * w, 1];
+    kshape.extend_from_slice(&win);
+    let kernel = lax::reshape(&eye, &Shape::from(kshape))?;
+    let q = ConvParams {
+        dims: ConvDims { lhs: d.lhs.clone(), rhs: (0..d.rhs.len()).collect(), out: d.out.clone() },
+        feature_group_count: c,
+        ..p.clone()
+    };
+    let windows = bind_conv(lhs, &kernel, q)?;
+    // Rows: [batch, out spatial...], columns: features.
+    let rows: Axes = std::iter::once(d.out[0]).chain(d.out[2..].iter().copied()).chain([d.out[1]]).collect();
+    let as_rows = |x: &Tensor, cols: usize| -> Result<Tensor> {
+        lax::reshape(&lax::transpose(x, &rows)?, &Shape::from(&[1, m, cols][..]))
+    };
+    let a = as_rows(&windows, k)?;
+    let g = as_rows(ct, o)?;
+    // The product [in feature, window..., out feature].
+    let axes: Axes = std::iter::once(d.rhs[1]).chain(d.rhs[2..].iter().copied()).chain([d.rhs[0]]).collect();
+    let shape = Shape::from(axes.iter().map(|&a| rhs.shape[a]).collect::<Vec<_>>());
+    Ok(Some(Factor { rows: FactorRows::Dense(a), ct: g, shape, axes }))
+}
+
 // ---- batching --------------------------------------------------------------------
 
 fn batch_conv(p: &ConvParams, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
@@ -672,6 +733,12 @@ impl Family for ConvOp {
     fn transpose(&self, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
         match self {
             ConvOp::ConvGeneralDilated(p) => transpose_conv(p, cts, args),
+        }
+    }
+
+    fn factor(&self, cts: &[Option<Tensor>], args: &[LinearArg], i: usize) -> Result<Option<Factor>> {
+        match self {
+            ConvOp::ConvGeneralDilated(p) => factor_conv(p, cts, args, i),
         }
     }
 

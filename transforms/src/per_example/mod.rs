@@ -10,7 +10,7 @@
 //! backward pass keeps the cotangent of every parameter that a product or
 //! an embedding lookup reads as a factored sum of outer products (see
 //! NOTE: [factor] and NOTE: [ghost]). Parameters used otherwise (biases,
-//! scales, convolution kernels, a weight transposed before use) get their
+//! scales, convolution kernels on large maps) get their
 //! per-example cotangent formed, which is what `vmap(grad)` forms for them.
 //!
 //! NOTE: [per-example] The loss is written for a batch, as for a plain
