@@ -6,6 +6,7 @@ mod reference;
 mod reference_conv;
 mod registry;
 
+mod accountant;
 mod api;
 mod compositions;
 mod control;
