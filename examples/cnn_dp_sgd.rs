@@ -121,7 +121,7 @@ fn main() {
         for batch in poisson_batches(&data.train_x, &data.train_y, q, &key.fold_in(1_000_000 + epoch as u32)) {
             let g = private(&params, &batch).noisy_mean(&key.fold_in(step), NOISE, BATCH as f64);
             (params, state) = sgd.update(&params, &g, &state);
-            accountant.step(NOISE, q);
+            accountant.step(NOISE, q).expect("valid accountant step");
             step += 1;
         }
         acc = accuracy(&params.forward(&data.test_x), &data.test_y).item_f64();

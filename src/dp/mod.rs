@@ -25,6 +25,8 @@
 
 pub mod accountant;
 
+pub use accountant::{epsilon, noise_multiplier_for_epsilon, RdpAccountant};
+
 pub use xform_transforms::per_example::{
     dp_clipped_grad, dp_clipped_grad_with, per_example_grad_norms, per_example_grad_norms_with, try_dp_clipped_grad,
     try_per_example_grad_norms, ClipSum, DpGrad, DpOptions, GradNorms, NormMethod,
