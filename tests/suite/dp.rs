@@ -16,8 +16,7 @@ use xform::prelude::*;
 fn per_example_grads<P: Tree, D: Tree>(loss: &impl Fn(&P, &D) -> Tensor, p: &P, batch: &D) -> Vec<Tensor> {
     vmap(|ex: &D| {
         let ex1 = ex.with_leaves(ex.leaves().iter().map(|l| l.unsqueeze(0)).collect::<Vec<_>>());
-        let g = grad(|p: &P| loss(p, &ex1).sum())(p);
-        g
+        grad(move |p: &P| loss(p, &ex1).sum())(p)
     })(batch)
     .leaves()
     .into_iter()
