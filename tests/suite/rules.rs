@@ -3,6 +3,8 @@
 //! - reverse mode consistent with forward mode and finite differences;
 //! - second order (jvp and vjp of jvp and vjp) against finite differences;
 //! - the transpose identity for every input a primitive is linear in;
+//! - a factored cotangent (`Prim::factor`, ghost clipping) equals the
+//!   transpose rule's, wherever a primitive offers one;
 //! - the batch rule against a loop, for every placement of the batch dim
 //!   (none, first, last, middle) of every input;
 //! - jvp of vmap equals vmap of jvp; vmap of vmap equals a double loop.
@@ -11,7 +13,7 @@ use crate::harness::{cases, close, run, tol};
 use crate::registry::{entries, Case, Entry, G};
 use xform::core::interp::bind;
 use xform::testing::{check_grads_with, check_transpose, GradCheckOptions, Modes};
-use xform::{jvp, vmap, vmap_with, Axes, DType, Tensor, VmapOptions};
+use xform::{jvp, vmap, vmap_with, Axes, DType, Key, Tensor, VmapOptions};
 
 /// `prim` as a function of its float inputs, the other inputs held fixed.
 fn as_fn(case: &Case, inputs: &[Tensor]) -> (Vec<usize>, impl Fn(&Vec<Tensor>) -> Vec<Tensor> + Clone) {
@@ -96,6 +98,61 @@ fn transpose_identity_for_every_linear_input() {
             }
             Ok(())
         });
+    }
+}
+
+/// Wherever a primitive offers its cotangent factored (`factor_rule`,
+/// NOTE: [factor]), the factor's product is the transpose rule's cotangent
+/// (f64, within 1e-12 of its largest element). The primitives known to
+/// factor must do so on some sample.
+#[test]
+fn factored_cotangents_equal_the_transpose_rule() {
+    use xform::core::prim::{factor_rule, transpose_rule, LinearArg};
+    let factored = std::cell::RefCell::new(Vec::<String>::new());
+    for e in entries().into_iter().filter(|e| !e.linear.is_empty() && e.dtypes.contains(&DType::F64)) {
+        run(&format!("factor {}", e.name), cases(10), |seed| {
+            let mut g = G::new(seed);
+            let c = (e.gen)(&mut g, DType::F64);
+            let inputs = (c.make)(seed);
+            let out = bind(&c.prim, &inputs).unwrap_or_else(|e| e.raise()).into_vec();
+            if out.len() != 1 || !out[0].dtype().is_float() {
+                return Ok(());
+            }
+            let ct = Key::new(seed).normal(out[0].shape(), DType::F64);
+            for &i in &e.linear {
+                if i >= inputs.len() || !inputs[i].dtype().is_float() {
+                    continue;
+                }
+                let aval = inputs[i].aval();
+                let args: Vec<LinearArg> = inputs
+                    .iter()
+                    .enumerate()
+                    .map(|(j, t)| if j == i { LinearArg::Linear(&aval) } else { LinearArg::Const(t) })
+                    .collect();
+                let cts = [Some(ct.clone())];
+                let Some(f) = factor_rule(&c.prim, &cts, &args, i).map_err(|e| e.to_string())? else {
+                    continue;
+                };
+                let want = transpose_rule(&c.prim, &cts, &args).map_err(|e| e.to_string())?[i].clone().expect("a cotangent");
+                let got = f.materialize().map_err(|e| e.to_string())?;
+                if got.shape() != want.shape() {
+                    return Err(format!("{c:?} (input {i}): factored shape {} vs {}", got.shape(), want.shape()));
+                }
+                let scale = want.abs().max().item_f64().max(1e-300);
+                let err = (&got - &want).abs().max().item_f64() / scale;
+                if err > 1e-12 {
+                    return Err(format!("{c:?} (input {i}): factored cotangent differs by {err:e}"));
+                }
+                if !factored.borrow().contains(&e.name) {
+                    factored.borrow_mut().push(e.name.clone());
+                }
+            }
+            Ok(())
+        });
+    }
+    let factored = factored.into_inner();
+    for name in ["dot_general", "gather"] {
+        assert!(factored.iter().any(|f| f.starts_with(name)), "{name} never factored; factored: {factored:?}");
     }
 }
 

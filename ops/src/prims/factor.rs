@@ -14,7 +14,11 @@
 //! gradient per example. Where an operand's cotangent has no such form the
 //! rule returns `None` and the transpose rule runs.
 
-use crate::prim::Axes;
+use crate::error::Result;
+use crate::lax;
+use crate::prim::{Axes, DotDims};
+use crate::tensor::Aval;
+use smallvec::smallvec;
 use crate::tensor::Tensor;
 use xform_kernels::Shape;
 
@@ -57,5 +61,49 @@ impl Factor {
             FactorRows::OneHot { k, .. } => *k,
         };
         (c[0], c[1], k, c[2])
+    }
+}
+
+impl Factor {
+    /// The product `A^T G`, `[groups, k, n]`.
+    pub fn product(&self) -> Result<Tensor> {
+        let (groups, _, k, n) = self.dims();
+        match &self.rows {
+            FactorRows::Dense(a) => lax::dot_general(
+                a,
+                &self.ct,
+                DotDims { lhs_contract: smallvec![1], rhs_contract: smallvec![1], lhs_batch: smallvec![0], rhs_batch: smallvec![0] },
+            ),
+            FactorRows::OneHot { indices, .. } => {
+                let zeros = lax::zeros_aval(&Aval {
+                    shape: Shape::from(&[groups, k, n][..]),
+                    dtype: self.ct.dtype(),
+                    device: self.ct.device(),
+                })?;
+                lax::scatter_add(&zeros, indices, &self.ct, 1, 1)
+            }
+        }
+    }
+
+    /// The product in the operand's own layout: what the transpose rule
+    /// gives.
+    pub fn materialize(&self) -> Result<Tensor> {
+        in_layout(&self.product()?, &self.shape, &self.axes)
+    }
+}
+
+/// A `[groups, k, n]` product reshaped to `shape` and permuted so that the
+/// operand's axis `axes[i]` (at position `i` of `shape`) is axis `axes[i]`
+/// of the result.
+pub fn in_layout(p: &Tensor, shape: &Shape, axes: &[usize]) -> Result<Tensor> {
+    let p = lax::reshape(p, shape)?;
+    let mut perm: Axes = smallvec![0; axes.len()];
+    for (pos, &ax) in axes.iter().enumerate() {
+        perm[ax] = pos;
+    }
+    if perm.iter().enumerate().all(|(i, &p)| i == p) {
+        Ok(p)
+    } else {
+        lax::transpose(&p, &perm)
     }
 }

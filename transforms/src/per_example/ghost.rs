@@ -21,6 +21,7 @@ use crate::linearize::InputHook;
 use smallvec::{smallvec, SmallVec};
 use xform_ops::prim::{factor_rule, transpose_rule, Axes, LinearArg};
 use xform_ops::prims::factor::{Factor, FactorRows};
+pub(crate) use xform_ops::prims::factor::in_layout;
 use xform_ops::prims::linalg::DotDims;
 use xform_ops::prims::ViewKind;
 use xform_ops::{lax, Atom, Aval, DType, Eqn, Error, Prim, Program, Result, Shape, Tensor};
@@ -191,43 +192,6 @@ fn grouped(a: &Tensor, b: &Tensor, c: usize) -> Result<Tensor> {
             rhs_batch: smallvec![0],
         },
     )
-}
-
-/// The factor's product `A^T G`, `[groups, k, n]`.
-fn product(f: &Factor) -> Result<Tensor> {
-    let (groups, _, k, n) = f.dims();
-    match &f.rows {
-        FactorRows::Dense(a) => grouped(a, &f.ct, 1),
-        FactorRows::OneHot { indices, .. } => {
-            let zeros = lax::zeros_aval(&xform_ops::Aval {
-                shape: Shape::from(&[groups, k, n][..]),
-                dtype: f.ct.dtype(),
-                device: f.ct.device(),
-            })?;
-            lax::scatter_add(&zeros, indices, &f.ct, 1, 1)
-        }
-    }
-}
-
-/// The product in the operand's own layout.
-pub(crate) fn materialize(f: &Factor) -> Result<Tensor> {
-    in_layout(&product(f)?, &f.shape, &f.axes)
-}
-
-/// A `[groups, k, n]` product reshaped to `shape` and permuted so that
-/// the operand's axis `axes[i]` (at position `i` of `shape`) is axis
-/// `axes[i]` of the result.
-pub(crate) fn in_layout(p: &Tensor, shape: &Shape, axes: &[usize]) -> Result<Tensor> {
-    let p = lax::reshape(p, shape)?;
-    let mut perm: Axes = smallvec![0; axes.len()];
-    for (pos, &ax) in axes.iter().enumerate() {
-        perm[ax] = pos;
-    }
-    if perm.iter().enumerate().all(|(i, &p)| i == p) {
-        Ok(p)
-    } else {
-        lax::transpose(&p, &perm)
-    }
 }
 
 /// The Gram matrix `A A^T`, `[groups, m, m]`.
@@ -402,7 +366,7 @@ pub(crate) fn leaf_norm(
                 parts.push(LeafPart::Factored(f, chain.clone()));
             } else {
                 // Cheaper to form (and then no larger than its factors).
-                let d = pull_back(chain, materialize(&f)?)?;
+                let d = pull_back(chain, f.materialize()?)?;
                 sq = add(sq, sum_squares(&d)?)?;
                 formed = add(formed, d)?;
             }
@@ -415,7 +379,7 @@ pub(crate) fn leaf_norm(
     let mut acc = dense;
     for (id, g) in groups {
         for f in g {
-            acc = add(acc, pull_back(&watched[id].chain, materialize(&f)?)?)?;
+            acc = add(acc, pull_back(&watched[id].chain, f.materialize()?)?)?;
         }
     }
     let d = match acc {
