@@ -51,21 +51,34 @@ fn clipped_mean<T: Tree>(gs: &T, c: f64) -> T {
     })
 }
 
-/// Per-example global L2 norms `[B]` of `gs` (leaves `[B, ...]`): under
-/// vmap, each leaf's squared norm as the dot product of the flattened leaf
-/// with itself. `vmap(tree::norm)` gives the same numbers, but its `x * x`
-/// writes a temporary as large as the largest leaf (205 MB for the MLP's
-/// W1, 151 MB for the CNN's fc1: +40% peak memory); the dot reads the
-/// gradients once and writes B numbers.
+/// Elements per temporary of squares in [`per_example_norms`] (8 MB in f32).
+const NORM_CHUNK: usize = 1 << 21;
+
+/// Per-example global L2 norms `[B]` of `gs` (leaves `[B, ...]`): sums of
+/// squares over slices of at most [`NORM_CHUNK`] elements of each leaf.
+/// `vmap(tree::norm)` gives the same numbers, but its `x * x` writes a
+/// temporary as large as the largest leaf (205 MB for the MLP's W1, 151 MB
+/// for the CNN's fc1: +40% peak memory). A dot product of each flattened
+/// example with itself writes nothing, but is slow for these shapes and
+/// accumulates in f32 (see `breakdown`); xform's f32 sums accumulate in f64.
 fn per_example_norms<T: Tree>(gs: &T) -> Tensor {
-    vmap(|g: &T| {
-        let leaves = g.leaves();
-        let sq = leaves.iter().map(|x| {
-            let v = x.flatten();
-            v.dot(&v)
-        });
-        sq.reduce(|a, b| a + b).expect("a tree with leaves").sqrt()
-    })(gs)
+    let leaves = gs.leaves();
+    let b = leaves[0].dim(0);
+    let len = (NORM_CHUNK / b).max(1);
+    let mut sq: Option<Tensor> = None;
+    for g in leaves.iter() {
+        let g = g.reshape(&[b as isize, -1]);
+        let n = g.dim(1);
+        for start in (0..n).step_by(len) {
+            let part = g.narrow(1, start, len.min(n - start));
+            let s = (&part * &part).sum_axis(1, false);
+            sq = Some(match sq {
+                Some(acc) => acc + s,
+                None => s,
+            });
+        }
+    }
+    sq.expect("a tree with leaves").sqrt()
 }
 
 fn cnn_model<'a>(params: &'a CnnParams, xs: &'a Tensor, ys: &'a Tensor) -> Model<'a, CnnParams> {
@@ -202,7 +215,8 @@ fn cross_check<T: Tree>(m: &Model<'_, T>, results: &[(&str, T)], c: f64) {
 
 /// Logs where the time of vmap(grad)+clip+sum goes (medians of 5 calls,
 /// not waiting for a quiet machine): the per-example gradients, their norms
-/// (as [`per_example_norms`] and as `vmap(tree::norm)`), the whole clip + sum.
+/// ([`per_example_norms`]; `vmap(tree::norm)`; under vmap a dot product of
+/// each flattened leaf with itself), and the whole clip + sum.
 fn breakdown<T: Tree>(m: &Model<'_, T>, gs: &T, c: f64) {
     let median_ms = |f: &dyn Fn()| {
         f();
@@ -217,14 +231,26 @@ fn breakdown<T: Tree>(m: &Model<'_, T>, gs: &T, c: f64) {
         t[2]
     };
     let tree_norm = vmap(|g: &T| tree::norm(g));
-    let (a, b) = (per_example_norms(gs), tree_norm(gs));
-    let rel = ((&a - &b).abs().max() / b.abs().max()).item_f64();
+    let dot_norm = vmap(|g: &T| {
+        let leaves = g.leaves();
+        let sq = leaves.iter().map(|x| {
+            let v = x.flatten();
+            v.dot(&v)
+        });
+        sq.reduce(|a, b| a + b).expect("a tree with leaves").sqrt()
+    });
+    let reference = tree_norm(gs);
+    let rel = |n: Tensor| ((&n - &reference).abs().max() / reference.abs().max()).item_f64();
     eprintln!(
-        "{} breakdown (ms): vmap(grad) {:.1}; norms {:.1} (vmap(tree::norm) {:.1}, max rel diff {rel:.1e}); norms + clip + sum {:.1}",
+        "{} breakdown (ms): vmap(grad) {:.1}; norms {:.1} (max rel diff from vmap(tree::norm) {:.1e}); \
+         vmap(tree::norm) {:.1}; vmap(dot) {:.1} (max rel diff {:.1e}); norms + clip + sum {:.1}",
         m.workload,
         median_ms(&|| drop((m.psg)())),
         median_ms(&|| drop(per_example_norms(gs))),
+        rel(per_example_norms(gs)),
         median_ms(&|| drop(tree_norm(gs))),
+        median_ms(&|| drop(dot_norm(gs))),
+        rel(dot_norm(gs)),
         median_ms(&|| drop(clipped_mean(gs, c)))
     );
 }
