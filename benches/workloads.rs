@@ -8,6 +8,9 @@
 use std::time::Instant;
 use xform::prelude::*;
 
+#[path = "workloads/w7.rs"]
+mod w7;
+
 mod measure {
     use std::time::{Duration, Instant};
 
@@ -294,6 +297,11 @@ fn predict(p: &Params, x: &Tensor) -> Tensor {
     h.matmul(&p.4) + &p.5
 }
 
+/// Softmax cross-entropy of each row of `logits[B, c]` against `ys[B]`: `[B]`.
+fn xent_rows(logits: &Tensor, ys: &Tensor) -> Tensor {
+    logits.logsumexp(1, false) - logits.take_along_axis(&ys.unsqueeze(1), 1).squeeze(1)
+}
+
 /// Softmax cross-entropy of one example: logsumexp(logits) - logits[y].
 fn loss_one(p: &Params, x: &Tensor, y: &Tensor) -> Tensor {
     let logits = predict(p, x);
@@ -396,10 +404,7 @@ fn w5() {
     let batch = (xs.clone(), ys.clone());
     let st = measure(|| drop(psg(&batch)), false);
     emit("W5_cnn_per_sample_grad", "vmap(grad)", "float32", &sizes, &st, "");
-    let batch_grad = grad(|p: &CnnParams| {
-        let logits = cnn_predict(p, &xs);
-        (logits.logsumexp(1, false) - logits.take_along_axis(&ys.unsqueeze(1), 1).squeeze(1)).mean()
-    });
+    let batch_grad = grad(|p: &CnnParams| xent_rows(&cnn_predict(p, &xs), &ys).mean());
     let st = measure(|| drop(batch_grad(&params)), false);
     emit("W5_cnn_per_sample_grad", "grad(mean loss) batch ref", "float32", &sizes, &st, "");
 }
@@ -461,10 +466,7 @@ fn w6() {
     emit("W6_rnn_per_sample_grad", "vmap(grad) scan", "float32", &sizes, &st, "");
     // The batch reference: time-major x[T, B, d].
     let xt = xs.transpose(0, 1);
-    let batch_grad = grad(|p: &GruParams| {
-        let logits = gru_logits(p, &xt);
-        (logits.logsumexp(1, false) - logits.take_along_axis(&ys.unsqueeze(1), 1).squeeze(1)).mean()
-    });
+    let batch_grad = grad(|p: &GruParams| xent_rows(&gru_logits(p, &xt), &ys).mean());
     let st = measure(|| drop(batch_grad(&params)), false);
     emit("W6_rnn_per_sample_grad", "grad(mean loss) batch ref scan", "float32", &sizes, &st, "");
 }
@@ -522,6 +524,11 @@ fn dispatch() {
 }
 
 fn main() {
+    if w7::is_probe() {
+        // A W7 memory probe child: one measurement, nothing else.
+        w7::w7();
+        return;
+    }
     let t0 = Instant::now();
     if enabled("W1") {
         w1("small", 64, 32, 64, 10, DType::F32);
@@ -539,6 +546,9 @@ fn main() {
     }
     if enabled("W6") {
         w6();
+    }
+    if enabled("W7") {
+        w7::w7();
     }
     if enabled("dispatch") {
         dispatch();

@@ -4,7 +4,8 @@ and prints a table of median ratios, xform / peer, with the issue's targets.
 
 Usage (from the repository root):
     python3 scripts/compare_peers.py --python /path/to/venv/bin/python [--rounds 3]
-The venv needs numpy, jax and torch (see shared/bench/README.md). Results are
+The venv needs numpy, jax and torch, and opacus for W7's Opacus rows (see
+shared/bench/README.md). Results are
 kept in --out (default target/bench) as xform.N.jsonl and peers.N.jsonl per
 round N; with --reuse-peers / --reuse-xform existing files are used instead.
 
@@ -12,6 +13,11 @@ With --rounds R the two suites alternate R times (xform, peers, xform, ...),
 so that a slow spell of a shared machine falls on both sides; each library's
 median is then the median of its per-round medians, and the table also gives
 the range of the per-round ratios.
+
+W7 (one DP-SGD gradient) gets tables of its own, one per model: time and
+peak_rss_growth_mb of each mode, and xform's dp mode over each (the issue's
+targets: time <= 1.5x and peak <= 1.3x xform's own non-private batch gradient,
+faster than torch.func and Opacus ghost clipping).
 """
 import statistics
 import argparse
@@ -37,6 +43,26 @@ ROWS = [
 ]
 
 DISPATCH = ("dispatch_overhead", "float32", None, "vmap(grad(sin(x)*x)) [8]")
+
+# W7, one DP-SGD gradient (per-example clip to C, sum, / B): xform's dp mode beside xform's own
+# non-private batch gradient (the peers emit no W7 batch ref) and beside the peers' modes.
+# (workload, [(library, mode, time target, peak memory target)]); a target is "xform dp / this <= x".
+W7_DP = "dp"
+W7_CLIP = "vmap(grad)+clip+sum"  # stands in for dp (marked) where the xform output has no dp line
+W7_ROWS = [
+    ("W7_dp_sgd_step", [
+        ("xform", "vmap(grad)+clip+sum", None, None),
+        ("xform", "grad(mean loss) batch ref", 1.5, 1.3),
+        ("jax", "jit(vmap(grad)+clip+sum)", None, None),
+        ("torch", "torch.func vmap(grad)+clip+sum", 1.0, None),
+        ("opacus", "ghost clipping (GradSampleModuleFastGradientClipping)", 1.0, None),
+        ("opacus", "GradSampleModule hooks + clip+sum", None, None),
+    ]),
+    ("W7_dp_sgd_step_mlp", [
+        ("xform", "vmap(grad)+clip+sum", None, None),
+        ("xform", "grad(mean loss) batch ref", 1.5, 1.3),
+    ]),
+]
 
 
 def load(path):
@@ -143,8 +169,52 @@ def main():
     if firsts:
         print(f"W1 small first call: {statistics.median(firsts):.3f} ms (max {max(firsts):.3f}; target <= 5 ms;"
               f" JAX jit compiles for ~480 ms)")
+    print_w7(xr, pr)
     return 0
 
+
+def print_w7(xr, pr):
+    """The W7 tables: time and peak_rss_growth_mb of every mode, and xform dp's ratios to each."""
+    def med(recs, key):
+        return median_of(recs, key) if any(r and key in r for r in recs) else None
+
+    def fmt(v, width, prec):
+        return f"{v:{width}.{prec}f}" if v is not None else f"{'-':>{width}s}"
+
+    for w, rows in W7_ROWS:
+        dp_mode = W7_DP
+        dps = find_rounds(xr, "xform", w, "float32", None, dp_mode)
+        if median_of(dps) is None:
+            dp_mode = W7_CLIP
+            dps = find_rounds(xr, "xform", w, "float32", None, dp_mode)
+            if median_of(dps) is None:
+                continue
+        dp_peak = med(dps, "peak_rss_growth_mb")
+        c = next(r for r in dps if r)["sizes"].get("C")
+        print(f"\n{w} (C={c}): ratios are xform {dp_mode} / the row's mode [range over rounds];"
+              f" peak, first = peak_rss_growth_mb, first_call_peak_rss_growth_mb (MB)")
+        if dp_mode != W7_DP:
+            print(f"  (no xform '{W7_DP}' line: '{W7_CLIP}' stands in for it)")
+        print(f"{'library':8s} {'mode':54s} {'median ms':>10s} {'time ratio':>17s} {'peak':>8s} {'first':>8s}"
+              f" {'peak ratio':>10s}  target")
+        for lib, mode, t_target, m_target in [("xform", dp_mode, None, None)] + [
+                r for r in rows if r[:2] != ("xform", dp_mode)]:
+            is_dp = (lib, mode) == ("xform", dp_mode)
+            ps = dps if is_dp else find_rounds(xr if lib == "xform" else pr, lib, w, "float32", None, mode)
+            if median_of(ps) is None:
+                continue
+            r, spread = (None, "") if is_dp else ratio_text(dps, ps)
+            peak = med(ps, "peak_rss_growth_mb")
+            m_ratio = dp_peak / peak if not is_dp and dp_peak is not None and peak else None
+            target = []
+            if t_target is not None and r is not None:
+                target.append(f"time <= {t_target}x: {'yes' if r <= t_target else 'NO'}")
+            if m_target is not None and m_ratio is not None:
+                target.append(f"peak <= {m_target}x: {'yes' if m_ratio <= m_target else 'NO'}")
+            r_ = f"{r:6.3f}{spread:11s}" if r is not None else f"{'-':>17s}"
+            print(f"{lib:8s} {mode[:54]:54s} {median_of(ps):10.3f} {r_} {fmt(peak, 8, 1)} "
+                  f"{fmt(med(ps, 'first_call_peak_rss_growth_mb'), 8, 1)} {fmt(m_ratio, 10, 3)}  "
+                  f"{', '.join(target)}".rstrip())
 
 if __name__ == "__main__":
     sys.exit(main())
