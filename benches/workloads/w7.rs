@@ -12,6 +12,7 @@
 
 use super::{cnn_loss_one, cnn_predict, emit, loss_one, make_cnn, make_mlp, measure, mlp_sizes, predict, xent_rows};
 use super::{CnnParams, Params};
+use xform::dp::{dp_clipped_grad_with, ClipSum, DpOptions};
 use xform::prelude::*;
 use xform::tree;
 
@@ -83,6 +84,20 @@ fn per_example_norms<T: Tree>(gs: &T) -> Tensor {
     sq.expect("a tree with leaves").sqrt()
 }
 
+/// The `dp` modes: `xform::dp::dp_clipped_grad` (per-example losses of
+/// the batch), its clipped sum over `B` as the other modes return.
+fn dp_mean<P: Tree>(
+    losses: impl Fn(&P, &Tensor, &Tensor) -> Tensor,
+    params: &P,
+    xs: &Tensor,
+    ys: &Tensor,
+    c: f64,
+    sum: ClipSum,
+) -> P {
+    let loss = |p: &P, (x, y): &(Tensor, Tensor)| losses(p, x, y);
+    dp_clipped_grad_with(loss, DpOptions::new(c).sum(sum))(params, &(xs.clone(), ys.clone())).mean()
+}
+
 fn cnn_model<'a>(params: &'a CnnParams, xs: &'a Tensor, ys: &'a Tensor) -> Model<'a, CnnParams> {
     let batch = (xs.clone(), ys.clone());
     let psg = move || vmap(|(x, y): &(Tensor, Tensor)| grad(|p: &CnnParams| cnn_loss_one(p, x, y))(params))(&batch);
@@ -95,6 +110,32 @@ fn cnn_model<'a>(params: &'a CnnParams, xs: &'a Tensor, ys: &'a Tensor) -> Model
             let modes: Vec<Mode<'a, CnnParams>> = vec![
                 ("vmap(grad)+clip+sum", Box::new(move || clipped_mean(&psg(), c))),
                 (BATCH_REF, Box::new(move || grad(|p: &CnnParams| xent_rows(&cnn_predict(p, xs), ys).mean())(params))),
+                (
+                    "dp",
+                    Box::new(move || {
+                        dp_mean(
+                            |p: &CnnParams, x: &Tensor, y: &Tensor| xent_rows(&cnn_predict(p, x), y),
+                            params,
+                            xs,
+                            ys,
+                            c,
+                            ClipSum::BookKeeping,
+                        )
+                    }),
+                ),
+                (
+                    "dp second pass",
+                    Box::new(move || {
+                        dp_mean(
+                            |p: &CnnParams, x: &Tensor, y: &Tensor| xent_rows(&cnn_predict(p, x), y),
+                            params,
+                            xs,
+                            ys,
+                            c,
+                            ClipSum::SecondPass,
+                        )
+                    }),
+                ),
             ];
             modes
         }),
@@ -115,6 +156,32 @@ fn mlp_model<'a>(params: &'a Params, xs: &'a Tensor, ys: &'a Tensor, name: &str)
             let modes: Vec<Mode<'a, Params>> = vec![
                 ("vmap(grad)+clip+sum", Box::new(move || clipped_mean(&psg(), c))),
                 (BATCH_REF, Box::new(move || grad(|p: &Params| xent_rows(&predict(p, xs), ys).mean())(params))),
+                (
+                    "dp",
+                    Box::new(move || {
+                        dp_mean(
+                            |p: &Params, x: &Tensor, y: &Tensor| xent_rows(&predict(p, x), y),
+                            params,
+                            xs,
+                            ys,
+                            c,
+                            ClipSum::BookKeeping,
+                        )
+                    }),
+                ),
+                (
+                    "dp second pass",
+                    Box::new(move || {
+                        dp_mean(
+                            |p: &Params, x: &Tensor, y: &Tensor| xent_rows(&predict(p, x), y),
+                            params,
+                            xs,
+                            ys,
+                            c,
+                            ClipSum::SecondPass,
+                        )
+                    }),
+                ),
             ];
             modes
         }),

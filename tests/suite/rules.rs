@@ -133,7 +133,8 @@ fn factored_cotangents_equal_the_transpose_rule() {
                 let Some(f) = factor_rule(&c.prim, &cts, &args, i).map_err(|e| e.to_string())? else {
                     continue;
                 };
-                let want = transpose_rule(&c.prim, &cts, &args).map_err(|e| e.to_string())?[i].clone().expect("a cotangent");
+                let want =
+                    transpose_rule(&c.prim, &cts, &args).map_err(|e| e.to_string())?[i].clone().expect("a cotangent");
                 let got = f.materialize().map_err(|e| e.to_string())?;
                 if got.shape() != want.shape() {
                     return Err(format!("{c:?} (input {i}): factored shape {} vs {}", got.shape(), want.shape()));

@@ -18,8 +18,8 @@ use crate::error::Result;
 use crate::lax;
 use crate::prim::{Axes, DotDims};
 use crate::tensor::Aval;
-use smallvec::smallvec;
 use crate::tensor::Tensor;
+use smallvec::smallvec;
 use xform_kernels::Shape;
 
 /// The row side `A` of a factored cotangent `A^T G`.
@@ -72,7 +72,12 @@ impl Factor {
             FactorRows::Dense(a) => lax::dot_general(
                 a,
                 &self.ct,
-                DotDims { lhs_contract: smallvec![1], rhs_contract: smallvec![1], lhs_batch: smallvec![0], rhs_batch: smallvec![0] },
+                DotDims {
+                    lhs_contract: smallvec![1],
+                    rhs_contract: smallvec![1],
+                    lhs_batch: smallvec![0],
+                    rhs_batch: smallvec![0],
+                },
             ),
             FactorRows::OneHot { indices, .. } => {
                 let zeros = lax::zeros_aval(&Aval {
