@@ -98,6 +98,25 @@ fn dp_mean<P: Tree>(
     dp_clipped_grad_with(loss, DpOptions::new(c).sum(sum))(params, &(xs.clone(), ys.clone())).mean()
 }
 
+/// Every mode of a model with per-example gradients `psg` and logits
+/// `predict`, at clip norm `c`.
+fn modes<'a, P: Tree + 'a>(
+    psg: impl Fn() -> P + 'a,
+    predict: fn(&P, &Tensor) -> Tensor,
+    params: &'a P,
+    xs: &'a Tensor,
+    ys: &'a Tensor,
+    c: f64,
+) -> Vec<Mode<'a, P>> {
+    let losses = move |p: &P, x: &Tensor, y: &Tensor| xent_rows(&predict(p, x), y);
+    vec![
+        ("vmap(grad)+clip+sum", Box::new(move || clipped_mean(&psg(), c))),
+        (BATCH_REF, Box::new(move || grad(|p: &P| losses(p, xs, ys).mean())(params))),
+        ("dp", Box::new(move || dp_mean(losses, params, xs, ys, c, ClipSum::BookKeeping))),
+        ("dp second pass", Box::new(move || dp_mean(losses, params, xs, ys, c, ClipSum::SecondPass))),
+    ]
+}
+
 fn cnn_model<'a>(params: &'a CnnParams, xs: &'a Tensor, ys: &'a Tensor) -> Model<'a, CnnParams> {
     let batch = (xs.clone(), ys.clone());
     let psg = move || vmap(|(x, y): &(Tensor, Tensor)| grad(|p: &CnnParams| cnn_loss_one(p, x, y))(params))(&batch);
@@ -105,40 +124,7 @@ fn cnn_model<'a>(params: &'a CnnParams, xs: &'a Tensor, ys: &'a Tensor) -> Model
         workload: "W7_dp_sgd_step",
         sizes: format!("{{\"B\": {}, \"n_params\": {}}}", xs.dim(0), tree::numel(params)),
         psg: Box::new(psg.clone()),
-        modes: Box::new(move |c| {
-            let psg = psg.clone();
-            let modes: Vec<Mode<'a, CnnParams>> = vec![
-                ("vmap(grad)+clip+sum", Box::new(move || clipped_mean(&psg(), c))),
-                (BATCH_REF, Box::new(move || grad(|p: &CnnParams| xent_rows(&cnn_predict(p, xs), ys).mean())(params))),
-                (
-                    "dp",
-                    Box::new(move || {
-                        dp_mean(
-                            |p: &CnnParams, x: &Tensor, y: &Tensor| xent_rows(&cnn_predict(p, x), y),
-                            params,
-                            xs,
-                            ys,
-                            c,
-                            ClipSum::BookKeeping,
-                        )
-                    }),
-                ),
-                (
-                    "dp second pass",
-                    Box::new(move || {
-                        dp_mean(
-                            |p: &CnnParams, x: &Tensor, y: &Tensor| xent_rows(&cnn_predict(p, x), y),
-                            params,
-                            xs,
-                            ys,
-                            c,
-                            ClipSum::SecondPass,
-                        )
-                    }),
-                ),
-            ];
-            modes
-        }),
+        modes: Box::new(move |c| modes(psg.clone(), cnn_predict, params, xs, ys, c)),
     }
 }
 
@@ -151,40 +137,7 @@ fn mlp_model<'a>(params: &'a Params, xs: &'a Tensor, ys: &'a Tensor, name: &str)
         workload: "W7_dp_sgd_step_mlp",
         sizes: mlp_sizes(name, b, d_in, h, c),
         psg: Box::new(psg.clone()),
-        modes: Box::new(move |c| {
-            let psg = psg.clone();
-            let modes: Vec<Mode<'a, Params>> = vec![
-                ("vmap(grad)+clip+sum", Box::new(move || clipped_mean(&psg(), c))),
-                (BATCH_REF, Box::new(move || grad(|p: &Params| xent_rows(&predict(p, xs), ys).mean())(params))),
-                (
-                    "dp",
-                    Box::new(move || {
-                        dp_mean(
-                            |p: &Params, x: &Tensor, y: &Tensor| xent_rows(&predict(p, x), y),
-                            params,
-                            xs,
-                            ys,
-                            c,
-                            ClipSum::BookKeeping,
-                        )
-                    }),
-                ),
-                (
-                    "dp second pass",
-                    Box::new(move || {
-                        dp_mean(
-                            |p: &Params, x: &Tensor, y: &Tensor| xent_rows(&predict(p, x), y),
-                            params,
-                            xs,
-                            ys,
-                            c,
-                            ClipSum::SecondPass,
-                        )
-                    }),
-                ),
-            ];
-            modes
-        }),
+        modes: Box::new(move |c| modes(psg.clone(), predict, params, xs, ys, c)),
     }
 }
 

@@ -142,7 +142,7 @@ macro_rules! families {
         }
 
         /// The cotangent of linear operand `i` factored as outer products
-        /// (ghost clipping; see NOTE: [factor]), or `None` where the
+        /// (ghost clipping; see NOTE: [factored cotangents]), or `None` where the
         /// transpose rule must form it.
         pub fn factor_rule(prim: &Prim, cts: &[Option<Tensor>], args: &[LinearArg], i: usize) -> Result<Option<crate::prims::factor::Factor>> {
             match prim { $( Prim::$variant(p) => p.factor(cts, args, i), )* }

@@ -1,12 +1,14 @@
 //! Per-example gradient norms and clipped sums (xform::dp) against
 //! `vmap(grad)` + norm + clip + sum, on MLPs, sequence models, embeddings,
 //! CNNs, attention and tied weights, with every norm method and both ways
-//! of forming the clipped sum; and the bad inputs.
+//! of forming the clipped sum (on each device present); and the bad
+//! inputs.
 //!
 //! Tolerances (the issue's): norms and sums within 1e-5 relative in f32
 //! and 1e-10 in f64, relative to the largest element of the reference
 //! (a sum's small elements carry the big ones' rounding).
 
+use crate::harness::on_each_device;
 use xform::dp::{dp_clipped_grad_with, per_example_grad_norms_with, ClipSum, DpOptions, NormMethod};
 use xform::nn::{softmax_cross_entropy_per_example, Conv2d, Embedding, Linear, MaxPool2d, MultiHeadAttention};
 use xform::prelude::*;
@@ -111,30 +113,38 @@ fn mlp_loss(p: &Mlp2, (x, y): &(Tensor, Tensor)) -> Tensor {
 
 #[test]
 fn mlp_norms_and_clipped_sums_match_vmap_grad() {
-    for dtype in [DType::F32, DType::F64] {
-        let key = Key::new(1);
-        let p =
-            Mlp2 { l1: Linear::init(&key.fold_in(0), 12, 16, dtype), l2: Linear::init(&key.fold_in(1), 16, 5, dtype) };
-        let batch = (key.fold_in(2).normal([9, 12], dtype), key.fold_in(3).randint([9], 0, 5, DType::I32));
-        check_model("mlp", mlp_loss, &p, &batch);
-    }
+    on_each_device(|| {
+        for dtype in [DType::F32, DType::F64] {
+            let key = Key::new(1);
+            let p = Mlp2 {
+                l1: Linear::init(&key.fold_in(0), 12, 16, dtype),
+                l2: Linear::init(&key.fold_in(1), 16, 5, dtype),
+            };
+            let batch = (key.fold_in(2).normal([9, 12], dtype), key.fold_in(3).randint([9], 0, 5, DType::I32));
+            check_model("mlp", mlp_loss, &p, &batch);
+        }
+    });
 }
 
 /// A sequence model: each example is `x [T, d]`; a dense layer over the
 /// steps (T rows per example: the Gram form), mean over time, a head.
 #[test]
 fn sequence_model_uses_gram_matrices_and_matches() {
-    for dtype in [DType::F32, DType::F64] {
-        let key = Key::new(2);
-        let p =
-            Mlp2 { l1: Linear::init(&key.fold_in(0), 8, 24, dtype), l2: Linear::init(&key.fold_in(1), 24, 3, dtype) };
-        let batch = (key.fold_in(2).normal([6, 5, 8], dtype), key.fold_in(3).randint([6], 0, 3, DType::I32));
-        let loss = |p: &Mlp2, (x, y): &(Tensor, Tensor)| {
-            let h = p.l1.forward(x).tanh().mean_axis(1, false);
-            softmax_cross_entropy_per_example(&p.l2.forward(&h), y)
-        };
-        check_model("sequence", loss, &p, &batch);
-    }
+    on_each_device(|| {
+        for dtype in [DType::F32, DType::F64] {
+            let key = Key::new(2);
+            let p = Mlp2 {
+                l1: Linear::init(&key.fold_in(0), 8, 24, dtype),
+                l2: Linear::init(&key.fold_in(1), 24, 3, dtype),
+            };
+            let batch = (key.fold_in(2).normal([6, 5, 8], dtype), key.fold_in(3).randint([6], 0, 3, DType::I32));
+            let loss = |p: &Mlp2, (x, y): &(Tensor, Tensor)| {
+                let h = p.l1.forward(x).tanh().mean_axis(1, false);
+                softmax_cross_entropy_per_example(&p.l2.forward(&h), y)
+            };
+            check_model("sequence", loss, &p, &batch);
+        }
+    });
 }
 
 #[derive(Clone, Debug, Tree)]
@@ -146,20 +156,22 @@ struct EmbedModel {
 /// Token ids per example (with repeats, so rows of the lookup coincide).
 #[test]
 fn embedding_lookups_match() {
-    for dtype in [DType::F32, DType::F64] {
-        let key = Key::new(3);
-        let p = EmbedModel {
-            emb: Embedding::init(&key.fold_in(0), 7, 6, dtype),
-            head: Linear::init(&key.fold_in(1), 6, 4, dtype),
-        };
-        let ids = key.fold_in(2).randint([5, 9], 0, 7, DType::I32);
-        let batch = (ids, key.fold_in(3).randint([5], 0, 4, DType::I32));
-        let loss = |p: &EmbedModel, (ids, y): &(Tensor, Tensor)| {
-            let h = p.emb.forward(ids).tanh().sum_axis(1, false);
-            softmax_cross_entropy_per_example(&p.head.forward(&h), y)
-        };
-        check_model("embedding", loss, &p, &batch);
-    }
+    on_each_device(|| {
+        for dtype in [DType::F32, DType::F64] {
+            let key = Key::new(3);
+            let p = EmbedModel {
+                emb: Embedding::init(&key.fold_in(0), 7, 6, dtype),
+                head: Linear::init(&key.fold_in(1), 6, 4, dtype),
+            };
+            let ids = key.fold_in(2).randint([5, 9], 0, 7, DType::I32);
+            let batch = (ids, key.fold_in(3).randint([5], 0, 4, DType::I32));
+            let loss = |p: &EmbedModel, (ids, y): &(Tensor, Tensor)| {
+                let h = p.emb.forward(ids).tanh().sum_axis(1, false);
+                softmax_cross_entropy_per_example(&p.head.forward(&h), y)
+            };
+            check_model("embedding", loss, &p, &batch);
+        }
+    });
 }
 
 #[derive(Clone, Debug, Tree)]
@@ -170,33 +182,37 @@ struct SmallCnn {
 
 #[test]
 fn cnn_matches() {
-    for dtype in [DType::F32, DType::F64] {
-        let key = Key::new(4);
-        let p = SmallCnn {
-            conv: Conv2d::init(&key.fold_in(0), 2, 4, [3, 3], dtype).with_padding([1, 1]),
-            head: Linear::init(&key.fold_in(1), 4 * 3 * 3, 5, dtype),
-        };
-        let batch = (key.fold_in(2).normal([6, 2, 6, 6], dtype), key.fold_in(3).randint([6], 0, 5, DType::I32));
-        let loss = |p: &SmallCnn, (x, y): &(Tensor, Tensor)| {
-            let h = MaxPool2d::new([2, 2]).forward(&p.conv.forward(x).relu());
-            let h = h.reshape(&[h.dim(0) as isize, -1]);
-            softmax_cross_entropy_per_example(&p.head.forward(&h), y)
-        };
-        check_model("cnn", loss, &p, &batch);
-    }
+    on_each_device(|| {
+        for dtype in [DType::F32, DType::F64] {
+            let key = Key::new(4);
+            let p = SmallCnn {
+                conv: Conv2d::init(&key.fold_in(0), 2, 4, [3, 3], dtype).with_padding([1, 1]),
+                head: Linear::init(&key.fold_in(1), 4 * 3 * 3, 5, dtype),
+            };
+            let batch = (key.fold_in(2).normal([6, 2, 6, 6], dtype), key.fold_in(3).randint([6], 0, 5, DType::I32));
+            let loss = |p: &SmallCnn, (x, y): &(Tensor, Tensor)| {
+                let h = MaxPool2d::new([2, 2]).forward(&p.conv.forward(x).relu());
+                let h = h.reshape(&[h.dim(0) as isize, -1]);
+                softmax_cross_entropy_per_example(&p.head.forward(&h), y)
+            };
+            check_model("cnn", loss, &p, &batch);
+        }
+    });
 }
 
 #[test]
 fn attention_matches() {
-    let dtype = DType::F64;
-    let key = Key::new(5);
-    let p = (MultiHeadAttention::init(&key.fold_in(0), 8, 2, dtype), Linear::init(&key.fold_in(1), 8, 3, dtype));
-    let batch = (key.fold_in(2).normal([4, 5, 8], dtype), key.fold_in(3).randint([4], 0, 3, DType::I32));
-    let loss = |p: &(MultiHeadAttention, Linear), (x, y): &(Tensor, Tensor)| {
-        let h = p.0.forward(x, x, x, Default::default()).mean_axis(1, false);
-        softmax_cross_entropy_per_example(&p.1.forward(&h), y)
-    };
-    check_model("attention", loss, &p, &batch);
+    on_each_device(|| {
+        let dtype = DType::F64;
+        let key = Key::new(5);
+        let p = (MultiHeadAttention::init(&key.fold_in(0), 8, 2, dtype), Linear::init(&key.fold_in(1), 8, 3, dtype));
+        let batch = (key.fold_in(2).normal([4, 5, 8], dtype), key.fold_in(3).randint([4], 0, 3, DType::I32));
+        let loss = |p: &(MultiHeadAttention, Linear), (x, y): &(Tensor, Tensor)| {
+            let h = p.0.forward(x, x, x, Default::default()).mean_axis(1, false);
+            softmax_cross_entropy_per_example(&p.1.forward(&h), y)
+        };
+        check_model("attention", loss, &p, &batch);
+    });
 }
 
 /// Tied weights: one layer applied twice (one layout: its factors are
@@ -204,24 +220,26 @@ fn attention_matches() {
 /// transposed product: formed per example).
 #[test]
 fn tied_weights_match() {
-    let key = Key::new(6);
-    for dtype in [DType::F32, DType::F64] {
-        let l = Linear::init(&key.fold_in(0), 6, 6, dtype);
-        let batch = (key.fold_in(1).normal([7, 6], dtype), key.fold_in(2).randint([7], 0, 6, DType::I32));
-        let twice = |l: &Linear, (x, y): &(Tensor, Tensor)| {
-            softmax_cross_entropy_per_example(&l.forward(&l.forward(x).tanh()), y)
-        };
-        check_model("linear twice", twice, &l, &batch);
+    on_each_device(|| {
+        let key = Key::new(6);
+        for dtype in [DType::F32, DType::F64] {
+            let l = Linear::init(&key.fold_in(0), 6, 6, dtype);
+            let batch = (key.fold_in(1).normal([7, 6], dtype), key.fold_in(2).randint([7], 0, 6, DType::I32));
+            let twice = |l: &Linear, (x, y): &(Tensor, Tensor)| {
+                softmax_cross_entropy_per_example(&l.forward(&l.forward(x).tanh()), y)
+            };
+            check_model("linear twice", twice, &l, &batch);
 
-        let e = key.fold_in(3).normal([10, 4], dtype);
-        let ids = key.fold_in(4).randint([7, 3], 0, 10, DType::I32);
-        let batch = (ids, key.fold_in(5).randint([7], 0, 10, DType::I32));
-        let tied = |e: &Tensor, (ids, y): &(Tensor, Tensor)| {
-            let h = e.take(ids, 0).sum_axis(1, false).tanh();
-            softmax_cross_entropy_per_example(&h.matmul(&e.t()), y)
-        };
-        check_model("tied embedding", tied, &e, &batch);
-    }
+            let e = key.fold_in(3).normal([10, 4], dtype);
+            let ids = key.fold_in(4).randint([7, 3], 0, 10, DType::I32);
+            let batch = (ids, key.fold_in(5).randint([7], 0, 10, DType::I32));
+            let tied = |e: &Tensor, (ids, y): &(Tensor, Tensor)| {
+                let h = e.take(ids, 0).sum_axis(1, false).tanh();
+                softmax_cross_entropy_per_example(&h.matmul(&e.t()), y)
+            };
+            check_model("tied embedding", tied, &e, &batch);
+        }
+    });
 }
 
 /// The clipped sum of a dense layer never holds batch x parameters: the
@@ -331,31 +349,33 @@ fn bad_inputs_are_clear_errors() {
 /// per example by the scan's transpose), the head outside (factored).
 #[test]
 fn recurrent_model_through_scan_matches() {
-    let (t, d, h, c) = (4, 3, 5, 3);
-    let key = Key::new(11);
-    let dtype = DType::F64;
-    let p: Vec<Tensor> = [vec![d, 3 * h], vec![h, 3 * h], vec![3 * h], vec![h, c], vec![c]]
-        .into_iter()
-        .enumerate()
-        .map(|(i, s)| key.fold_in(i as u32).normal(s, dtype) * 0.5)
-        .collect();
-    // x [B, T, d] -> time-major inside the loss.
-    let batch = (key.fold_in(10).normal([5, t, d], dtype), key.fold_in(11).randint([5], 0, c as i64, DType::I32));
-    let loss = |p: &Vec<Tensor>, (x, y): &(Tensor, Tensor)| {
-        let xt = x.transpose(0, 1);
-        let h0 = Tensor::zeros([x.dim(0), h], dtype);
-        let cell = |hs: &Tensor, xs: &Tensor| {
-            let gi = xs.matmul(&p[0]) + &p[2];
-            let gh = hs.matmul(&p[1]);
-            let r = (gi.narrow(-1, 0, h) + gh.narrow(-1, 0, h)).sigmoid();
-            let z = (gi.narrow(-1, h, h) + gh.narrow(-1, h, h)).sigmoid();
-            let n = (gi.narrow(-1, 2 * h, h) + r * gh.narrow(-1, 2 * h, h)).tanh();
-            ((-&z + 1.0) * n + z * hs, ())
+    on_each_device(|| {
+        let (t, d, h, c) = (4, 3, 5, 3);
+        let key = Key::new(11);
+        let dtype = DType::F64;
+        let p: Vec<Tensor> = [vec![d, 3 * h], vec![h, 3 * h], vec![3 * h], vec![h, c], vec![c]]
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| key.fold_in(i as u32).normal(s, dtype) * 0.5)
+            .collect();
+        // x [B, T, d] -> time-major inside the loss.
+        let batch = (key.fold_in(10).normal([5, t, d], dtype), key.fold_in(11).randint([5], 0, c as i64, DType::I32));
+        let loss = |p: &Vec<Tensor>, (x, y): &(Tensor, Tensor)| {
+            let xt = x.transpose(0, 1);
+            let h0 = Tensor::zeros([x.dim(0), h], dtype);
+            let cell = |hs: &Tensor, xs: &Tensor| {
+                let gi = xs.matmul(&p[0]) + &p[2];
+                let gh = hs.matmul(&p[1]);
+                let r = (gi.narrow(-1, 0, h) + gh.narrow(-1, 0, h)).sigmoid();
+                let z = (gi.narrow(-1, h, h) + gh.narrow(-1, h, h)).sigmoid();
+                let n = (gi.narrow(-1, 2 * h, h) + r * gh.narrow(-1, 2 * h, h)).tanh();
+                ((-&z + 1.0) * n + z * hs, ())
+            };
+            let (hl, ()) = scan(cell, &h0, &xt);
+            softmax_cross_entropy_per_example(&(hl.matmul(&p[3]) + &p[4]), y)
         };
-        let (hl, ()) = scan(cell, &h0, &xt);
-        softmax_cross_entropy_per_example(&(hl.matmul(&p[3]) + &p[4]), y)
-    };
-    check_model("gru", loss, &p, &batch);
+        check_model("gru", loss, &p, &batch);
+    });
 }
 
 /// Weights read through views: transposed (PyTorch's `[out, in]` layout),
@@ -363,28 +383,30 @@ fn recurrent_model_through_scan_matches() {
 /// sliced into overlapping blocks (not orthogonal: formed per example).
 #[test]
 fn weights_read_through_views_match() {
-    let key = Key::new(12);
-    for dtype in [DType::F32, DType::F64] {
-        let w = key.fold_in(0).normal([10, 6], dtype) * 0.4;
-        let batch = (key.fold_in(1).normal([7, 3, 6], dtype), key.fold_in(2).randint([7], 0, 4, DType::I32));
-        let torch_layout = |w: &Tensor, (x, y): &(Tensor, Tensor)| {
-            let h = x.matmul(&w.t()).tanh().sum_axis(1, false); // [B, 10]
-            softmax_cross_entropy_per_example(&h.narrow(1, 0, 4), y)
-        };
-        check_model("transposed weight", torch_layout, &w, &batch);
-        let packed = |w: &Tensor, (x, y): &(Tensor, Tensor)| {
-            let a = x.matmul(&w.narrow(0, 0, 6).t()); // rows 0..6 of w
-            let b = x.matmul(&w.narrow(0, 6, 4).t()); // rows 6..10
-            softmax_cross_entropy_per_example(&((a.narrow(2, 0, 4) * b).sum_axis(1, false)), y)
-        };
-        check_model("disjoint blocks", packed, &w, &batch);
-        let overlapping = |w: &Tensor, (x, y): &(Tensor, Tensor)| {
-            let a = x.matmul(&w.narrow(0, 0, 6).t());
-            let b = x.matmul(&w.narrow(0, 4, 6).t()); // rows 4..10 overlap rows 4..6
-            softmax_cross_entropy_per_example(&((a * b).sum_axis(1, false).narrow(1, 0, 4)), y)
-        };
-        check_model("overlapping blocks", overlapping, &w, &batch);
-    }
+    on_each_device(|| {
+        let key = Key::new(12);
+        for dtype in [DType::F32, DType::F64] {
+            let w = key.fold_in(0).normal([10, 6], dtype) * 0.4;
+            let batch = (key.fold_in(1).normal([7, 3, 6], dtype), key.fold_in(2).randint([7], 0, 4, DType::I32));
+            let torch_layout = |w: &Tensor, (x, y): &(Tensor, Tensor)| {
+                let h = x.matmul(&w.t()).tanh().sum_axis(1, false); // [B, 10]
+                softmax_cross_entropy_per_example(&h.narrow(1, 0, 4), y)
+            };
+            check_model("transposed weight", torch_layout, &w, &batch);
+            let packed = |w: &Tensor, (x, y): &(Tensor, Tensor)| {
+                let a = x.matmul(&w.narrow(0, 0, 6).t()); // rows 0..6 of w
+                let b = x.matmul(&w.narrow(0, 6, 4).t()); // rows 6..10
+                softmax_cross_entropy_per_example(&((a.narrow(2, 0, 4) * b).sum_axis(1, false)), y)
+            };
+            check_model("disjoint blocks", packed, &w, &batch);
+            let overlapping = |w: &Tensor, (x, y): &(Tensor, Tensor)| {
+                let a = x.matmul(&w.narrow(0, 0, 6).t());
+                let b = x.matmul(&w.narrow(0, 4, 6).t()); // rows 4..10 overlap rows 4..6
+                softmax_cross_entropy_per_example(&((a * b).sum_axis(1, false).narrow(1, 0, 4)), y)
+            };
+            check_model("overlapping blocks", overlapping, &w, &batch);
+        }
+    });
 }
 
 /// A transposed or sliced dense weight is not formed per example either.
@@ -412,37 +434,39 @@ fn views_of_a_dense_weight_are_not_formed_per_example() {
 /// so the kernel is factored; channels-last with stride and padding too.
 #[test]
 fn deep_convolutions_use_patches_and_match() {
-    let key = Key::new(14);
-    for dtype in [DType::F32, DType::F64] {
-        let conv = Conv2d::init(&key.fold_in(0), 16, 32, [3, 3], dtype);
-        let head = Linear::init(&key.fold_in(1), 32, 3, dtype);
-        let batch = (key.fold_in(2).normal([6, 16, 4, 4], dtype), key.fold_in(3).randint([6], 0, 3, DType::I32));
-        let loss = |p: &(Conv2d, Linear), (x, y): &(Tensor, Tensor)| {
-            let h = p.0.forward(x).relu().mean_axes(&[2, 3], false); // [B, 32]
-            softmax_cross_entropy_per_example(&p.1.forward(&h), y)
-        };
-        check_model("deep conv", loss, &(conv, head.clone()), &batch);
-        // NHWC / HWIO, stride 2, explicit padding.
-        let w = key.fold_in(4).normal([3, 3, 16, 32], dtype) * 0.1;
-        let xs = key.fold_in(5).normal([6, 5, 5, 16], dtype);
-        let opts = xform::lax::ConvOptions {
-            strides: vec![2, 2],
-            padding: xform::lax::Padding::Explicit(vec![(1, 1), (1, 1)]),
-            dims: Some(xform::lax::ConvDims::from_strings("NHWC", "HWIO", "NHWC").unwrap()),
-            ..Default::default()
-        };
-        let nhwc = |p: &(Tensor, Linear), (x, y): &(Tensor, Tensor)| {
-            let h = xform::lax::conv_general_dilated(x, &p.0, &opts).unwrap().tanh().mean_axes(&[1, 2], false);
-            softmax_cross_entropy_per_example(&p.1.forward(&h), y)
-        };
-        check_model("deep conv nhwc", nhwc, &(w, head), &(xs, batch.1.clone()));
-    }
-    // The kernel is not formed per example.
-    let (b, conv) = (32, Conv2d::init(&key.fold_in(6), 16, 32, [3, 3], DType::F32).without_bias());
-    let xs = key.fold_in(7).normal([b, 16, 4, 4], DType::F32);
-    let loss = |c: &Conv2d, x: &Tensor| c.forward(x).tanh().sum_axes(&[1, 2, 3], false);
-    let program =
-        xform::trace(|(c, x): &(Conv2d, Tensor)| xform::dp::dp_clipped_grad(loss, 1.0)(c, x).sum, &(conv, xs));
-    let largest = program.avals.iter().map(|a| a.shape.numel()).max().unwrap();
-    assert!(largest < b * 16 * 32 * 9 / 2, "largest value {largest}, batch x |kernel| = {}", b * 16 * 32 * 9);
+    on_each_device(|| {
+        let key = Key::new(14);
+        for dtype in [DType::F32, DType::F64] {
+            let conv = Conv2d::init(&key.fold_in(0), 16, 32, [3, 3], dtype);
+            let head = Linear::init(&key.fold_in(1), 32, 3, dtype);
+            let batch = (key.fold_in(2).normal([6, 16, 4, 4], dtype), key.fold_in(3).randint([6], 0, 3, DType::I32));
+            let loss = |p: &(Conv2d, Linear), (x, y): &(Tensor, Tensor)| {
+                let h = p.0.forward(x).relu().mean_axes(&[2, 3], false); // [B, 32]
+                softmax_cross_entropy_per_example(&p.1.forward(&h), y)
+            };
+            check_model("deep conv", loss, &(conv, head.clone()), &batch);
+            // NHWC / HWIO, stride 2, explicit padding.
+            let w = key.fold_in(4).normal([3, 3, 16, 32], dtype) * 0.1;
+            let xs = key.fold_in(5).normal([6, 5, 5, 16], dtype);
+            let opts = xform::lax::ConvOptions {
+                strides: vec![2, 2],
+                padding: xform::lax::Padding::Explicit(vec![(1, 1), (1, 1)]),
+                dims: Some(xform::lax::ConvDims::from_strings("NHWC", "HWIO", "NHWC").unwrap()),
+                ..Default::default()
+            };
+            let nhwc = |p: &(Tensor, Linear), (x, y): &(Tensor, Tensor)| {
+                let h = xform::lax::conv_general_dilated(x, &p.0, &opts).unwrap().tanh().mean_axes(&[1, 2], false);
+                softmax_cross_entropy_per_example(&p.1.forward(&h), y)
+            };
+            check_model("deep conv nhwc", nhwc, &(w, head), &(xs, batch.1.clone()));
+        }
+        // The kernel is not formed per example.
+        let (b, conv) = (32, Conv2d::init(&key.fold_in(6), 16, 32, [3, 3], DType::F32).without_bias());
+        let xs = key.fold_in(7).normal([b, 16, 4, 4], DType::F32);
+        let loss = |c: &Conv2d, x: &Tensor| c.forward(x).tanh().sum_axes(&[1, 2, 3], false);
+        let program =
+            xform::trace(|(c, x): &(Conv2d, Tensor)| xform::dp::dp_clipped_grad(loss, 1.0)(c, x).sum, &(conv, xs));
+        let largest = program.avals.iter().map(|a| a.shape.numel()).max().unwrap();
+        assert!(largest < b * 16 * 32 * 9 / 2, "largest value {largest}, batch x |kernel| = {}", b * 16 * 32 * 9);
+    });
 }

@@ -1,7 +1,7 @@
 //! Factored cotangents of a linear operand, for per-example gradient norms
 //! without per-example gradients (ghost clipping).
 //!
-//! NOTE: [factor] The cotangent a product gives its weight operand is a sum
+//! NOTE: [factored cotangents] The cotangent a product gives its weight operand is a sum
 //! of outer products: for `y = x W` with `x [m, k]` and the output
 //! cotangent `g [m, n]`, `W`'s cotangent is `x^T g`, `m` outer products of
 //! a row of `x` with a row of `g`. A family whose transpose has that form

@@ -372,7 +372,7 @@ fn transpose_scatter_add(
 }
 
 /// The cotangent of gather's operand as one-hot rows times the output
-/// cotangent (NOTE: [factor]), for a gather of whole slices along the
+/// cotangent (NOTE: [factored cotangents]), for a gather of whole slices along the
 /// first axis after the matched batch axes (an embedding lookup); `None`
 /// for the rest.
 fn factor_gather(

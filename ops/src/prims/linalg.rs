@@ -389,7 +389,7 @@ fn as_matrices(x: &Tensor, perm: &[usize], dims: [usize; 3]) -> Result<Tensor> {
 }
 
 /// The cotangent of the linear operand `i` of `dot_general(d)` as
-/// `A^T G` (NOTE: [factor]): `A` is the other operand with its batch axes
+/// `A^T G` (NOTE: [factored cotangents]): `A` is the other operand with its batch axes
 /// first, then its free axes (the rows), then its contracted axes; `G` is
 /// the output cotangent with its batch axes, the other operand's free axes
 /// and this operand's free axes.

@@ -189,7 +189,7 @@ pub trait Family: Clone + fmt::Debug + PartialEq + Into<Prim> + 'static {
     /// Batch rule: results and their batch dims. Never loops over examples.
     fn batch(&self, prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)>;
     /// The cotangent of linear operand `i` as a sum of outer products (see
-    /// NOTE: [factor]), where it has that form; `None` (the default, the
+    /// NOTE: [factored cotangents]), where it has that form; `None` (the default, the
     /// one optional rule) where the transpose rule must form it.
     fn factor(&self, cts: &[Option<Tensor>], args: &[LinearArg], i: usize) -> Result<Option<factor::Factor>> {
         let _ = (cts, args, i);

@@ -2,13 +2,13 @@
 //! with the weights' cotangents kept factored, reduced to squared norms
 //! per leaf (and, for a clipped sum, what the sum needs).
 //!
-//! NOTE: [ghost] Everything here runs inside `vmap` over the examples, so
+//! NOTE: [ghost norms] Everything here runs inside `vmap` over the examples, so
 //! it is written for one example and every op on an activation or a
 //! cotangent is batched over the examples by the batch rules. A leaf's
 //! cotangent arrives as a dense per-example tensor (from the ordinary
 //! transpose rules: biases, scales, every use without a factored form) and
 //! as factors `A^T G` (from `Family::factor`: products and embedding
-//! lookups that read the leaf itself, see NOTE: [factor]). Factors with
+//! lookups that read the leaf itself, see NOTE: [factored cotangents]). Factors with
 //! the same layout are one factor (their rows concatenated: a weight used
 //! twice). A leaf with one factor and nothing else gets its norm from the
 //! factor, by Gram matrices or by forming `A^T G`, whichever costs fewer
@@ -59,7 +59,7 @@ pub(crate) struct Watched {
 }
 
 /// Collects the factors of the cotangents of the program's inputs and of
-/// the views of them (see NOTE: [ghost]).
+/// the views of them (see NOTE: [ghost norms]).
 #[derive(Default)]
 pub(crate) struct FactorHook {
     /// Per watched id, what it is.
@@ -330,7 +330,7 @@ fn view_shape(step: &Step) -> Result<Shape> {
 
 /// A leaf's squared norm for one example, and its parts for a clipped sum:
 /// from its dense cotangent (if any) and its factors, each with the id of
-/// the watched variable it is for (see NOTE: [ghost]).
+/// the watched variable it is for (see NOTE: [ghost norms]).
 pub(crate) fn leaf_norm(
     dense: Option<Tensor>,
     factors: Vec<(Factor, usize)>,

@@ -9,11 +9,11 @@
 //! al. 2022), for any model: the loss is linearized per example and its
 //! backward pass keeps the cotangent of every parameter that a product or
 //! an embedding lookup reads as a factored sum of outer products (see
-//! NOTE: [factor] and NOTE: [ghost]). Parameters used otherwise (biases,
+//! NOTE: [factored cotangents] and NOTE: [ghost norms]). Parameters used otherwise (biases,
 //! scales, convolution kernels on large maps) get their
 //! per-example cotangent formed, which is what `vmap(grad)` forms for them.
 //!
-//! NOTE: [per-example] The loss is written for a batch, as for a plain
+//! NOTE: [per-example losses] The loss is written for a batch, as for a plain
 //! gradient: `loss(params, batch)` returns one loss per example, shape
 //! `[B]` (PyTorch's `reduction="none"`), where every leaf of `batch` has
 //! the examples on its leading axis. It is evaluated once per example, as
@@ -170,7 +170,7 @@ impl<P: Tree> DpGrad<P> {
 /// leaf, without forming the per-example gradients (see the module docs).
 ///
 /// `loss(params, batch)` returns one loss per example, `[B]` (NOTE:
-/// [per-example]). The norms equal those of `vmap(grad)`'s per-example
+/// [per-example losses]). The norms equal those of `vmap(grad)`'s per-example
 /// gradients up to rounding.
 ///
 /// ```
@@ -221,7 +221,7 @@ pub fn try_per_example_grad_norms<P: Tree, D: Tree>(
 /// before noise (add it with [`DpGrad::noisy_sum`]).
 ///
 /// `loss(params, batch)` returns one loss per example, `[B]` (NOTE:
-/// [per-example]). The result equals `vmap(grad)`, clip and sum up to
+/// [per-example losses]). The result equals `vmap(grad)`, clip and sum up to
 /// rounding.
 ///
 /// ```
