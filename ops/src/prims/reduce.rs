@@ -13,7 +13,7 @@ use crate::lax;
 use crate::prim::{Avals, Axes, BDims, Cotangents, LinearArg, Prim, Tangents};
 use crate::tensor::{AvalRef, Tensor};
 use smallvec::smallvec;
-use xform_kernels::cpu::reduce::{arg_reduce, cumulative, reduce, reduced_shape, Reducer};
+use xform_kernels::cpu::reduce::{arg_reduce, cumulative, reduce, reduced_shape, sum_rows, Reducer};
 use xform_kernels::cpu::Par;
 use xform_kernels::cuda_source::{arg_reduce_kernel, cumulative_kernel, reduce_kernel, Fold, Kernel, Ranking};
 use xform_kernels::{CpuBuffer, DType, Element, Float, Layout, Real};
@@ -111,13 +111,33 @@ fn shape_cumsum(axis: usize, ins: &[AvalRef<'_>]) -> Result<Avals> {
 
 // ---- lowering --------------------------------------------------------------
 
+/// For a contiguous `l` reduced over its trailing axes (at least one
+/// element per row): the data's range and the row length.
+fn trailing_rows(l: &Layout, axes: &[usize]) -> Option<(std::ops::Range<usize>, usize)> {
+    let rank = l.rank();
+    let k = axes.len();
+    if k == 0 || axes.iter().enumerate().any(|(i, &a)| a != rank - k + i) {
+        return None;
+    }
+    let row_len: usize = l.shape.dims()[rank - k..].iter().product();
+    if row_len == 0 {
+        return None;
+    }
+    l.contiguous_range().map(|r| (r, row_len))
+}
+
 fn float_reduce<T: Float>(op: ReduceOp, v: &[T], l: &Layout, axes: &[usize]) -> Vec<T> {
     let par = Par::for_work(l.numel(), 1);
     match op {
-        // f32 and the half types accumulate in f64: sums of many elements stay accurate.
-        ReduceOp::Sum => {
-            reduce(v, l, axes, par, Reducer { init: 0.0f64, fold: |a, x: T| a + x.to_f64(), finish: T::from_f64 })
-        }
+        // f32 and the half types accumulate in f64: sums of many elements
+        // stay accurate. Over the trailing axes of a contiguous array (rows),
+        // they take the vectorized kernel; f64 keeps the sequential order.
+        ReduceOp::Sum => match trailing_rows(l, axes) {
+            Some((range, row_len)) if T::DTYPE != DType::F64 => {
+                sum_rows(&v[range], row_len, par, |x: T| x.to_f64(), T::from_f64)
+            }
+            _ => reduce(v, l, axes, par, Reducer { init: 0.0f64, fold: |a, x: T| a + x.to_f64(), finish: T::from_f64 }),
+        },
         ReduceOp::Max => reduce(
             v,
             l,
