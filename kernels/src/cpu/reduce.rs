@@ -197,7 +197,7 @@ where
         }
         finish(((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + rest)
     };
-    let rows = if row_len == 0 { 0 } else { v.len() / row_len };
+    let rows = v.len().checked_div(row_len).unwrap_or(0);
     let mut out = crate::pool::filled(rows, finish(0.0));
     match par {
         Par::Seq => {
