@@ -50,6 +50,17 @@ pub fn permutation(n: usize, seed: u64) -> Vec<usize> {
     p
 }
 
+/// The common leading size of `x` and `y` (an error naming `op` if they
+/// differ or either is a scalar).
+#[track_caller]
+fn rows(op: &str, x: &Tensor, y: &Tensor) -> usize {
+    let (sx, sy) = (x.shape(), y.shape());
+    if sx.rank() == 0 || sy.rank() == 0 || sx[0] != sy[0] {
+        Error::shape(op, "x and y must have the same leading size", &[&sx, &sy]).raise();
+    }
+    sx[0]
+}
+
 /// Minibatches of the rows of `x` and `y` (which must have the same length
 /// along axis 0), in the order of [`permutation`]`(n, seed)`, or in order
 /// when `seed` is `None`. Every batch has `batch_size` rows except the last,
@@ -73,11 +84,7 @@ pub fn batches(x: &Tensor, y: &Tensor, batch_size: usize, seed: Option<u64>, dro
     if batch_size == 0 {
         Error::invalid("batches", "batch_size must be at least 1").raise();
     }
-    let (sx, sy) = (x.shape(), y.shape());
-    if sx.rank() == 0 || sy.rank() == 0 || sx[0] != sy[0] {
-        Error::shape("batches", "x and y must have the same leading size", &[&sx, &sy]).raise();
-    }
-    let n = sx[0];
+    let n = rows("batches", x, y);
     let order: Vec<i64> = match seed {
         Some(s) => permutation(n, s).into_iter().map(|i| i as i64).collect(),
         None => (0..n as i64).collect(),
@@ -123,11 +130,7 @@ pub fn poisson_batches(x: &Tensor, y: &Tensor, sample_rate: f64, key: &crate::Ke
     if !(sample_rate > 0.0 && sample_rate <= 1.0) {
         Error::invalid("poisson_batches", format!("sample_rate must be in (0, 1], got {sample_rate}")).raise();
     }
-    let (sx, sy) = (x.shape(), y.shape());
-    if sx.rank() == 0 || sy.rank() == 0 || sx[0] != sy[0] {
-        Error::shape("poisson_batches", "x and y must have the same leading size", &[&sx, &sy]).raise();
-    }
-    let n = sx[0];
+    let n = rows("poisson_batches", x, y);
     let steps = (1.0 / sample_rate).round().max(1.0) as u32;
     (0..steps)
         .map(|step| {

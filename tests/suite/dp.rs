@@ -60,6 +60,11 @@ fn max_rel(a: &Tensor, b: &Tensor) -> f64 {
     (a - b).abs().max().item_f64() / scale
 }
 
+/// The element count of the largest value a staged program holds.
+fn largest_value(program: &xform::core::program::Program) -> usize {
+    program.avals.iter().map(|a| a.shape.numel()).max().unwrap()
+}
+
 fn tol(d: DType) -> f64 {
     if d == DType::F64 {
         1e-10
@@ -264,7 +269,7 @@ fn no_per_example_gradient_of_a_dense_weight_is_formed() {
             },
             &(p.clone(), batch.0.clone()),
         );
-        program.avals.iter().map(|a| a.shape.numel()).max().unwrap()
+        largest_value(&program)
     };
     let auto = largest(NormMethod::Auto);
     assert!(auto < b * d * h / 4, "largest value {auto} elements, batch x |W1| = {}", b * d * h);
@@ -425,7 +430,7 @@ fn views_of_a_dense_weight_are_not_formed_per_example() {
         |(w, x): &(Tensor, Tensor)| xform::dp::dp_clipped_grad(loss, 1.0)(w, x).sum,
         &(w.clone(), x.clone()),
     );
-    let largest = program.avals.iter().map(|a| a.shape.numel()).max().unwrap();
+    let largest = largest_value(&program);
     assert!(largest < b * h * d / 4, "largest value {largest} elements, batch x |block| = {}", b * h * d);
 }
 
@@ -466,7 +471,21 @@ fn deep_convolutions_use_patches_and_match() {
         let loss = |c: &Conv2d, x: &Tensor| c.forward(x).tanh().sum_axes(&[1, 2, 3], false);
         let program =
             xform::trace(|(c, x): &(Conv2d, Tensor)| xform::dp::dp_clipped_grad(loss, 1.0)(c, x).sum, &(conv, xs));
-        let largest = program.avals.iter().map(|a| a.shape.numel()).max().unwrap();
+        let largest = largest_value(&program);
         assert!(largest < b * 16 * 32 * 9 / 2, "largest value {largest}, batch x |kernel| = {}", b * 16 * 32 * 9);
     });
+}
+
+/// An embedding table is not formed per example either (the README's
+/// claim): the lookup's factor is its one-hot rows.
+#[test]
+fn an_embedding_table_is_not_formed_per_example() {
+    let (b, v, d, t) = (32, 500, 16, 6);
+    let key = Key::new(15);
+    let emb = Embedding::init(&key.fold_in(0), v, d, DType::F32);
+    let ids = key.fold_in(1).randint([b, t], 0, v as i64, DType::I32);
+    let loss = |e: &Embedding, ids: &Tensor| e.forward(ids).tanh().sum_axes(&[1, 2], false);
+    let program = xform::trace(|e: &Embedding| xform::dp::dp_clipped_grad(loss, 1.0)(e, &ids).sum, &emb);
+    let largest = largest_value(&program);
+    assert!(largest < b * v * d / 4, "largest value {largest}, batch x |table| = {}", b * v * d);
 }

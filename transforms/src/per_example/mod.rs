@@ -29,6 +29,7 @@ use crate::vmap::vmap;
 use ghost::{in_layout, leaf_norm, pull_back, FactorHook, PartLayout};
 use smallvec::smallvec;
 use std::cell::RefCell;
+use xform_ops::prims::factor::{Factor, FactorRows};
 use xform_ops::prims::linalg::DotDims;
 use xform_ops::{catch, lax, Aval, DType, Error, Key, OrRaise, Result, Shape, Tensor};
 
@@ -352,16 +353,17 @@ fn weighted_sum(layout: &PartLayout, parts: &mut impl Iterator<Item = Tensor>, c
                     },
                 )?,
                 Some(k) => {
-                    // Every example's rows added into one [groups, k, n].
-                    let idx = lax::reshape(&lax::transpose(&rows, &[1, 0, 2])?, &Shape::from(&[groups, b * m][..]))?;
-                    let upd =
-                        lax::reshape(&lax::transpose(&gc, &[1, 0, 2, 3])?, &Shape::from(&[groups, b * m, n][..]))?;
-                    let zeros = lax::zeros_aval(&Aval {
-                        shape: Shape::from(&[groups, *k, n][..]),
-                        dtype: g.dtype(),
-                        device: g.device(),
-                    })?;
-                    lax::scatter_add(&zeros, &idx, &upd, 1, 1)?
+                    // Every example's rows are rows of one factor: its product.
+                    let indices =
+                        lax::reshape(&lax::transpose(&rows, &[1, 0, 2])?, &Shape::from(&[groups, b * m][..]))?;
+                    let ct = lax::reshape(&lax::transpose(&gc, &[1, 0, 2, 3])?, &Shape::from(&[groups, b * m, n][..]))?;
+                    let all = Factor {
+                        rows: FactorRows::OneHot { indices, k: *k },
+                        ct,
+                        shape: shape.clone(),
+                        axes: axes.clone(),
+                    };
+                    all.product()?
                 }
             };
             pull_back(chain, in_layout(&p, shape, axes)?)
