@@ -489,3 +489,27 @@ fn an_embedding_table_is_not_formed_per_example() {
     let largest = largest_value(&program);
     assert!(largest < b * v * d / 4, "largest value {largest}, batch x |table| = {}", b * v * d);
 }
+
+/// A bias's per-example cotangent is not copied out of the output
+/// cotangent: the broadcast's factor is `1^T G` with `G` the cotangent the
+/// weight's factor holds too, so no per-example `[B, out]` sum is formed
+/// (before, each bias added one copy of its layer's cotangents).
+#[test]
+fn a_bias_shares_the_cotangent_of_its_product() {
+    let (b, d_in, d_out) = (64, 7, 40);
+    let key = Key::new(16);
+    let layer = Linear::init(&key.fold_in(0), d_in, d_out, DType::F32);
+    let xs = key.fold_in(1).normal([b, d_in], DType::F32);
+    let loss = |l: &Linear, x: &Tensor| l.forward(x).tanh().sum_axes(&[1], false);
+    let program = xform::trace(|l: &Linear| xform::dp::dp_clipped_grad(loss, 1.0)(l, &xs).sum, &layer);
+    let per_example_sums = program
+        .eqns
+        .iter()
+        .filter(|e| e.prim.name() == "reduce_sum")
+        .filter(|e| e.outputs.iter().any(|v| program.aval(*v).shape.numel() == b * d_out))
+        .count();
+    assert_eq!(per_example_sums, 0, "{program}");
+    // And the sums still match vmap(grad) + clip + sum.
+    let batch = (xs.clone(),);
+    check_model("linear with bias", |l: &Linear, (x,): &(Tensor,)| loss(l, x), &layer, &batch);
+}

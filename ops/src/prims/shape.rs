@@ -4,6 +4,7 @@
 //! `view_layout` says how).
 
 use super::batching::{batch_size, physical, to_front};
+use super::factor::{Factor, FactorRows};
 use super::sample::{generic_dom, numeric, Case, Sample};
 use super::{axes_str, check_arity, check_axes, check_axis, check_same_dtypes, Family, OnesTranspose, Props, ViewKind};
 use crate::array::{Array, Device};
@@ -347,6 +348,36 @@ fn transpose_broadcast_in_dim(dims: &[usize], cts: &[Option<Tensor>], args: &[Li
     })
 }
 
+/// The operand's cotangent as `1^T G`: the output cotangent's rows over
+/// the summed axes (new and expanded ones), each times one (a bias: with
+/// one row per example, its norm is `|g|` and its clipped sum `c^T G`, with
+/// `G` shared with the product that the bias is added to). Offered only
+/// where the summed axes come first, so that `G` is a reshape of the
+/// cotangent, not a copy.
+fn factor_broadcast_in_dim(dims: &[usize], cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Option<Factor>> {
+    let (Some(ct), LinearArg::Linear(x)) = (&cts[0], &args[0]) else {
+        return Ok(None);
+    };
+    let out = ct.shape();
+    let kept = |d: usize| dims.iter().position(|&a| a == d).is_some_and(|i| x.shape[i] == out[d]);
+    // Axes of length one are free to sit anywhere; the others must be
+    // summed ones first, then kept ones.
+    let mut seen_kept = false;
+    for d in (0..out.rank()).filter(|&d| out[d] != 1) {
+        if kept(d) {
+            seen_kept = true;
+        } else if seen_kept {
+            return Ok(None);
+        }
+    }
+    let m: usize = (0..out.rank()).filter(|&d| !kept(d)).map(|d| out[d]).product();
+    let n: usize = (0..out.rank()).filter(|&d| kept(d)).map(|d| out[d]).product();
+    let ones = lax::full(&Shape::from(&[1, m, 1][..]), 1.0, ct.dtype(), ct.device())?;
+    let g = lax::reshape(ct, &Shape::from(&[1, m, n][..]))?;
+    let axes: Axes = (0..x.shape.rank()).collect();
+    Ok(Some(Factor { rows: FactorRows::Dense(ones), ct: g, shape: x.shape.clone(), axes }))
+}
+
 fn transpose_reshape(cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
     let shape = args[0].aval().shape;
     map_ct(cts, |ct| lax::reshape(ct, &shape))
@@ -635,6 +666,13 @@ impl Family for ShapeOp {
             ShapeOp::Concatenate { axis } => transpose_concatenate(*axis, cts, args),
             ShapeOp::Rev { axes } => transpose_rev(axes, cts, args),
             ShapeOp::Iota { .. } => super::not_linear("iota"),
+        }
+    }
+
+    fn factor(&self, cts: &[Option<Tensor>], args: &[LinearArg], i: usize) -> Result<Option<Factor>> {
+        match (self, i) {
+            (ShapeOp::BroadcastInDim { shape: _, dims }, 0) => factor_broadcast_in_dim(dims, cts, args),
+            _ => Ok(None),
         }
     }
 

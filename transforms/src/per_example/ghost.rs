@@ -6,9 +6,9 @@
 //! it is written for one example and every op on an activation or a
 //! cotangent is batched over the examples by the batch rules. A leaf's
 //! cotangent arrives as a dense per-example tensor (from the ordinary
-//! transpose rules: biases, scales, every use without a factored form) and
-//! as factors `A^T G` (from `Family::factor`: products and embedding
-//! lookups that read the leaf itself, see NOTE: [factored cotangents]). Factors with
+//! transpose rules: scales, every use without a factored form) and
+//! as factors `A^T G` (from `Family::factor`: products, embedding
+//! lookups and broadcasts (biases) that read the leaf itself, see NOTE: [factored cotangents]). Factors with
 //! the same layout are one factor (their rows concatenated: a weight used
 //! twice). A leaf with one factor and nothing else gets its norm from the
 //! factor, by Gram matrices or by forming `A^T G`, whichever costs fewer
@@ -213,13 +213,17 @@ fn row_gram(rows: &FactorRows, dtype: DType) -> Result<Tensor> {
     }
 }
 
-/// Multiply-adds of the factor's squared norm by Gram matrices and by its
-/// product, per group.
+/// Multiply-adds of the factor's squared norm by Gram matrices (the two
+/// Grams and their inner product, or `|a|^2 |g|^2` for one row) and by its
+/// product (forming it, then its sum of squares), per group.
 fn costs(f: &Factor) -> (usize, usize) {
     let (_, m, k, n) = f.dims();
+    let kn = k.saturating_mul(n);
+    let mm = m.saturating_mul(m);
     match f.rows {
-        FactorRows::Dense(_) => (m.saturating_mul(m).saturating_mul(k + n), m.saturating_mul(k).saturating_mul(n)),
-        FactorRows::OneHot { .. } => (m.saturating_mul(m).saturating_mul(n + 1), k.saturating_mul(n) + m * n),
+        FactorRows::Dense(_) if m == 1 => (k + n + 1, kn.saturating_mul(2)),
+        FactorRows::Dense(_) => (mm.saturating_mul(k + n + 1), m.saturating_mul(kn).saturating_add(kn)),
+        FactorRows::OneHot { .. } => (mm.saturating_mul(n + 1), kn.saturating_mul(2).saturating_add(m * n)),
     }
 }
 

@@ -8,9 +8,10 @@
 //! output cotangents ("ghost clipping", Li et al. 2021; book-keeping, Bu et
 //! al. 2022), for any model: the loss is linearized per example and its
 //! backward pass keeps the cotangent of every parameter that a product or
-//! an embedding lookup reads as a factored sum of outer products (see
-//! NOTE: [factored cotangents] and NOTE: [ghost norms]). Parameters used otherwise (biases,
-//! scales, convolution kernels on large maps) get their
+//! an embedding lookup reads, or a broadcast adds (a bias), as a factored
+//! sum of outer products (see NOTE: [factored cotangents] and
+//! NOTE: [ghost norms]). Parameters used otherwise (scales, convolution
+//! kernels on large maps) get their
 //! per-example cotangent formed, which is what `vmap(grad)` forms for them.
 //!
 //! NOTE: [per-example losses] The loss is written for a batch, as for a plain
