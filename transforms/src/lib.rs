@@ -40,6 +40,7 @@ mod fallible;
 mod functionalize;
 mod grad;
 mod jac;
+pub mod jit;
 mod jvp;
 mod linearize;
 pub mod per_example;
@@ -64,6 +65,7 @@ pub use grad::{grad, grad_with_aux, value_and_grad, value_and_grad_with_aux};
 pub use jac::{
     hessian, hessian_with_aux, jacfwd, jacfwd_with, jacfwd_with_aux, jacrev, jacrev_with, jacrev_with_aux, JacOptions,
 };
+pub use jit::{jit, jit_static, jit_with, jitted, jitted_static, try_jit, JitEntry, JitOptions, JitStats, Jitted};
 pub use jvp::{jvp, jvp_with_aux, try_jvp};
 pub use linearize::{backward_pass, linearize, linearize_with_aux, vjp, vjp_with_aux};
 pub use per_example::{
