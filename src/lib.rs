@@ -42,7 +42,6 @@ pub use xform_ops::{
     OrRaise, Prim, Program, Result, Scalar, Shape, Tensor,
 };
 pub use xform_transforms::control;
-pub use xform_transforms::jit::{passes as jit_passes, plan as jit_plan};
 pub use xform_transforms::{
     jit, jit_static, jit_with, jitted, jitted_static, try_jit, JitEntry, JitOptions, JitStats, Jitted,
 };
@@ -66,6 +65,11 @@ pub mod core {
     pub use xform_kernels as kernels;
     pub use xform_ops::{interp, prim, prims, program, tensor};
     pub use xform_transforms::backward_pass;
+
+    /// jit's passes over programs and its replay plan.
+    pub mod jit {
+        pub use xform_transforms::jit::{passes, plan};
+    }
 }
 
 /// Everything a typical program needs: `use xform::prelude::*;`.
