@@ -27,7 +27,7 @@
 //! [`try_vmap_with`], [`try_grad`], [`try_value_and_grad`],
 //! [`try_grad_with_aux`], [`try_value_and_grad_with_aux`], [`try_jvp`],
 //! [`try_vjp`], [`try_linearize`], [`try_jacfwd`], [`try_jacrev`],
-//! [`try_hessian`], [`try_trace`], [`try_functionalize`] (control flow:
+//! [`try_hessian`], [`try_trace`], [`try_functionalize`], [`try_jit`] (control flow:
 //! `control::try_cond`, `try_switch`). A panic that is not an xform error
 //! (a bug in the closure) unwinds through both. After an error the
 //! interpreter stack is as before the call.

@@ -2,7 +2,7 @@
 //! bounded, inspectable and clearable.
 
 use std::sync::Arc;
-use xform_ops::{Aval, Tensor};
+use xform_ops::{Aval, Device, Tensor};
 
 use crate::tree::Skeleton;
 
@@ -30,6 +30,9 @@ pub struct JitEntry {
     pub skeleton: Skeleton,
     /// The static argument, as `Debug` prints it (`()` for plain `jit`).
     pub static_arg: String,
+    /// The default device when it was traced (where tensors `f` creates
+    /// are placed).
+    pub default_device: Device,
     /// Equations of the program as staged.
     pub traced_eqns: usize,
     /// Equations after the passes.
@@ -43,18 +46,23 @@ pub(crate) struct Slot<S, C> {
     pub static_arg: S,
     pub skeleton: Skeleton,
     pub avals: Vec<Aval>,
+    pub default_device: Device,
     pub hits: u64,
     pub compiled: Arc<C>,
 }
 
 impl<S: PartialEq, C> Slot<S, C> {
-    /// True if this slot's key is `(s, skeleton, leaves' avals)`: the
-    /// avals are compared first, borrowed (no copy), the skeleton last.
-    pub fn matches(&self, s: &S, leaves: &[Tensor], skeleton: &dyn Fn() -> Skeleton) -> bool {
-        self.avals.len() == leaves.len()
-            && self.avals.iter().zip(leaves).all(|(a, l)| {
-                l.with_aval(|b| a.dtype == b.dtype && a.device == b.device && a.shape == *b.shape)
-            })
+    /// True if this slot's key is `(s, skeleton, leaves' avals, default
+    /// device)`: the avals are compared first, borrowed (no copy), the
+    /// skeleton last.
+    pub fn matches(&self, s: &S, leaves: &[Tensor], device: Device, skeleton: &dyn Fn() -> Skeleton) -> bool {
+        self.default_device == device
+            && self.avals.len() == leaves.len()
+            && self
+                .avals
+                .iter()
+                .zip(leaves)
+                .all(|(a, l)| l.with_aval(|b| a.dtype == b.dtype && a.device == b.device && a.shape == *b.shape))
             && self.static_arg == *s
             && self.skeleton == skeleton()
     }
@@ -76,9 +84,9 @@ impl<S: PartialEq, C> Cache<S, C> {
 
     /// The compiled entry of a key, counted as a hit and made the most
     /// recently used; `None` (not counted) if absent.
-    pub fn get(&mut self, s: &S, leaves: &[Tensor], skeleton: &dyn Fn() -> Skeleton) -> Option<Arc<C>> {
+    pub fn get(&mut self, s: &S, leaves: &[Tensor], device: Device, skeleton: &dyn Fn() -> Skeleton) -> Option<Arc<C>> {
         // most recent first: a loop calling one signature finds it at once
-        let i = self.slots.iter().rposition(|slot| slot.matches(s, leaves, skeleton))?;
+        let i = self.slots.iter().rposition(|slot| slot.matches(s, leaves, device, skeleton))?;
         self.hits += 1;
         let last = self.slots.len() - 1;
         if i != last {
@@ -95,7 +103,9 @@ impl<S: PartialEq, C> Cache<S, C> {
     /// (another thread compiled it meanwhile) is replaced.
     pub fn insert(&mut self, slot: Slot<S, C>, leaves: &[Tensor]) {
         let sk = slot.skeleton.clone();
-        if let Some(i) = self.slots.iter().position(|o| o.matches(&slot.static_arg, leaves, &|| sk.clone())) {
+        if let Some(i) =
+            self.slots.iter().position(|o| o.matches(&slot.static_arg, leaves, slot.default_device, &|| sk.clone()))
+        {
             self.slots.remove(i);
         }
         self.slots.push(slot);

@@ -3,7 +3,8 @@
 //!
 //! NOTE: [jit cache] A jitted function keeps a cache of compiled
 //! signatures. The key is what a trace depends on: the input tree's
-//! structure ([`Skeleton`]), each leaf's shape, dtype and device, and, for
+//! structure (`Skeleton`), each leaf's shape, dtype and device, the
+//! default device (where tensors `f` creates are placed), and, for
 //! [`jit_static`], the static argument (compared with `PartialEq`, as JAX
 //! hashes its `static_argnums`). A call whose key is absent traces `f` with
 //! the staging interpreter (the user's Rust code runs once per signature;
@@ -45,8 +46,8 @@ pub mod plan;
 
 use crate::functionalize::write_back;
 use crate::tree::Tree;
-pub use cache::{JitEntry, JitStats};
 use cache::{Cache, Slot};
+pub use cache::{JitEntry, JitStats};
 use plan::Plan;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -174,10 +175,7 @@ where
 }
 
 /// The [`Jitted`] handle of `jit_with(f, opts)`.
-pub fn jitted<X: Tree, Y: Tree>(
-    f: impl Fn(&X) -> Y,
-    opts: JitOptions,
-) -> Jitted<(), X, Y, impl Fn(&(), &X) -> Y> {
+pub fn jitted<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y, opts: JitOptions) -> Jitted<(), X, Y, impl Fn(&(), &X) -> Y> {
     jitted_static(move |_: &(), x: &X| f(x), opts)
 }
 
@@ -261,6 +259,7 @@ where
                 avals: s.avals.clone(),
                 skeleton: s.skeleton.clone(),
                 static_arg: format!("{:?}", s.static_arg),
+                default_device: s.default_device,
                 traced_eqns: s.compiled.traced_eqns,
                 optimized_eqns: s.compiled.program.eqns.len(),
                 hits: s.hits,
@@ -293,7 +292,8 @@ where
     /// another signature) and cached when it holds no tracer.
     fn compiled(&self, s: &S, x: &X, leaves: &[Tensor]) -> Arc<Compiled<Y>> {
         let skeleton = || x.skeleton();
-        if let Some(c) = self.lock().get(s, leaves, &skeleton) {
+        let device = xform_ops::default_device();
+        if let Some(c) = self.lock().get(s, leaves, device, &skeleton) {
             return c;
         }
         self.lock().misses += 1;
@@ -303,6 +303,7 @@ where
                 static_arg: s.clone(),
                 skeleton: skeleton(),
                 avals: leaves.iter().map(Tensor::aval).collect(),
+                default_device: device,
                 hits: 0,
                 compiled: c.clone(),
             };

@@ -75,8 +75,18 @@ mod tests {
                 dtype: xform_ops::DType::F32,
                 device: xform_ops::Device::Cpu,
             };
-            let r1 = push1(b, Prim::Shape(ShapeOp::Reshape { shape: Shape::from(vec![2, 3]) }), &[ins[0]], Some(aval(&[2, 3])));
-            let r2 = push1(b, Prim::Shape(ShapeOp::Reshape { shape: Shape::from(vec![3, 2]) }), &[ins[0]], Some(aval(&[3, 2])));
+            let r1 = push1(
+                b,
+                Prim::Shape(ShapeOp::Reshape { shape: Shape::from(vec![2, 3]) }),
+                &[ins[0]],
+                Some(aval(&[2, 3])),
+            );
+            let r2 = push1(
+                b,
+                Prim::Shape(ShapeOp::Reshape { shape: Shape::from(vec![3, 2]) }),
+                &[ins[0]],
+                Some(aval(&[3, 2])),
+            );
             let e = push1(b, Prim::Unary(UnaryOp::Exp), &[ins[0]], None);
             let l = push1(b, Prim::Unary(UnaryOp::Exp), &[e], None);
             vec![r1, r2, e, l]

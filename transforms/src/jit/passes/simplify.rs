@@ -81,11 +81,9 @@ pub fn run(p: &Program) -> Result<Program> {
                 _ => None,
             },
             (Prim::Shape(ShapeOp::Reshape { shape }), &[x]) => match producer(x) {
-                Some((Prim::Shape(ShapeOp::Reshape { .. }), y)) => Some(if r.new_aval(y).shape == *shape {
-                    Err(y)
-                } else {
-                    Ok((e.prim.clone(), y))
-                }),
+                Some((Prim::Shape(ShapeOp::Reshape { .. }), y)) => {
+                    Some(if r.new_aval(y).shape == *shape { Err(y) } else { Ok((e.prim.clone(), y)) })
+                }
                 _ => None,
             },
             _ => None,
@@ -201,10 +199,20 @@ mod tests {
         let x = Tensor::linspace(0.0, 23.0, 24, DType::F32).reshape(&[2, 3, 4]);
         let p = build(std::slice::from_ref(&x), |b, ins| {
             let tr = |b: &mut xform_ops::ProgramBuilder, a, perm: [usize; 3], shape: [usize; 3]| {
-                push1(b, Prim::Shape(ShapeOp::Transpose { perm: perm.into_iter().collect() }), &[a], Some(aval(&shape, DType::F32)))
+                push1(
+                    b,
+                    Prim::Shape(ShapeOp::Transpose { perm: perm.into_iter().collect() }),
+                    &[a],
+                    Some(aval(&shape, DType::F32)),
+                )
             };
             let rs = |b: &mut xform_ops::ProgramBuilder, a, shape: &[usize]| {
-                push1(b, Prim::Shape(ShapeOp::Reshape { shape: Shape::from(shape.to_vec()) }), &[a], Some(aval(shape, DType::F32)))
+                push1(
+                    b,
+                    Prim::Shape(ShapeOp::Reshape { shape: Shape::from(shape.to_vec()) }),
+                    &[a],
+                    Some(aval(shape, DType::F32)),
+                )
             };
             let t1 = tr(b, ins[0], [1, 2, 0], [3, 4, 2]);
             let back = tr(b, t1, [2, 0, 1], [2, 3, 4]);
@@ -222,7 +230,10 @@ mod tests {
         assert_eq!(q.outputs[4], Atom::Var(q.inputs[0]));
         // t2 is one transpose of x by [2, 1, 0]; r3 one reshape of x
         assert_eq!(q.eqns.len(), 2, "{q}");
-        assert!(q.eqns.iter().any(|e| e.prim == Prim::Shape(ShapeOp::Transpose { perm: [2, 1, 0].into_iter().collect() })));
+        assert!(q
+            .eqns
+            .iter()
+            .any(|e| e.prim == Prim::Shape(ShapeOp::Transpose { perm: [2, 1, 0].into_iter().collect() })));
         assert_same(&p, &q, &[x]);
     }
 }
