@@ -326,3 +326,67 @@ fn captured_constants() {
     let err = catch(|| f(&x)).unwrap_err();
     assert!(err.to_string().contains("modified by an in-place operation"), "{err}");
 }
+
+/// Control flow inside jit stays control flow in the program; a jit
+/// inside a scan body or a cond branch is inlined into the body; grad
+/// goes through both.
+#[test]
+fn control_flow_inside_and_around() {
+    let step = jit(|(h, x): &(Tensor, Tensor)| (h * 0.9 + x).tanh());
+    let run = |xs: &Tensor| {
+        let h0 = Tensor::zeros([3], DType::F64);
+        let (h, ()) = scan(|h: &Tensor, x: &Tensor| (step(&(h.clone(), x.clone())), ()), &h0, xs);
+        cond(&h.sum().gt_scalar(0.0), |h: &Tensor| h.exp().sum(), |h: &Tensor| h.sin().sum(), &h)
+    };
+    let plain = |xs: &Tensor| {
+        let mut h = Tensor::zeros([3], DType::F64);
+        for i in 0..xs.dim(0) {
+            h = (&h * 0.9 + xs.select(0, i as isize)).tanh();
+        }
+        let s = h.sum().item::<f64>();
+        if s > 0.0 {
+            h.exp().sum()
+        } else {
+            h.sin().sum()
+        }
+    };
+    for seed in [1, 2] {
+        let xs = Key::new(seed).normal([5, 3], DType::F64);
+        let jr = jitted(run, JitOptions::default());
+        assert_close(&v(&jr.call(&xs)), &v(&plain(&xs)), 1e-14);
+        assert_close(&v(&jr.call(&xs)), &v(&run(&xs)), 0.0);
+        let p = jr.program(&(), &xs).unwrap();
+        let names: Vec<&str> = p.eqns.iter().map(|e| e.prim.name()).collect();
+        assert!(names.contains(&"scan") && names.contains(&"cond"), "{p}");
+        assert_close(&v(&grad(jit(run))(&xs)), &v(&grad(plain)(&xs)), 1e-12);
+    }
+}
+
+/// One jitted function called from several threads: one trace per
+/// signature, every result equal.
+#[test]
+fn shared_across_threads() {
+    let traces = std::sync::atomic::AtomicUsize::new(0);
+    let f = jitted(
+        |x: &Tensor| {
+            traces.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            (x.sin() * x).sum()
+        },
+        JitOptions::default(),
+    );
+    let x = Tensor::linspace(-1.0, 1.0, 16, DType::F64);
+    let want = (x.sin() * &x).sum().item::<f64>();
+    f.call(&x);
+    std::thread::scope(|s| {
+        for _ in 0..3 {
+            s.spawn(|| {
+                let x = Tensor::linspace(-1.0, 1.0, 16, DType::F64);
+                for _ in 0..20 {
+                    assert_eq!(f.call(&x).item::<f64>(), want);
+                }
+            });
+        }
+    });
+    assert_eq!(traces.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(f.stats().hits, 60);
+}
