@@ -17,7 +17,10 @@
 //! What the key does not see is fixed at the first trace, as in JAX: the
 //! values of tensors `f` captures (they enter the program as constants;
 //! writing one in place afterwards is an error on the next call, see
-//! `Program::check_consts`: pass values that change as arguments), the
+//! `Program::check_consts`, but only where the tensor itself is a constant
+//! of the program: a value computed from it during the trace, such as
+//! `c.exp()`, is a fresh constant that a later write to `c` does not
+//! reach; pass values that change as arguments), the
 //! `#[tree(static)]` fields of the input and output trees (pass them
 //! through [`jit_static`] when they vary), and Rust control flow on
 //! anything but shapes.
