@@ -3,7 +3,8 @@
 //! that both outputs concatenated give per-workload ratios from one sitting.
 //!
 //! Run: `cargo bench --bench workloads` (release). Select workloads with
-//! `XFORM_BENCH=W1,W4,...` (default: all).
+//! `XFORM_BENCH=W1,W4,...` (default: all; `W1small` is W1 small alone, with
+//! its `jit(...)` modes).
 
 use std::time::Instant;
 use xform::prelude::*;
@@ -322,6 +323,27 @@ fn w1(name: &str, b: usize, d_in: usize, h: usize, c: usize, dtype: DType) {
     let batch = (xs, ys);
     let st = measure(|| drop(psg(&batch)), false);
     emit("W1_per_sample_grad", "vmap(grad)", dtype.name(), &mlp_sizes(name, b, d_in, h, c), &st, "");
+    if name == "small" {
+        w1_jit(name, &params, &batch, (b, d_in, h, c), dtype);
+    }
+}
+
+/// W1 jitted: the parameters and the batch are arguments (not captured
+/// constants), as in JAX's `jit(vmap(grad(loss), in_axes=(None, 0, 0)))`.
+/// Then the first call alone (trace, passes, plan, one replay), each on a
+/// fresh jitted function.
+fn w1_jit(name: &str, params: &Params, batch: &(Tensor, Tensor), dims: (usize, usize, usize, usize), dtype: DType) {
+    let (b, d_in, h, c) = dims;
+    let sizes = mlp_sizes(name, b, d_in, h, c);
+    let per_sample = |(p, xs, ys): &(Params, Tensor, Tensor)| {
+        vmap(|(x, y): &(Tensor, Tensor)| grad(|p: &Params| loss_one(p, x, y))(p))(&(xs.clone(), ys.clone()))
+    };
+    let args = (params.clone(), batch.0.clone(), batch.1.clone());
+    let jf = jit(per_sample);
+    let st = measure(|| drop(jf(&args)), false);
+    emit("W1_per_sample_grad", "jit(vmap(grad))", dtype.name(), &sizes, &st, "");
+    let st = measure(|| drop(jit(per_sample)(&args)), false);
+    emit("W1_per_sample_grad", "jit(vmap(grad)) first call (trace+optimize+run)", dtype.name(), &sizes, &st, "");
 }
 
 fn w2() {
@@ -517,6 +539,10 @@ fn dispatch() {
     let st = measure(|| drop(vg(&x8)), true);
     let extra = format!(", \"median_us\": {:.3}", st.median_ms * 1e3);
     emit("dispatch_overhead", "vmap(grad(sin(x)*x)) [8]", "float32", "{\"shape\": [8]}", &st, &extra);
+    let jvg = jit(vmap(grad(|x: &Tensor| x.sin() * x)));
+    let st = measure(|| drop(jvg(&x8)), true);
+    let extra = format!(", \"median_us\": {:.3}", st.median_ms * 1e3);
+    emit("dispatch_overhead", "jit(vmap(grad(sin(x)*x))) [8]", "float32", "{\"shape\": [8]}", &st, &extra);
     let one = Tensor::scalar(1.0f32);
     let st = measure(|| drop(&(&one * 2.0) + 1.0), true);
     let extra = format!(", \"median_us\": {:.3}", st.median_ms * 1e3);
@@ -530,8 +556,10 @@ fn main() {
         return;
     }
     let t0 = Instant::now();
-    if enabled("W1") {
+    if enabled("W1") || enabled("W1small") {
         w1("small", 64, 32, 64, 10, DType::F32);
+    }
+    if enabled("W1") {
         w1("medium", 256, 784, 256, 10, DType::F32);
         w1("medium", 256, 784, 256, 10, DType::F64);
     }

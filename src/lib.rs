@@ -2,7 +2,7 @@
 //!
 //! Composable function transforms over tensors, in the spirit of JAX and
 //! torch.func: [`vmap`], [`grad`], [`value_and_grad`], [`vjp`], [`jvp`],
-//! [`linearize`], [`jacfwd`], [`jacrev`], [`hessian`] and [`trace`],
+//! [`linearize`], [`jacfwd`], [`jacrev`], [`hessian`], [`trace`] and [`jit()`],
 //! composable at any depth, over a small closed set of primitives. Every
 //! primitive carries its own batching and differentiation rules (a missing
 //! rule does not compile) and lowers to CPU kernels (faer, rayon) or, with
@@ -55,6 +55,9 @@ pub use xform_transforms::{
     value_and_grad_argnums, value_and_grad_with_aux, vjp, vjp_argnums, vjp_with_aux, vmap, vmap_axes, vmap_with, Arg,
     Argnums, Axes, FunctionalizeOptions, JacOptions, Leaves, Prefix, Skeleton, Tree, VmapOptions,
 };
+pub use xform_transforms::{
+    jit, jit_static, jit_with, jitted, jitted_static, try_jit, JitEntry, JitOptions, JitStats, Jitted,
+};
 
 /// Lower layers, for extension and inspection: the interpreter core, the
 /// primitives' rules, and the kernels.
@@ -62,16 +65,21 @@ pub mod core {
     pub use xform_kernels as kernels;
     pub use xform_ops::{interp, prim, prims, program, tensor};
     pub use xform_transforms::backward_pass;
+
+    /// jit's passes over programs and its replay plan.
+    pub mod jit {
+        pub use xform_transforms::jit::{passes, plan};
+    }
 }
 
 /// Everything a typical program needs: `use xform::prelude::*;`.
 pub mod prelude {
     pub use crate::{
         catch, checkpoint, cond, custom_jvp, custom_vjp, fori_loop, functionalize, grad, grad_argnums, grad_with_aux,
-        hessian, hessian_with_aux, impl_tree, jacfwd, jacfwd_with_aux, jacrev, jacrev_with_aux, jvp, jvp_with_aux,
-        linearize, linearize_with_aux, s, scan, scan_with, switch, trace, try_grad, try_vmap, value_and_grad,
-        value_and_grad_argnums, value_and_grad_with_aux, vjp, vjp_with_aux, vmap, vmap_axes, vmap_with, while_loop,
-        Arg, Axes, DType, Device, Idx, Key, Program, ScanOptions, Shape, Tensor, Tree, VmapOptions,
+        hessian, hessian_with_aux, impl_tree, jacfwd, jacfwd_with_aux, jacrev, jacrev_with_aux, jit, jit_static, jvp,
+        jvp_with_aux, linearize, linearize_with_aux, s, scan, scan_with, switch, trace, try_grad, try_vmap,
+        value_and_grad, value_and_grad_argnums, value_and_grad_with_aux, vjp, vjp_with_aux, vmap, vmap_axes, vmap_with,
+        while_loop, Arg, Axes, DType, Device, Idx, Key, Program, ScanOptions, Shape, Tensor, Tree, VmapOptions,
     };
 }
 

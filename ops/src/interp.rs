@@ -409,6 +409,21 @@ fn eval_any(prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
     lower(prim, &arrays)
 }
 
+/// Runs `prim`'s lowering on concrete operands that were already checked
+/// (shapes, dtypes, one device): what `Eval` does after its check. A
+/// compiled plan (`jit`) checks each equation once, when it is compiled,
+/// and calls this per replay. An allocation refused inside is the same
+/// out-of-memory error as under `Eval`.
+///
+/// # Errors
+/// What the lowering returns. Operands that do not satisfy the
+/// primitive's shape rule are a bug of the caller (a kernel may then
+/// report an internal error or panic).
+#[inline]
+pub fn lower_checked(prim: &Prim, arrays: &[&crate::Array]) -> Result<Outs> {
+    lower(prim, arrays)
+}
+
 /// Runs the lowering; a buffer allocation refused inside it (see `NOTE:
 /// [allocation failure]` in xform-kernels' pool, and the device's
 /// out-of-memory error) becomes an out-of-memory error naming the primitive

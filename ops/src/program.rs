@@ -372,6 +372,11 @@ impl ProgramBuilder {
         Atom::Const(i)
     }
 
+    /// The constant at index `i` of the program being built.
+    pub fn const_at(&self, i: usize) -> Option<&Tensor> {
+        self.program.consts.get(i)
+    }
+
     /// Appends an equation.
     pub fn push(&mut self, prim: Prim, inputs: SmallVec<[Atom; 4]>, outputs: SmallVec<[Var; 2]>) {
         self.program.eqns.push(Eqn { prim, inputs, outputs });

@@ -18,6 +18,7 @@ mod dynamic_slice;
 mod edges;
 mod errors;
 mod gaps;
+mod jit;
 mod limits;
 mod methods;
 mod mutation;

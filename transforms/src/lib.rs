@@ -27,7 +27,7 @@
 //! [`try_vmap_with`], [`try_grad`], [`try_value_and_grad`],
 //! [`try_grad_with_aux`], [`try_value_and_grad_with_aux`], [`try_jvp`],
 //! [`try_vjp`], [`try_linearize`], [`try_jacfwd`], [`try_jacrev`],
-//! [`try_hessian`], [`try_trace`], [`try_functionalize`] (control flow:
+//! [`try_hessian`], [`try_trace`], [`try_functionalize`], [`try_jit`] (control flow:
 //! `control::try_cond`, `try_switch`). A panic that is not an xform error
 //! (a bug in the closure) unwinds through both. After an error the
 //! interpreter stack is as before the call.
@@ -40,6 +40,7 @@ mod fallible;
 mod functionalize;
 mod grad;
 mod jac;
+pub mod jit;
 mod jvp;
 mod linearize;
 pub mod per_example;
@@ -64,6 +65,7 @@ pub use grad::{grad, grad_with_aux, value_and_grad, value_and_grad_with_aux};
 pub use jac::{
     hessian, hessian_with_aux, jacfwd, jacfwd_with, jacfwd_with_aux, jacrev, jacrev_with, jacrev_with_aux, JacOptions,
 };
+pub use jit::{jit, jit_static, jit_with, jitted, jitted_static, try_jit, JitEntry, JitOptions, JitStats, Jitted};
 pub use jvp::{jvp, jvp_with_aux, try_jvp};
 pub use linearize::{backward_pass, linearize, linearize_with_aux, vjp, vjp_with_aux};
 pub use per_example::{

@@ -1,0 +1,392 @@
+//! jit: the cache (keys, bounds, statistics), the results against eager
+//! execution (registry samples and random programs, within 1 ulp), the
+//! optimized programs, and composition with every transform.
+
+use crate::harness::{assert_close, on_each_device, v};
+use crate::registry::{entries, G};
+use std::cell::Cell;
+use xform::core::interp::{bind, stack_depth};
+use xform::prelude::*;
+use xform::{jit_with, jitted, jitted_static, try_jit, JitOptions};
+
+/// Asserts `got` and `want` equal within one unit in the last place of
+/// `dtype` per element (NaNs equal, zeros of either sign equal; integers
+/// and bools exact).
+#[track_caller]
+fn within_ulp(what: &str, got: &Tensor, want: &Tensor) {
+    assert_eq!((got.shape(), got.dtype()), (want.shape(), want.dtype()), "{what}");
+    let eps = match want.dtype() {
+        DType::F64 => f64::EPSILON,
+        DType::F32 => f32::EPSILON as f64,
+        DType::F16 => 2f64.powi(-10),
+        DType::BF16 => 2f64.powi(-7),
+        _ => 0.0,
+    };
+    for (k, (g, w)) in v(got).iter().zip(v(want)).enumerate() {
+        let ok = g == &w || (g.is_nan() && w.is_nan()) || (g - w).abs() <= eps * g.abs().max(w.abs());
+        assert!(ok, "{what}: element {k}: jit {g}, eager {w}");
+    }
+}
+
+fn x8() -> Tensor {
+    Tensor::linspace(-1.0, 1.0, 8, DType::F32)
+}
+
+#[test]
+fn traces_once_per_signature() {
+    let traces = Cell::new(0);
+    let f = jitted(
+        |x: &Tensor| {
+            traces.set(traces.get() + 1);
+            (x.sin() * x).sum()
+        },
+        JitOptions::default(),
+    );
+    let a = x8();
+    let want = (a.sin() * &a).sum();
+    for _ in 0..3 {
+        within_ulp("f(a)", &f.call(&a), &want);
+    }
+    assert_eq!(traces.get(), 1);
+    // a new shape, then a new dtype: traced again; the old ones still hit
+    f.call(&Tensor::linspace(0.0, 1.0, 3, DType::F32));
+    f.call(&a.cast(DType::F64));
+    f.call(&a);
+    assert_eq!(traces.get(), 3);
+    let s = f.stats();
+    assert_eq!((s.hits, s.misses, s.entries, s.evictions), (3, 3, 3, 0));
+    let e = f.entries();
+    assert_eq!(e.len(), 3);
+    // least recently used first: [3] f32, f64 [8], f32 [8]
+    assert_eq!(e[0].avals[0].shape.dims(), &[3]);
+    assert_eq!(e[1].avals[0].dtype, DType::F64);
+    assert_eq!((e[2].avals[0].dtype, e[2].hits), (DType::F32, 3));
+    assert_eq!(e[2].static_arg, "()");
+    f.clear();
+    assert_eq!(f.stats().entries, 0);
+    f.call(&a);
+    assert_eq!(traces.get(), 4);
+}
+
+/// Two trees with the same leaves in a different structure are two signatures.
+#[test]
+fn tree_structure_is_part_of_the_key() {
+    let traces = Cell::new(0);
+    let f = jitted(
+        |(a, b): &(Vec<Tensor>, Vec<Tensor>)| {
+            traces.set(traces.get() + 1);
+            let s = |v: &Vec<Tensor>| v.iter().fold(Tensor::scalar(0.0f32), |acc, t| acc + t.sum());
+            s(a) * 2.0 + s(b)
+        },
+        JitOptions::default(),
+    );
+    let t = || Tensor::ones([2], DType::F32);
+    let one_two = (vec![t()], vec![t(), t()]);
+    let two_one = (vec![t(), t()], vec![t()]);
+    assert_eq!(f.call(&one_two).item::<f32>(), 8.0);
+    assert_eq!(f.call(&two_one).item::<f32>(), 10.0);
+    assert_eq!(f.call(&one_two).item::<f32>(), 8.0);
+    assert_eq!(traces.get(), 2);
+}
+
+#[test]
+fn cache_is_bounded_least_recently_used_out() {
+    let f = jitted(|x: &Tensor| x * 2.0, JitOptions { cache_size: 2, ..JitOptions::default() });
+    let n = |k: usize| Tensor::zeros([k], DType::F32);
+    f.call(&n(1));
+    f.call(&n(2));
+    f.call(&n(1)); // [1] is now the most recent
+    f.call(&n(3)); // evicts [2]
+    let shapes: Vec<usize> = f.entries().iter().map(|e| e.avals[0].shape[0]).collect();
+    assert_eq!(shapes, vec![1, 3]);
+    assert_eq!(f.stats().evictions, 1);
+    f.call(&n(2));
+    assert_eq!(f.stats().misses, 4);
+    f.set_capacity(1);
+    assert_eq!(f.entries().len(), 1);
+    assert_eq!(f.entries()[0].avals[0].shape[0], 2);
+    assert_eq!(f.stats().capacity, 1);
+}
+
+/// A static argument keys the cache by value, and `f` may branch on it.
+#[test]
+fn static_arguments() {
+    let traces = Cell::new(0);
+    let f = jitted_static(
+        |(power, negate): &(i32, bool), x: &Tensor| {
+            traces.set(traces.get() + 1);
+            let y = x.powi(*power);
+            if *negate {
+                -y
+            } else {
+                y
+            }
+        },
+        JitOptions::default(),
+    );
+    let x = Tensor::from_vec(vec![2.0f64, -3.0], [2]);
+    assert_eq!(f.call_static(&(3, false), &x).to_vec::<f64>(), vec![8.0, -27.0]);
+    assert_eq!(f.call_static(&(2, true), &x).to_vec::<f64>(), vec![-4.0, -9.0]);
+    assert_eq!(f.call_static(&(3, false), &x).to_vec::<f64>(), vec![8.0, -27.0]);
+    assert_eq!(traces.get(), 2);
+    let keys: Vec<String> = f.entries().iter().map(|e| e.static_arg.clone()).collect();
+    assert_eq!(keys, vec!["(2, true)", "(3, false)"]);
+    let g = xform::jit_static(|k: &usize, x: &Tensor| x.slice_axis(0, 0, *k as isize, 1).sum());
+    assert_eq!(g(&1, &x).item::<f64>(), 2.0);
+    assert_eq!(g(&2, &x).item::<f64>(), -1.0);
+}
+
+/// Every registry sample, jitted, equals its eager evaluation within one
+/// ulp (the same kernels run, so in practice bit for bit).
+#[test]
+fn registry_samples_equal_eager() {
+    on_each_device(|| {
+        let mut g = G::new(23);
+        for e in entries() {
+            for &dtype in &e.dtypes {
+                let case = (e.gen)(&mut g, dtype);
+                let inputs = (case.make)(7);
+                let eager = bind(&case.prim, &inputs).unwrap();
+                let prim = case.prim.clone();
+                let f = jit_with(move |xs: &Vec<Tensor>| bind(&prim, xs).unwrap().to_vec(), JitOptions::default());
+                let jitted = f(&inputs);
+                let again = f(&inputs);
+                assert_eq!(jitted.len(), eager.len());
+                for ((j, a), w) in jitted.iter().zip(&again).zip(eager.iter()) {
+                    within_ulp(&format!("{case:?}"), j, w);
+                    within_ulp(&format!("{case:?} (replayed)"), a, w);
+                }
+            }
+        }
+    })
+}
+
+/// Random programs of elementwise, shape and reduction ops (with the
+/// identities the passes remove, and repeated subexpressions), jitted,
+/// equal eager execution within one ulp.
+#[test]
+fn random_programs_equal_eager() {
+    for seed in 0..40u64 {
+        let mut g = G::new(seed);
+        let ops: Vec<usize> = (0..g.int(3, 14)).map(|_| g.int(0, 13)).collect();
+        let c = Key::new(seed).normal([4, 6], DType::F32);
+        let f = |x: &Tensor| {
+            let mut y = x.clone();
+            let mut outs = Vec::new();
+            for &op in &ops {
+                y = match op {
+                    0 => y.sin(),
+                    1 => (&y * 0.5).exp(),
+                    2 => &y * 1.0,
+                    3 => &y + 0.0,
+                    4 => -(-&y),
+                    5 => y.t().t(),
+                    6 => y.reshape(&[24]).reshape(&[6, 4]).reshape(&[4, 6]),
+                    7 => &y + &c,
+                    8 => y.tanh() * y.tanh(),
+                    9 => y.cast(DType::F32),
+                    10 => &y - y.sum_axis(1, true),
+                    11 => y.t().matmul(&c).matmul(&c.t()).t() * 0.01,
+                    _ => {
+                        outs.push(y.max_axis(0, false));
+                        y.abs().sqrt()
+                    }
+                };
+            }
+            outs.push(y);
+            outs
+        };
+        let x = Key::new(100 + seed).normal([4, 6], DType::F32);
+        let want = f(&x);
+        let jf = jitted(f, JitOptions::default());
+        for round in 0..2 {
+            let got = jf.call(&x);
+            for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+                within_ulp(&format!("seed {seed} ops {ops:?} output {k} round {round}"), a, b);
+            }
+        }
+        let e = &jf.entries()[0];
+        assert!(e.optimized_eqns <= e.traced_eqns, "seed {seed}: {} > {}", e.optimized_eqns, e.traced_eqns);
+    }
+}
+
+/// The identities and repeated work of a traced function are gone from
+/// its optimized program.
+#[test]
+fn optimized_program_drops_identities_and_repeats() {
+    let f = jitted(
+        |x: &Tensor| {
+            let a = (&x.t().t() * 1.0 + 0.0).reshape(&[2, 3]).reshape(&[6]);
+            let s1 = a.sin();
+            let s2 = a.sin();
+            let _unused = x.exp();
+            -(-(&s1 + &s2))
+        },
+        JitOptions::default(),
+    );
+    let x = Tensor::linspace(-1.0, 1.0, 6, DType::F32);
+    let p = f.program(&(), &x).unwrap();
+    assert_eq!(p.eqns.len(), 2, "{p}"); // sin, add
+    within_ulp("f", &f.call(&x), &(x.sin() * 2.0));
+    let e = &f.entries()[0];
+    assert!(e.traced_eqns >= 8, "{}", e.traced_eqns);
+}
+
+#[test]
+fn composes_with_transforms() {
+    on_each_device(|| {
+        let f = |x: &Tensor| (x.sin() * x).sum();
+        let xs = Key::new(3).normal([5, 3], DType::F64);
+        let x = xs.select(0, 0);
+        // grad(jit(f)), vmap(jit(f))
+        assert_close(&v(&grad(jit(f))(&x)), &v(&grad(f)(&x)), 1e-15);
+        assert_close(&v(&vmap(jit(f))(&xs)), &v(&vmap(f)(&xs)), 1e-15);
+        // jit(vmap(grad(f))): one program
+        let jg = jitted(vmap(grad(f)), JitOptions::default());
+        assert_close(&v(&jg.call(&xs)), &v(&vmap(grad(f))(&xs)), 1e-15);
+        let p = jg.program(&(), &xs).unwrap();
+        assert!(p.consts.iter().all(|c| !c.is_tracer()) && !p.eqns.is_empty());
+        // jit inside vmap of grad; hessian of jit
+        let inner = jit(|x: &Tensor| x.sin() * x);
+        let vg = vmap(grad(|x: &Tensor| inner(x).sum()));
+        assert_close(&v(&vg(&xs)), &v(&vmap(grad(f))(&xs)), 1e-15);
+        assert_close(&v(&hessian(jit(f))(&x)), &v(&hessian(f)(&x)), 1e-14);
+        // nested jit, and grad of it
+        let nested = jit(|x: &Tensor| jit(|y: &Tensor| y.exp() * 2.0)(x).sum() + jit(f)(x));
+        let plain = |x: &Tensor| (x.exp() * 2.0).sum() + f(x);
+        assert_close(&v(&nested(&x)), &v(&plain(&x)), 1e-15);
+        assert_close(&v(&grad(&nested)(&x)), &v(&grad(plain)(&x)), 1e-15);
+        assert_eq!(stack_depth(), 0);
+    })
+}
+
+/// A jitted function that captures a tracer of an enclosing transform is
+/// traced on each call and never cached.
+#[test]
+fn captured_tracers_are_not_cached() {
+    let j = jitted(|(z, w): &(Tensor, Tensor)| z * w, JitOptions::default());
+    let xs = Key::new(1).normal([4, 3], DType::F32);
+    let z = Tensor::ones([3], DType::F32) * 2.0;
+    let out = vmap(|x: &Tensor| {
+        let g = jitted(|z: &Tensor| z * x, JitOptions::default());
+        let r = g.call(&z) + j.call(&(z.clone(), x.clone()));
+        assert_eq!(g.stats().entries, 0);
+        r
+    })(&xs);
+    assert_close(&v(&out), &v(&(&xs * 4.0)), 1e-6);
+    assert_eq!(j.stats().entries, 1);
+}
+
+/// In-place writes to the arguments are written back, as eagerly.
+#[test]
+fn mutation_is_written_back() {
+    let f = |(x, acc): &(Tensor, Tensor)| {
+        acc.add_(&x.sin());
+        x.mul_scalar_(2.0);
+        x.exp()
+    };
+    let jf = jitted(f, JitOptions::default());
+    for round in 0..2 {
+        let (x, acc) = (x8(), Tensor::ones([8], DType::F32));
+        let (xe, acce) = (x8(), Tensor::ones([8], DType::F32));
+        let y = jf.call(&(x.clone(), acc.clone()));
+        let ye = f(&(xe.clone(), acce.clone()));
+        within_ulp(&format!("y {round}"), &y, &ye);
+        within_ulp(&format!("x {round}"), &x, &xe);
+        within_ulp(&format!("acc {round}"), &acc, &acce);
+    }
+    assert_eq!(jf.stats().misses, 1);
+}
+
+#[test]
+fn reading_a_value_inside_is_an_error() {
+    let f = try_jit(|x: &Tensor| if x.sum().item::<f32>() > 0.0 { x * 2.0 } else { x.clone() });
+    let err = f(&x8()).unwrap_err();
+    assert!(err.to_string().contains("staged into a program"), "{err}");
+    assert_eq!(stack_depth(), 0);
+    // shape errors inside are values too, and the stack is restored
+    let g = try_jit(|x: &Tensor| x.matmul(&Tensor::ones([3], DType::F32)));
+    assert!(g(&x8()).is_err());
+    assert_eq!(stack_depth(), 0);
+}
+
+/// A captured tensor is a constant of the program: an eager write to it
+/// afterwards is refused, never a stale number. An output that is a
+/// captured constant is a fresh copy.
+#[test]
+fn captured_constants() {
+    let c = Tensor::from_vec(vec![1.0f32, 2.0], [2]);
+    let f = jit(|x: &Tensor| (x + &c, c.clone()));
+    let x = Tensor::zeros([2], DType::F32);
+    let (y, cc) = f(&x);
+    assert_eq!(y.to_vec::<f32>(), vec![1.0, 2.0]);
+    cc.add_scalar_(5.0); // a copy: the program's constant is untouched
+    assert_eq!(f(&x).0.to_vec::<f32>(), vec![1.0, 2.0]);
+    c.add_scalar_(1.0);
+    let err = catch(|| f(&x)).unwrap_err();
+    assert!(err.to_string().contains("modified by an in-place operation"), "{err}");
+}
+
+/// Control flow inside jit stays control flow in the program; a jit
+/// inside a scan body or a cond branch is inlined into the body; grad
+/// goes through both.
+#[test]
+fn control_flow_inside_and_around() {
+    let step = jit(|(h, x): &(Tensor, Tensor)| (h * 0.9 + x).tanh());
+    let run = |xs: &Tensor| {
+        let h0 = Tensor::zeros([3], DType::F64);
+        let (h, ()) = scan(|h: &Tensor, x: &Tensor| (step(&(h.clone(), x.clone())), ()), &h0, xs);
+        cond(&h.sum().gt_scalar(0.0), |h: &Tensor| h.exp().sum(), |h: &Tensor| h.sin().sum(), &h)
+    };
+    let plain = |xs: &Tensor| {
+        let mut h = Tensor::zeros([3], DType::F64);
+        for i in 0..xs.dim(0) {
+            h = (&h * 0.9 + xs.select(0, i as isize)).tanh();
+        }
+        let s = h.sum().item::<f64>();
+        if s > 0.0 {
+            h.exp().sum()
+        } else {
+            h.sin().sum()
+        }
+    };
+    for seed in [1, 2] {
+        let xs = Key::new(seed).normal([5, 3], DType::F64);
+        let jr = jitted(run, JitOptions::default());
+        assert_close(&v(&jr.call(&xs)), &v(&plain(&xs)), 1e-14);
+        assert_close(&v(&jr.call(&xs)), &v(&run(&xs)), 0.0);
+        let p = jr.program(&(), &xs).unwrap();
+        let names: Vec<&str> = p.eqns.iter().map(|e| e.prim.name()).collect();
+        assert!(names.contains(&"scan") && names.contains(&"cond"), "{p}");
+        assert_close(&v(&grad(jit(run))(&xs)), &v(&grad(plain)(&xs)), 1e-12);
+    }
+}
+
+/// One jitted function called from several threads: one trace per
+/// signature, every result equal.
+#[test]
+fn shared_across_threads() {
+    let traces = std::sync::atomic::AtomicUsize::new(0);
+    let f = jitted(
+        |x: &Tensor| {
+            traces.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            (x.sin() * x).sum()
+        },
+        JitOptions::default(),
+    );
+    let x = Tensor::linspace(-1.0, 1.0, 16, DType::F64);
+    let want = (x.sin() * &x).sum().item::<f64>();
+    f.call(&x);
+    std::thread::scope(|s| {
+        for _ in 0..3 {
+            s.spawn(|| {
+                let x = Tensor::linspace(-1.0, 1.0, 16, DType::F64);
+                for _ in 0..20 {
+                    assert_eq!(f.call(&x).item::<f64>(), want);
+                }
+            });
+        }
+    });
+    assert_eq!(traces.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(f.stats().hits, 60);
+}

@@ -1,0 +1,132 @@
+//! The cache of compiled signatures: least recently used first out,
+//! bounded, inspectable and clearable.
+
+use std::sync::Arc;
+use xform_ops::{Aval, Device, Tensor};
+
+use crate::tree::Skeleton;
+
+/// Statistics of a jitted function's cache.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JitStats {
+    /// Calls that found their signature compiled.
+    pub hits: u64,
+    /// Calls that traced (a new signature, or one evicted or cleared).
+    pub misses: u64,
+    /// Entries dropped to keep the cache within its capacity.
+    pub evictions: u64,
+    /// Signatures held now.
+    pub entries: usize,
+    /// The most signatures held at once.
+    pub capacity: usize,
+}
+
+/// What the cache shows of one compiled signature.
+#[derive(Clone, Debug)]
+pub struct JitEntry {
+    /// The input leaves' shapes, dtypes and devices, in leaf order.
+    pub avals: Vec<Aval>,
+    /// The inputs' tree structure.
+    pub skeleton: Skeleton,
+    /// The static argument, as `Debug` prints it (`()` for plain `jit`).
+    pub static_arg: String,
+    /// The default device when it was traced (where tensors `f` creates
+    /// are placed).
+    pub default_device: Device,
+    /// Equations of the program as staged.
+    pub traced_eqns: usize,
+    /// Equations after the passes.
+    pub optimized_eqns: usize,
+    /// Calls that found this entry.
+    pub hits: u64,
+}
+
+/// One compiled signature: its key, and what the call needs.
+pub(crate) struct Slot<S, C> {
+    pub static_arg: S,
+    pub skeleton: Skeleton,
+    pub avals: Vec<Aval>,
+    pub default_device: Device,
+    pub hits: u64,
+    pub compiled: Arc<C>,
+}
+
+impl<S: PartialEq, C> Slot<S, C> {
+    /// True if this slot's key is `(s, skeleton, leaves' avals, default
+    /// device)`: the avals are compared first, borrowed (no copy), the
+    /// skeleton last.
+    pub fn matches(&self, s: &S, leaves: &[Tensor], device: Device, skeleton: &dyn Fn() -> Skeleton) -> bool {
+        self.default_device == device
+            && self.avals.len() == leaves.len()
+            && self
+                .avals
+                .iter()
+                .zip(leaves)
+                .all(|(a, l)| l.with_aval(|b| a.dtype == b.dtype && a.device == b.device && a.shape == *b.shape))
+            && self.static_arg == *s
+            && self.skeleton == skeleton()
+    }
+}
+
+/// The cache: most recently used last.
+pub(crate) struct Cache<S, C> {
+    pub slots: Vec<Slot<S, C>>,
+    pub capacity: usize,
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+}
+
+impl<S: PartialEq, C> Cache<S, C> {
+    pub fn new(capacity: usize) -> Self {
+        Cache { slots: Vec::new(), capacity: capacity.max(1), hits: 0, misses: 0, evictions: 0 }
+    }
+
+    /// The compiled entry of a key, counted as a hit and made the most
+    /// recently used; `None` (not counted) if absent.
+    pub fn get(&mut self, s: &S, leaves: &[Tensor], device: Device, skeleton: &dyn Fn() -> Skeleton) -> Option<Arc<C>> {
+        // most recent first: a loop calling one signature finds it at once
+        let i = self.slots.iter().rposition(|slot| slot.matches(s, leaves, device, skeleton))?;
+        self.hits += 1;
+        let last = self.slots.len() - 1;
+        if i != last {
+            let slot = self.slots.remove(i);
+            self.slots.push(slot);
+        }
+        let slot = self.slots.last_mut().expect("just found");
+        slot.hits += 1;
+        Some(slot.compiled.clone())
+    }
+
+    /// Adds an entry (a miss was counted by the caller), evicting the
+    /// least recently used beyond the capacity. A key already present
+    /// (another thread compiled it meanwhile) is replaced.
+    pub fn insert(&mut self, slot: Slot<S, C>, leaves: &[Tensor]) {
+        let sk = slot.skeleton.clone();
+        if let Some(i) =
+            self.slots.iter().position(|o| o.matches(&slot.static_arg, leaves, slot.default_device, &|| sk.clone()))
+        {
+            self.slots.remove(i);
+        }
+        self.slots.push(slot);
+        self.shrink();
+    }
+
+    /// Evicts down to the capacity.
+    pub fn shrink(&mut self) {
+        while self.slots.len() > self.capacity {
+            self.slots.remove(0);
+            self.evictions += 1;
+        }
+    }
+
+    pub fn stats(&self) -> JitStats {
+        JitStats {
+            hits: self.hits,
+            misses: self.misses,
+            evictions: self.evictions,
+            entries: self.slots.len(),
+            capacity: self.capacity,
+        }
+    }
+}

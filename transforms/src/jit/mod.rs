@@ -1,0 +1,372 @@
+//! `jit(f)`: stage `f` once per input signature into a [`Program`],
+//! optimize it, and replay it.
+//!
+//! NOTE: [jit cache] A jitted function keeps a cache of compiled
+//! signatures. The key is what a trace depends on: the input tree's
+//! structure (`Skeleton`), each leaf's shape, dtype and device, the
+//! default device (where tensors `f` creates are placed), and, for
+//! [`jit_static`], the static argument (compared with `PartialEq`, as JAX
+//! hashes its `static_argnums`). A call whose key is absent traces `f` with
+//! the staging interpreter (the user's Rust code runs once per signature;
+//! its side effects, such as prints, happen then only), runs the passes
+//! ([`passes`]) and compiles a replay plan ([`plan`]). The cache holds at
+//! most [`JitOptions::cache_size`] signatures, least recently used out
+//! first; [`Jitted`] shows its statistics and entries, clears it and
+//! resizes it.
+//!
+//! What the key does not see is fixed at the first trace, as in JAX: the
+//! values of tensors `f` captures (they enter the program as constants;
+//! writing one in place afterwards is an error on the next call, see
+//! `Program::check_consts`, but only where the tensor itself is a constant
+//! of the program: a value computed from it during the trace, such as
+//! `c.exp()`, is a fresh constant that a later write to `c` does not
+//! reach; pass values that change as arguments), the
+//! `#[tree(static)]` fields of the input and output trees (pass them
+//! through [`jit_static`] when they vary), and Rust control flow on
+//! anything but shapes.
+//!
+//! NOTE: [jit composition] With concrete inputs, a call replays the plan
+//! (no interpreter is involved; the inputs' signature was checked by the
+//! cache lookup). With tracers of enclosing transforms (`vmap(jit(f))`,
+//! `grad(jit(f))`, a jit inside another's trace), the optimized program is
+//! evaluated through `bind`, equation by equation, so each enclosing
+//! interpreter applies its rules: jit is transparent to transforms, and a
+//! jit inside a jit is inlined into the outer program. A function that
+//! captures a tracer of an enclosing transform is traced on every call
+//! (its program holds that tracer) and not cached. Transforms inside `f`
+//! (`jit(vmap(grad(g)))`) run during the trace and stage into one program.
+//!
+//! In-place writes to the arguments inside `f` are functionalized while
+//! tracing (the stack is not empty); the final values of mutated
+//! arguments are extra outputs of the program and are written back to the
+//! caller's tensors after each call, as `functionalize` does. Reading a
+//! value on the Rust side (`item`, `to_vec`) inside `f` is an error that
+//! says the tensor is being staged and has no value yet, as under `trace`.
+
+mod cache;
+pub mod passes;
+pub mod plan;
+
+use crate::functionalize::write_back;
+use crate::tree::Tree;
+use cache::{Cache, Slot};
+pub use cache::{JitEntry, JitStats};
+use plan::Plan;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex, MutexGuard};
+use xform_ops::interp::with_interpreter;
+use xform_ops::staging::Staging;
+use xform_ops::{catch, OrRaise, Program, Result, Tensor};
+
+/// Options of [`jit_with`], [`jitted`] and [`jitted_static`].
+#[derive(Clone, Debug)]
+pub struct JitOptions {
+    /// The most signatures kept compiled (least recently used out first;
+    /// at least 1). Default 64.
+    pub cache_size: usize,
+    /// Run the passes of [`passes::PIPELINE`] on the traced program
+    /// (default true); without them the program is replayed as traced.
+    pub optimize: bool,
+}
+
+impl Default for JitOptions {
+    fn default() -> Self {
+        JitOptions { cache_size: 64, optimize: true }
+    }
+}
+
+/// One compiled signature.
+pub(crate) struct Compiled<Y> {
+    /// Equations as traced.
+    traced_eqns: usize,
+    /// The optimized program: outputs, then the final values of the
+    /// mutated arguments.
+    program: Program,
+    /// The replay plan (`None` when the program holds a tracer of an
+    /// enclosing transform: then it is not cached either).
+    plan: Option<Plan>,
+    /// The output tree, its leaves placeholders.
+    template: Y,
+    /// Number of output leaves.
+    n_out: usize,
+    /// Leaf indices of the arguments `f` mutated, in the order of the
+    /// extra outputs.
+    mutated: Vec<usize>,
+}
+
+/// A jitted function with its cache in view: [`Jitted::call`] (or
+/// [`Jitted::call_static`]) runs it, [`Jitted::stats`] and
+/// [`Jitted::entries`] show the cache, [`Jitted::clear`] empties it.
+/// [`jit`] is the same without the handle.
+///
+/// ```
+/// use xform_ops::Tensor;
+/// use xform_transforms::{jitted, JitOptions};
+///
+/// let f = jitted(|x: &Tensor| (x.sin() * x).sum(), JitOptions::default());
+/// let a = Tensor::from_vec(vec![1.0f32, 2.0], [2]);
+/// let b = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3]);
+/// f.call(&a);
+/// f.call(&a); // same signature: replayed
+/// f.call(&b); // a new shape: traced again
+/// let s = f.stats();
+/// assert_eq!((s.hits, s.misses, s.entries), (1, 2, 2));
+/// f.clear();
+/// assert_eq!(f.stats().entries, 0);
+/// ```
+pub struct Jitted<S, X, Y, F> {
+    f: F,
+    opts: JitOptions,
+    cache: Mutex<Cache<S, Compiled<Y>>>,
+    _x: PhantomData<fn(&X)>,
+}
+
+/// `f` compiled per input signature (see NOTE: [jit cache] and NOTE:
+/// [jit composition] in this module): traced once per signature, its
+/// program optimized and replayed. Results equal eager execution.
+///
+/// ```
+/// use xform_ops::Tensor;
+/// use xform_transforms::{grad, jit, vmap};
+///
+/// let f = jit(vmap(grad(|x: &Tensor| (x.sin() * x).sum())));
+/// let x = Tensor::from_vec(vec![0.5f32, 1.0, 1.5, 2.0], [2, 2]);
+/// let g = f(&x); // traced, optimized, replayed
+/// let h = f(&x); // replayed
+/// assert_eq!(g.to_vec::<f32>(), h.to_vec::<f32>());
+/// ```
+pub fn jit<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y) -> impl Fn(&X) -> Y {
+    jit_with(f, JitOptions::default())
+}
+
+/// [`jit`] with options.
+pub fn jit_with<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y, opts: JitOptions) -> impl Fn(&X) -> Y {
+    let j = jitted(f, opts);
+    move |x: &X| j.call(x)
+}
+
+/// [`jit`] returning errors as values (errors of the trace, of the passes
+/// and of the replay).
+pub fn try_jit<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y) -> impl Fn(&X) -> Result<Y> {
+    let j = jitted(f, JitOptions::default());
+    move |x: &X| j.try_call(x)
+}
+
+/// `jit` with a static first argument, JAX's `static_argnums`: `f(&s, &x)`
+/// is traced once per value of `s` (compared with `PartialEq`) and
+/// signature of `x`; `s` is an ordinary Rust value (a size, a flag, a
+/// mode), which `f` may branch on.
+///
+/// ```
+/// use xform_ops::Tensor;
+/// use xform_transforms::jit_static;
+///
+/// let f = jit_static(|p: &u32, x: &Tensor| x.powi(*p as i32));
+/// let x = Tensor::from_vec(vec![2.0f32], [1]);
+/// assert_eq!(f(&3, &x).to_vec::<f32>(), vec![8.0]);
+/// assert_eq!(f(&2, &x).to_vec::<f32>(), vec![4.0]);
+/// ```
+pub fn jit_static<S, X, Y, F>(f: F) -> impl Fn(&S, &X) -> Y
+where
+    S: PartialEq + Clone + std::fmt::Debug,
+    X: Tree,
+    Y: Tree,
+    F: Fn(&S, &X) -> Y,
+{
+    let j = jitted_static(f, JitOptions::default());
+    move |s: &S, x: &X| j.call_static(s, x)
+}
+
+/// The [`Jitted`] handle of `jit_with(f, opts)`.
+pub fn jitted<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y, opts: JitOptions) -> Jitted<(), X, Y, impl Fn(&(), &X) -> Y> {
+    jitted_static(move |_: &(), x: &X| f(x), opts)
+}
+
+/// The [`Jitted`] handle of a function with a static first argument (see
+/// [`jit_static`]).
+pub fn jitted_static<S, X, Y, F>(f: F, opts: JitOptions) -> Jitted<S, X, Y, F>
+where
+    S: PartialEq + Clone + std::fmt::Debug,
+    X: Tree,
+    Y: Tree,
+    F: Fn(&S, &X) -> Y,
+{
+    let cache = Mutex::new(Cache::new(opts.cache_size));
+    Jitted { f, opts, cache, _x: PhantomData }
+}
+
+impl<X: Tree, Y: Tree, F: Fn(&(), &X) -> Y> Jitted<(), X, Y, F> {
+    /// Calls the jitted function.
+    ///
+    /// # Panics
+    /// Raises what the trace, the passes or the replay raise.
+    pub fn call(&self, x: &X) -> Y {
+        self.call_static(&(), x)
+    }
+
+    /// [`Jitted::call`] returning errors as values.
+    ///
+    /// # Errors
+    /// What the trace, the passes or the replay raise.
+    pub fn try_call(&self, x: &X) -> Result<Y> {
+        self.try_call_static(&(), x)
+    }
+}
+
+impl<S, X, Y, F> Jitted<S, X, Y, F>
+where
+    S: PartialEq + Clone + std::fmt::Debug,
+    X: Tree,
+    Y: Tree,
+    F: Fn(&S, &X) -> Y,
+{
+    /// Calls the jitted function with static argument `s`.
+    ///
+    /// # Panics
+    /// Raises what the trace, the passes or the replay raise.
+    pub fn call_static(&self, s: &S, x: &X) -> Y {
+        let leaves = x.leaves();
+        let c = self.compiled(s, x, &leaves);
+        run(&c, &leaves).or_raise()
+    }
+
+    /// [`Jitted::call_static`] returning errors as values.
+    ///
+    /// # Errors
+    /// What the trace, the passes or the replay raise.
+    pub fn try_call_static(&self, s: &S, x: &X) -> Result<Y> {
+        catch(|| self.call_static(s, x))
+    }
+
+    /// The optimized program of the signature of `(s, x)` (traced and
+    /// cached if it was not): its outputs are the output leaves, then the
+    /// final values of the arguments `f` mutates.
+    ///
+    /// # Errors
+    /// What the trace or the passes raise.
+    pub fn program(&self, s: &S, x: &X) -> Result<Program> {
+        catch(|| self.compiled(s, x, &x.leaves()).program.clone())
+    }
+
+    /// The cache's statistics.
+    pub fn stats(&self) -> JitStats {
+        self.lock().stats()
+    }
+
+    /// The compiled signatures, least recently used first.
+    pub fn entries(&self) -> Vec<JitEntry> {
+        self.lock()
+            .slots
+            .iter()
+            .map(|s| JitEntry {
+                avals: s.avals.clone(),
+                skeleton: s.skeleton.clone(),
+                static_arg: format!("{:?}", s.static_arg),
+                default_device: s.default_device,
+                traced_eqns: s.compiled.traced_eqns,
+                optimized_eqns: s.compiled.program.eqns.len(),
+                hits: s.hits,
+            })
+            .collect()
+    }
+
+    /// Drops every compiled signature (the statistics stay); the next call
+    /// of each traces again.
+    pub fn clear(&self) {
+        self.lock().slots.clear();
+    }
+
+    /// Sets the most signatures kept (at least 1), evicting the least
+    /// recently used beyond it.
+    pub fn set_capacity(&self, n: usize) {
+        let mut c = self.lock();
+        c.capacity = n.max(1);
+        c.shrink();
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Cache<S, Compiled<Y>>> {
+        // A panic while the lock is held leaves the cache consistent (no
+        // user code runs under it).
+        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The compiled entry of this call's signature: from the cache, or
+    /// traced now (outside the lock: `f` may call this jitted function on
+    /// another signature) and cached when it holds no tracer.
+    fn compiled(&self, s: &S, x: &X, leaves: &[Tensor]) -> Arc<Compiled<Y>> {
+        let skeleton = || x.skeleton();
+        let device = xform_ops::default_device();
+        if let Some(c) = self.lock().get(s, leaves, device, &skeleton) {
+            return c;
+        }
+        self.lock().misses += 1;
+        let c = Arc::new(compile(&self.f, s, x, leaves, &self.opts).or_raise());
+        if c.plan.is_some() {
+            let slot = Slot {
+                static_arg: s.clone(),
+                skeleton: skeleton(),
+                avals: leaves.iter().map(Tensor::aval).collect(),
+                default_device: device,
+                hits: 0,
+                compiled: c.clone(),
+            };
+            self.lock().insert(slot, leaves);
+        }
+        c
+    }
+}
+
+/// Traces `f(s, x)` at the signature of `leaves`, optimizes the program
+/// and compiles its plan.
+fn compile<S, X: Tree, Y: Tree>(
+    f: &impl Fn(&S, &X) -> Y,
+    s: &S,
+    x: &X,
+    leaves: &[Tensor],
+    opts: &JitOptions,
+) -> Result<Compiled<Y>> {
+    let staging = Staging::new("jit", true);
+    let placeholder = Tensor::scalar(0.0f32);
+    let (template, traced, n_out, mutated) = catch(|| {
+        with_interpreter(&staging, || {
+            let ins: Vec<Tensor> = leaves.iter().map(|l| staging.new_input(l.aval())).collect();
+            let y = f(s, &x.with_leaves(ins.iter().cloned()));
+            let mut outs: Vec<Tensor> = y.leaves().to_vec();
+            let n_out = outs.len();
+            let mut mutated = Vec::new();
+            for (i, t) in ins.iter().enumerate() {
+                if t.version() > 0 {
+                    mutated.push(i);
+                    outs.push(t.clone());
+                }
+            }
+            let program = staging.finish(&outs).or_raise();
+            let template = y.with_leaves(std::iter::repeat_n(placeholder.clone(), n_out));
+            (template, program, n_out, mutated)
+        })
+    })?;
+    let program = if opts.optimize { passes::optimize(&traced)? } else { passes::dce::run(&traced)? };
+    let plan = if program.consts.iter().any(Tensor::is_tracer) { None } else { Some(Plan::compile(&program)?) };
+    Ok(Compiled { traced_eqns: traced.eqns.len(), program, plan, template, n_out, mutated })
+}
+
+/// Runs a compiled signature on the call's leaves: the plan for concrete
+/// inputs, the program through `bind` for tracers; writes mutated
+/// arguments back.
+fn run<Y: Tree>(c: &Compiled<Y>, leaves: &[Tensor]) -> Result<Y> {
+    let outs = match &c.plan {
+        Some(plan) if leaves.iter().all(|l| !l.is_tracer()) => {
+            c.program.check_consts("jit")?;
+            plan.run(leaves)?
+        }
+        _ => c.program.eval(leaves)?,
+    };
+    if !c.mutated.is_empty() {
+        let mut finals: Vec<Option<Tensor>> = vec![None; leaves.len()];
+        for (k, &i) in c.mutated.iter().enumerate() {
+            finals[i] = Some(outs[c.n_out + k].clone());
+        }
+        write_back("jit", leaves, finals)?;
+    }
+    Ok(c.template.with_leaves(outs.into_iter().take(c.n_out)))
+}

@@ -1,0 +1,280 @@
+//! The replay plan: an optimized [`Program`] compiled for concrete inputs.
+//!
+//! NOTE: [replay plan] Each equation becomes a [`Step`]: the primitive,
+//! its operands as slots (program variables) or constants, its result
+//! slots, and the slots whose last reader it is. Replaying is a loop over
+//! the steps that calls each primitive's lowering directly
+//! (`interp::lower_checked`): no interpreter stack walk, no shape rule
+//! (every equation's operands were checked once, when the plan was
+//! compiled: the program was staged at these exact abstract values), no
+//! operand lists built from tensors beyond a borrow per operand. A value
+//! is dropped right after its last reader (its buffer goes back to the
+//! pool, where the next allocation of its size finds it warm), so a replay
+//! holds no more buffers than eager execution. Constants are read in
+//! place, not copied into slots.
+//!
+//! The plan is where later steps attach: elementwise fusion replaces a run
+//! of steps by one step over a fused kernel; buffer donation and in-place
+//! updates mark a step's result as written into an operand's buffer whose
+//! last reader it is (`free` already says which); a CUDA graph captures
+//! the loop once per signature.
+
+use smallvec::SmallVec;
+use xform_ops::interp::lower_checked;
+use xform_ops::prim::ElementwiseOp;
+use xform_ops::{Atom, Error, Prim, Program, Result, Tensor, Value};
+
+/// Where a step reads an operand.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Src {
+    /// A slot (a program variable).
+    Slot(u32),
+    /// A constant of the program.
+    Const(u32),
+}
+
+/// One equation of the plan.
+#[derive(Clone, Debug)]
+pub struct Step {
+    /// The primitive and its parameters.
+    pub prim: Prim,
+    /// Operands.
+    pub ins: SmallVec<[Src; 4]>,
+    /// Result slots.
+    pub outs: SmallVec<[u32; 2]>,
+    /// Slots whose last reader this step is (dropped after it).
+    pub free: SmallVec<[u32; 4]>,
+}
+
+/// A compiled program for concrete inputs of its signature.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The number of slots (the program's variables).
+    pub slots: usize,
+    /// The slot of each input, in order.
+    pub inputs: Vec<u32>,
+    /// Inputs no step or output reads (never loaded).
+    pub unused_inputs: Vec<bool>,
+    /// The steps, in execution order.
+    pub steps: Vec<Step>,
+    /// The outputs, and whether each must be copied (it may share storage
+    /// with a constant of the program, which a caller's in-place write
+    /// must not reach).
+    pub outputs: Vec<(Src, bool)>,
+    /// The program's constants.
+    pub consts: Vec<Tensor>,
+}
+
+impl Plan {
+    /// Compiles `p`, whose constants must be concrete.
+    ///
+    /// # Errors
+    /// If a constant is a tracer, or an equation mixes devices.
+    pub fn compile(p: &Program) -> Result<Plan> {
+        if p.consts.iter().any(Tensor::is_tracer) {
+            return Err(Error::invalid("jit", "a replay plan needs concrete constants"));
+        }
+        let slots = p.avals.len();
+        let src = |a: &Atom| match a {
+            Atom::Var(v) => Src::Slot(v.0),
+            Atom::Const(i) => Src::Const(*i as u32),
+        };
+        // the last step that reads each slot (usize::MAX: an output, never freed)
+        let mut last = vec![None::<usize>; slots];
+        for (k, e) in p.eqns.iter().enumerate() {
+            for a in &e.inputs {
+                if let Atom::Var(v) = a {
+                    last[v.0 as usize] = Some(k);
+                }
+            }
+        }
+        for a in &p.outputs {
+            if let Atom::Var(v) = a {
+                last[v.0 as usize] = Some(usize::MAX);
+            }
+        }
+        // may a slot share storage with a constant (through view primitives)?
+        let mut aliases_const = vec![false; slots];
+        let mut steps = Vec::with_capacity(p.eqns.len());
+        for (k, e) in p.eqns.iter().enumerate() {
+            check_devices(p, e)?;
+            let alias = e.prim.aliases_operand()
+                && e.inputs.iter().any(|a| match a {
+                    Atom::Const(_) => true,
+                    Atom::Var(v) => aliases_const[v.0 as usize],
+                });
+            let mut free: SmallVec<[u32; 4]> = SmallVec::new();
+            for a in &e.inputs {
+                if let Atom::Var(v) = a {
+                    if last[v.0 as usize] == Some(k) && !free.contains(&v.0) {
+                        free.push(v.0);
+                    }
+                }
+            }
+            for v in &e.outputs {
+                aliases_const[v.0 as usize] = alias;
+                // a result nothing reads is dropped at once
+                if last[v.0 as usize].is_none() {
+                    free.push(v.0);
+                }
+            }
+            steps.push(Step {
+                prim: e.prim.clone(),
+                ins: e.inputs.iter().map(src).collect(),
+                outs: e.outputs.iter().map(|v| v.0).collect(),
+                free,
+            });
+        }
+        let outputs = p
+            .outputs
+            .iter()
+            .map(|a| {
+                let copy = match a {
+                    Atom::Const(_) => true,
+                    Atom::Var(v) => aliases_const[v.0 as usize],
+                };
+                (src(a), copy)
+            })
+            .collect();
+        Ok(Plan {
+            slots,
+            inputs: p.inputs.iter().map(|v| v.0).collect(),
+            unused_inputs: p.inputs.iter().map(|v| last[v.0 as usize].is_none()).collect(),
+            steps,
+            outputs,
+            consts: p.consts.clone(),
+        })
+    }
+
+    /// Runs the plan on concrete `args` of the program's signature (the
+    /// caller checked them against it).
+    ///
+    /// # Errors
+    /// What a lowering returns (out of memory, a CUDA failure), or a tracer
+    /// argument (an internal error: the caller replays concrete inputs only).
+    pub fn run(&self, args: &[Tensor]) -> Result<Vec<Tensor>> {
+        let mut slots: SmallVec<[Option<Tensor>; 32]> = SmallVec::from_elem(None, self.slots);
+        for ((slot, a), unused) in self.inputs.iter().zip(args).zip(&self.unused_inputs) {
+            if !unused {
+                slots[*slot as usize] = Some(a.clone());
+            }
+        }
+        for step in &self.steps {
+            let outs = {
+                let mut vals: SmallVec<[xform_ops::ValueRef<'_>; 4]> = SmallVec::new();
+                for s in &step.ins {
+                    vals.push(match s {
+                        Src::Slot(i) => slots[*i as usize].as_ref().expect("slot defined before use").value(),
+                        Src::Const(i) => self.consts[*i as usize].value(),
+                    });
+                }
+                let mut arrays: SmallVec<[&xform_ops::Array; 4]> = SmallVec::new();
+                for v in &vals {
+                    match &**v {
+                        Value::Array(a) => arrays.push(a),
+                        Value::Tracer(_) => {
+                            return Err(Error::invalid("jit", "replay reached a tracer (internal error)"));
+                        }
+                    }
+                }
+                lower_checked(&step.prim, &arrays)?
+            };
+            for (slot, t) in step.outs.iter().zip(outs) {
+                slots[*slot as usize] = Some(t);
+            }
+            for slot in &step.free {
+                slots[*slot as usize] = None;
+            }
+        }
+        let mut results = Vec::with_capacity(self.outputs.len());
+        for (s, copy) in &self.outputs {
+            let t = match s {
+                Src::Slot(i) => slots[*i as usize].clone().expect("output defined"),
+                Src::Const(i) => self.consts[*i as usize].clone(),
+            };
+            results.push(if *copy { copy_of(&t)? } else { t });
+        }
+        Ok(results)
+    }
+}
+
+/// A fresh copy of a concrete tensor.
+fn copy_of(t: &Tensor) -> Result<Tensor> {
+    let v = t.value();
+    let Value::Array(a) = &*v else { return Err(Error::invalid("jit", "copy of a tracer (internal error)")) };
+    let mut outs = lower_checked(&Prim::Elementwise(ElementwiseOp::Copy), &[a])?;
+    Ok(outs.pop().expect("one output"))
+}
+
+/// The error `Eval` raises for operands on different devices, raised when
+/// the plan is compiled.
+fn check_devices(p: &Program, e: &xform_ops::Eqn) -> Result<()> {
+    let mut first = None;
+    for a in &e.inputs {
+        let d = p.atom_aval(*a).device;
+        match first {
+            None => first = Some(d),
+            Some(f) if f != d => {
+                return Err(Error::device(
+                    e.prim.name(),
+                    format!("operands are on different devices ({f} and {d}); move them with to_device"),
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::passes::testing::{build, push1, vector};
+    use super::*;
+    use xform_ops::prim::{BinaryOp, ShapeOp, UnaryOp};
+    use xform_ops::{Aval, DType, Device, Shape};
+
+    /// Each intermediate is freed after its last reader; the results are
+    /// the program's.
+    #[test]
+    fn frees_after_last_reader() {
+        let x = vector(6);
+        let c = Tensor::full([6], 0.5, DType::F32);
+        let p = build(std::slice::from_ref(&x), |b, ins| {
+            let k = b.constant(&c);
+            let s = push1(b, Prim::Unary(UnaryOp::Sin), &[ins[0]], None);
+            let m = push1(b, Prim::Binary(BinaryOp::Mul), &[s, k], None);
+            let e = push1(b, Prim::Unary(UnaryOp::Exp), &[m], None);
+            let a = push1(b, Prim::Binary(BinaryOp::Add), &[e, s], None);
+            vec![a]
+        });
+        let plan = Plan::compile(&p).unwrap();
+        let frees: Vec<Vec<u32>> = plan.steps.iter().map(|s| s.free.to_vec()).collect();
+        // x after sin; m after exp; e and s after add
+        assert_eq!(frees, vec![vec![0], vec![], vec![2], vec![3, 1]]);
+        let got = plan.run(std::slice::from_ref(&x)).unwrap();
+        let want = p.eval(&[x]).unwrap();
+        assert_eq!(got[0].to_vec::<f32>(), want[0].to_vec::<f32>());
+    }
+
+    /// An output that is a constant, or a view of one, is a fresh copy: a
+    /// write to it does not reach the plan's constant.
+    #[test]
+    fn outputs_aliasing_constants_are_copied() {
+        let x = vector(4);
+        let c = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [4]);
+        let p = build(std::slice::from_ref(&x), |b, ins| {
+            let k = b.constant(&c);
+            let aval = Aval { shape: Shape::from([2, 2]), dtype: DType::F32, device: Device::Cpu };
+            let v = push1(b, Prim::Shape(ShapeOp::Reshape { shape: Shape::from([2, 2]) }), &[k], Some(aval));
+            vec![k, v, ins[0]]
+        });
+        let plan = Plan::compile(&p).unwrap();
+        assert_eq!(plan.outputs.iter().map(|o| o.1).collect::<Vec<_>>(), vec![true, true, false]);
+        let outs = plan.run(std::slice::from_ref(&x)).unwrap();
+        outs[0].add_scalar_(10.0);
+        outs[1].add_scalar_(10.0);
+        assert!(outs[2].same_node(&x));
+        assert_eq!(c.to_vec::<f32>(), vec![1.0, 2.0, 3.0, 4.0]);
+        p.check_consts("test").unwrap();
+    }
+}
