@@ -111,14 +111,18 @@ fn row_runs(g: &ConvGeometry) -> Vec<(usize, usize, isize)> {
 pub(super) struct Patches {
     tables: [Vec<isize>; SPATIAL],
     runs: Option<Vec<(usize, usize, isize)>>,
+    /// Where every run is a whole output row read at unit stride: each
+    /// tap's first input index.
+    starts: Option<Vec<usize>>,
 }
 
 impl Patches {
     pub(super) fn new(g: &ConvGeometry) -> Patches {
-        Patches {
-            tables: [axis_table(g, 0), axis_table(g, 1), axis_table(g, 2)],
-            runs: (g.lhs_dilation[2] == 1).then(|| row_runs(g)),
-        }
+        let runs = (g.lhs_dilation[2] == 1).then(|| row_runs(g));
+        let ow = g.output[2];
+        let starts = runs.as_ref().filter(|r| g.stride[2] == 1 && r.iter().all(|&(lo, hi, _)| lo == 0 && hi == ow));
+        let starts = starts.map(|r| r.iter().map(|&(_, _, start)| start as usize).collect());
+        Patches { tables: [axis_table(g, 0), axis_table(g, 1), axis_table(g, 2)], runs, starts }
     }
 
     /// Unrolls the windows of one input plane (at `x[base..]`, contiguous
@@ -152,6 +156,13 @@ impl Patches {
                             continue;
                         }
                         let line = &x[base + (zi as usize * ih + yi as usize) * iw..][..iw];
+                        if let Some(starts) = &self.starts {
+                            // No padding along the row: a window of the line per tap.
+                            for (e, &st) in starts.iter().enumerate() {
+                                copy_run(&mut dst[(row0 + e) * row_stride + col..][..ow], &line[st..st + ow]);
+                            }
+                            continue;
+                        }
                         for e in 0..kw {
                             let out = &mut dst[(row0 + e) * row_stride + col..][..ow];
                             let Some(runs) = &self.runs else {
@@ -412,7 +423,7 @@ where
         }
     };
     let threads = super::threads();
-    if par == Par::Seq || units >= threads {
+    if par == Par::Seq || units >= 2 * threads {
         // One unit at a time per thread: its patches stay in cache.
         let mut out = crate::pool::alloc_uninit::<T>(units * m * p);
         let unit = |col: &mut Scratch<T>, u: usize, dst: &mut [MaybeUninit<T>]| {
@@ -450,8 +461,8 @@ where
         // SAFETY: gemm_block wrote every m x p block.
         return unsafe { super::assume_init(out) };
     }
-    // Fewer units than threads: unroll them all, then GEMMs that split
-    // themselves.
+    // Fewer than two units per thread: unroll them all (a few), then
+    // `gemm_offsets` splits the products between threads.
     let mut col = Scratch::<T>::new(units * k * p);
     {
         use rayon::prelude::*;

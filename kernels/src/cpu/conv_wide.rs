@@ -18,8 +18,8 @@
 //!
 //! Groups: feature group `g` reads lhs features `g * C/fg..` against its
 //! output features; batch group `g` reads lhs examples `g * N/bg..`. Work
-//! splits over groups, and a group's features split over threads into
-//! partial sums where there are fewer groups than threads.
+//! splits over groups, and a group's features split into partial sums
+//! where there are fewer than two groups per thread.
 
 use super::conv::{Operand, Patches, Scratch};
 use super::matmul::{gemm_block, FaerElem, One};
@@ -88,7 +88,9 @@ pub(super) fn conv_wide<T: FaerElem + One + std::ops::AddAssign>(
     };
     let block = m * cols;
     let threads = super::threads();
-    let chunks = if par == Par::Seq || groups >= threads { 1 } else { threads.div_ceil(groups).min(cg) };
+    // At least two tasks per thread (whole groups, or chunks of a group's
+    // features into partial sums), so that uneven tasks even out.
+    let chunks = if par == Par::Seq || groups >= 2 * threads { 1 } else { (2 * threads).div_ceil(groups).min(cg) };
     // Zeros, not uninitialized: `run` hands the block to the GEMM as `&mut [T]`.
     let mut out = crate::pool::filled(groups * block, T::default());
     use rayon::prelude::*;
