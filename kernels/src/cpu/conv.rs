@@ -18,7 +18,7 @@
 //!   (its patch matrix is the input itself), as one batched GEMM. A
 //!   depthwise convolution (one input and one output feature per group)
 //!   runs direct loops over shifted input lines instead.
-//! - By feature ([`conv_wide`](super::conv_wide)), where the output has few
+//! - By feature (`cpu/conv_wide.rs`), where the output has few
 //!   positions and the window is large (the kernel gradient, whose
 //!   "window" is the forward output cotangent): the sum runs over the lhs
 //!   features, each a product `[O/groups, K] x [K, N/bg * P]`, accumulated
@@ -32,8 +32,9 @@ use crate::conv_geom::{ConvGeometry, SPATIAL};
 use std::mem::MaybeUninit;
 
 /// One operand of a convolution: element `[i, j, spatial...]` of the
-/// canonical role layout is `data[offset + i * strides[0] + j * strides[1]
-/// + s]`, where `s` is the row-major index into a contiguous spatial block.
+/// canonical role layout is at
+/// `data[offset + i * strides[0] + j * strides[1] + s]`, where `s` is the
+/// row-major index into a contiguous spatial block.
 #[derive(Clone, Copy, Debug)]
 pub struct Operand<'a, T> {
     /// The buffer.
