@@ -191,6 +191,55 @@ pub fn gemm_offsets<T: FaerElem + num_one::One>(
     unsafe { crate::cpu::assume_init(out) }
 }
 
+/// One product on the calling thread into an `m x n` block of rows
+/// `dst_rs` apart (columns contiguous): `dst = A @ B`, or `dst += A @ B`
+/// when `accumulate`, for `A[i, p] = a[pa + i a_rs + p a_cs]` and
+/// `B[p, j] = b[pb + p b_rs + j b_cs]`. A contiguous block that is replaced
+/// goes to the small-product kernel where it takes the shape, the rest to
+/// faer's sequential GEMM. Convolutions call this per unit of work, inside
+/// their own rayon loops.
+///
+/// # Safety
+/// Every element addressed through the offsets and strides for `i < m`,
+/// `p < k`, `j < n` lies inside `a` and `b`; `dst` points at `m` rows of
+/// `n` writable elements, `dst_rs >= n` apart, that nothing else accesses
+/// during the call, initialized when `accumulate`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_block<T: FaerElem + num_one::One>(
+    a: &[T],
+    pa: isize,
+    a_rs: isize,
+    a_cs: isize,
+    b: &[T],
+    pb: isize,
+    b_rs: isize,
+    b_cs: isize,
+    (m, k, n): (usize, usize, usize),
+    dst: *mut T,
+    dst_rs: usize,
+    accumulate: bool,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if !accumulate && dst_rs == n && small_gemm::takes(m, k, n, b_cs) {
+        // SAFETY: the caller's contract; the block is contiguous (dst_rs == n).
+        unsafe {
+            let block = std::slice::from_raw_parts_mut(dst as *mut std::mem::MaybeUninit<T>, m * n);
+            small_gemm::gemm_direct(a, pa, a_rs, a_cs, b, pb, b_rs, b_cs, m, k, n, block);
+        }
+        return;
+    }
+    let accum = if accumulate { Accum::Add } else { Accum::Replace };
+    // SAFETY: the caller's contract; faer reads and writes nothing else.
+    unsafe {
+        let lhs = MatRef::<T>::from_raw_parts(a.as_ptr().wrapping_offset(pa), m, k, a_rs, a_cs);
+        let rhs = MatRef::<T>::from_raw_parts(b.as_ptr().wrapping_offset(pb), k, n, b_rs, b_cs);
+        let out = MatMut::<T>::from_raw_parts_mut(dst, m, n, dst_rs as isize, 1);
+        faer::linalg::matmul::matmul(out, accum, lhs, rhs, T::one(), faer::Par::Seq);
+    }
+}
+
 /// The products of a GEMM with k = 1 (outer products) into `out`, through
 /// [`outer_batched`](super::outer::outer_batched): one kernel call for all
 /// of them rather than one faer rank-one update per product. Strided

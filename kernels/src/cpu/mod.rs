@@ -6,6 +6,9 @@
 //! runs a rayon loop never calls faer with `Par::rayon` inside it.
 
 pub mod conv;
+#[cfg(test)]
+mod conv_tests;
+mod conv_wide;
 pub mod elementwise;
 pub mod indexing;
 pub mod matmul;

@@ -185,6 +185,83 @@ impl<const N: usize> Walker<N> {
     }
 }
 
+/// Pooling's geometry: windows over the last two axes of a contiguous
+/// operand only, without padding or dilation. Its windows are read straight
+/// from the operand (`base + ky * w + kx`), without the [`Walker`]'s tap
+/// lists.
+struct Pool2d {
+    /// Leading index blocks (`[.., h, w]` planes), output rows per plane
+    /// and output row length.
+    planes: usize,
+    out: [usize; 2],
+    /// Plane sizes, window and strides of the two axes.
+    h: usize,
+    w: usize,
+    window: [usize; 2],
+    strides: [usize; 2],
+    /// The operand's offset.
+    offset: usize,
+}
+
+impl Pool2d {
+    fn of(g: &WindowGeom, lx: &Layout) -> Option<Pool2d> {
+        let r = g.rank();
+        if r < 2 || !lx.is_contiguous() {
+            return None;
+        }
+        let plain = |a: usize| g.pad_lo[a] == 0 && g.pad_hi[a] == 0 && g.base_dilation[a] == 1;
+        let lead_ok = (0..r - 2).all(|a| plain(a) && g.window[a] == 1 && g.strides[a] == 1);
+        let tail_ok = (r - 2..r).all(|a| plain(a) && g.window_dilation[a] == 1);
+        if !(lead_ok && tail_ok) {
+            return None;
+        }
+        let out = g.output_shape()?;
+        Some(Pool2d {
+            planes: g.input[..r - 2].iter().product(),
+            out: [out[r - 2], out[r - 1]],
+            h: g.input[r - 2],
+            w: g.input[r - 1],
+            window: [g.window[r - 2], g.window[r - 1]],
+            strides: [g.strides[r - 2], g.strides[r - 1]],
+            offset: lx.offset,
+        })
+    }
+
+    /// A fresh output with `f(base)` for each window, whose taps are
+    /// `base + ky * w + kx` (row-major window order), in parallel over rows.
+    fn map<U: Send>(&self, par: Par, f: impl Fn(usize) -> U + Sync) -> Vec<U> {
+        let [oh, ow] = self.out;
+        let mut out = alloc_uninit::<U>(self.planes * oh * ow);
+        for_run_chunks(&mut out, ow, par, |first_row, dst| {
+            for (i, row) in dst.chunks_mut(ow).enumerate() {
+                let (plane, oy) = ((first_row + i) / oh, (first_row + i) % oh);
+                let base = self.offset + (plane * self.h + oy * self.strides[0]) * self.w;
+                for (ox, slot) in row.iter_mut().enumerate() {
+                    slot.write(f(base + ox * self.strides[1]));
+                }
+            }
+        });
+        // SAFETY: for_run_chunks hands every whole row to the body once,
+        // which writes each of its slots.
+        unsafe { assume_init(out) }
+    }
+
+    /// The selected tap's element offset in the window at `base`.
+    #[inline(always)]
+    fn select<T: Element, const MAX: bool>(&self, x: &[T], base: usize) -> usize {
+        let mut best = (base, x[base]);
+        for ky in 0..self.window[0] {
+            let row = &x[base + ky * self.w..][..self.window[1]];
+            for (kx, &v) in row.iter().enumerate() {
+                if beats::<T, MAX>(v, best.1) {
+                    best = (base + ky * self.w + kx, v);
+                }
+            }
+        }
+        best.0
+    }
+}
+
 /// Fills a fresh output of `out` elements, window by window, in parallel
 /// over rows under `Par::Rayon`.
 fn map_windows<U: Send, const N: usize>(
@@ -219,6 +296,17 @@ where
     FF: Fn(A, T) -> A + Sync,
     FO: Fn(A) -> U + Sync,
 {
+    if let Some(p) = Pool2d::of(g, lx) {
+        return p.map(par, |base| {
+            let mut a = r.init;
+            for ky in 0..p.window[0] {
+                for &v in &x[base + ky * p.w..][..p.window[1]] {
+                    a = (r.fold)(a, v);
+                }
+            }
+            (r.finish)(a)
+        });
+    }
     let out = g.output_shape().expect("positive strides");
     let w = Walker::new(g, &out, [(&lx.strides, lx.offset)]);
     map_windows(&w, par, |bases, tail| {
@@ -294,16 +382,38 @@ pub fn select_and_gather<T: Element>(
 /// at its window's selected position of `x`. Sums run in f64 in row-major
 /// window order and round once. `max` selects the maximum, else the minimum.
 pub fn select_and_scatter<T: Element>(ct: &[T], x: &[T], lx: &Layout, g: &WindowGeom, max: bool, par: Par) -> Vec<T> {
-    let out = g.output_shape().expect("positive strides");
-    let dense = Shape::from(g.input.clone()).contiguous_strides();
-    let w = Walker::new(g, &out, [(&lx.strides, lx.offset), (&dense, 0)]);
     // The selected element per window, in parallel; then the sums, in order.
     let none = usize::MAX;
-    let sel: Vec<usize> = if max {
-        map_windows(&w, par, |b, tl| select::<T, true, 2>(x, b, tl).map_or(none, |at| at[1] as usize))
+    let sel: Vec<usize> = if let Some(p) = Pool2d::of(g, lx) {
+        // Every window has a valid tap (no padding); offsets into the
+        // contiguous operand less its offset are dense indices.
+        if max {
+            p.map(par, |b| p.select::<T, true>(x, b) - p.offset)
+        } else {
+            p.map(par, |b| p.select::<T, false>(x, b) - p.offset)
+        }
     } else {
-        map_windows(&w, par, |b, tl| select::<T, false, 2>(x, b, tl).map_or(none, |at| at[1] as usize))
+        let out = g.output_shape().expect("positive strides");
+        let dense = Shape::from(g.input.clone()).contiguous_strides();
+        let w = Walker::new(g, &out, [(&lx.strides, lx.offset), (&dense, 0)]);
+        if max {
+            map_windows(&w, par, |b, tl| select::<T, true, 2>(x, b, tl).map_or(none, |at| at[1] as usize))
+        } else {
+            map_windows(&w, par, |b, tl| select::<T, false, 2>(x, b, tl).map_or(none, |at| at[1] as usize))
+        }
     };
+    if (0..g.rank()).all(|a| g.strides[a] >= g.window_extent(a)) {
+        // Disjoint windows (pooling's usual stride = window): every element
+        // gets at most one term, so its f64 sum is `0 + c`, rounded back.
+        let mut res = crate::pool::filled(g.input.iter().product(), T::ZERO);
+        for (&s, &c) in sel.iter().zip(ct) {
+            if s != none {
+                res[s] = T::from_f64(0.0 + c.to_f64());
+            }
+        }
+        crate::pool::recycle(sel);
+        return res;
+    }
     let mut acc = crate::pool::filled(g.input.iter().product(), 0.0f64);
     for (&s, &c) in sel.iter().zip(ct) {
         if s != none {
@@ -383,6 +493,85 @@ mod tests {
         // a window entirely in padding selects nothing
         let g = geom(&[3], &[2], &[1], &[(3, 0)]);
         assert_eq!(select_and_gather(&[5.0, 6.0, 7.0], &l, &x, &l, &g, true, Par::Seq)[..2], [0.0, 0.0]);
+    }
+
+    #[test]
+    fn disjoint_windows_scatter_like_the_sums() {
+        // 2x2 windows, stride 2 (and 3, with padding): each element gets at
+        // most one term; a -0.0 term gives +0.0 as the f64 sum 0 + (-0) does.
+        let (h, w) = (5, 6);
+        let x: Vec<f64> = (0..h * w).map(|v| ((v * 37) % 11) as f64).collect();
+        let l = Layout::contiguous(Shape::from([h, w]));
+        for (strides, pads) in [([2, 2], [(0, 0), (0, 0)]), ([3, 2], [(1, 0), (0, 1)])] {
+            let g = geom(&[h, w], &[2, 2], &strides, &pads);
+            let out = g.output_shape().unwrap();
+            let ct: Vec<f64> = (0..out.numel()).map(|i| if i == 1 { -0.0 } else { i as f64 + 0.5 }).collect();
+            let mut want = vec![0.0f64; h * w];
+            for (i, &c) in ct.iter().enumerate() {
+                let (oy, ox) = (i / out[1], i % out[1]);
+                let mut best: Option<(usize, f64)> = None;
+                for ky in 0..2 {
+                    for kx in 0..2 {
+                        let (Some(y), Some(x0)) = (g.input_index(0, oy, ky), g.input_index(1, ox, kx)) else {
+                            continue;
+                        };
+                        let v = x[y * w + x0];
+                        if best.is_none_or(|(_, b)| v > b) {
+                            best = Some((y * w + x0, v));
+                        }
+                    }
+                }
+                if let Some((at, _)) = best {
+                    want[at] += c;
+                }
+            }
+            for par in [Par::Seq, Par::Rayon] {
+                let got = select_and_scatter(&ct, &x, &l, &g, true, par);
+                assert_eq!(
+                    got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    want.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn pooling_windows_match_the_general_walk() {
+        // Windows over the last two axes of a contiguous operand (read
+        // directly) against the same values through a transposed layout
+        // (the general walk): overlapping and disjoint windows, ties and a NaN.
+        let (a, h, w) = (3, 7, 8);
+        let mut x: Vec<f64> = (0..a * h * w).map(|v| ((v * 37) % 5) as f64).collect();
+        x[17] = f64::NAN;
+        let lc = Layout::contiguous(Shape::from([a, h, w]));
+        // The same logical array stored [w, h, a].
+        let mut xt = vec![0.0; x.len()];
+        for i in 0..a {
+            for j in 0..h {
+                for k in 0..w {
+                    xt[(k * h + j) * a + i] = x[(i * h + j) * w + k];
+                }
+            }
+        }
+        let lt = Layout::contiguous(Shape::from([w, h, a])).permute(&[2, 1, 0]);
+        let max = || Reducer { init: f64::NEG_INFINITY, fold: |a: f64, x: f64| a.max(x), finish: |a| a };
+        for (window, strides) in [([1, 3, 2], [1, 2, 2]), ([1, 2, 2], [1, 2, 2]), ([1, 1, 3], [1, 1, 1])] {
+            let g = geom(&[a, h, w], &window, &strides, &[(0, 0); 3]);
+            let n = g.output_shape().unwrap().numel();
+            let ct: Vec<f64> = (0..n).map(|i| i as f64 * 0.25 - 3.0).collect();
+            let bits = |v: Vec<f64>| v.into_iter().map(f64::to_bits).collect::<Vec<_>>();
+            for par in [Par::Seq, Par::Rayon] {
+                let (s1, s2) = (reduce_window(&x, &lc, &g, par, sum()), reduce_window(&xt, &lt, &g, par, sum()));
+                assert_eq!(bits(s1), bits(s2));
+                let (m1, m2) = (reduce_window(&x, &lc, &g, par, max()), reduce_window(&xt, &lt, &g, par, max()));
+                assert_eq!(bits(m1), bits(m2));
+                for pick in [true, false] {
+                    let s1 = select_and_scatter(&ct, &x, &lc, &g, pick, par);
+                    let s2 = select_and_scatter(&ct, &xt, &lt, &g, pick, par);
+                    assert_eq!(s1, s2, "window {window:?} strides {strides:?} max {pick}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -1,0 +1,242 @@
+//! Tests of the CPU convolution against a direct loop over the definition,
+//! on every path (by unit, in place, depthwise, by feature), with
+//! contiguous and transposed operands.
+
+use super::conv::{conv, conv_forward, Operand, OutLayout};
+use super::Par;
+use crate::conv_geom::{dilated, ConvGeometry};
+
+/// A direct loop over the definition.
+fn naive(lhs: &[f64], rhs: &[f64], g: &ConvGeometry) -> Vec<f64> {
+    let mut out = vec![0.0; g.out_len()];
+    let [id, ih, iw] = g.input;
+    let [kd, kh, kw] = g.kernel;
+    let [od, oh, ow] = g.output;
+    let (m, cg) = (g.group_out_features(), g.group_in_features());
+    for n in 0..g.out_batch() {
+        for o in 0..g.out_features {
+            let group = o / m;
+            let (e, c0) = if g.batch_groups > 1 { (group * g.out_batch() + n, 0) } else { (n, group * cg) };
+            for z in 0..od {
+                for y in 0..oh {
+                    for x in 0..ow {
+                        let mut s = 0.0;
+                        for c in 0..cg {
+                            for a in 0..kd {
+                                for b in 0..kh {
+                                    for f in 0..kw {
+                                        let (Some(zi), Some(yi), Some(xi)) =
+                                            (g.input_index(0, z, a), g.input_index(1, y, b), g.input_index(2, x, f))
+                                        else {
+                                            continue;
+                                        };
+                                        let li = (((e * g.in_features + c0 + c) * id + zi) * ih + yi) * iw + xi;
+                                        let ri = (((o * cg + c) * kd + a) * kh + b) * kw + f;
+                                        s += lhs[li] * rhs[ri];
+                                    }
+                                }
+                            }
+                        }
+                        out[(((n * g.out_features + o) * od + z) * oh + y) * ow + x] = s;
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[allow(clippy::too_many_arguments)]
+fn geometry(
+    batch: usize,
+    c: usize,
+    o: usize,
+    fg: usize,
+    bg: usize,
+    input: [usize; 3],
+    kernel: [usize; 3],
+    stride: [usize; 3],
+    pad: [(i64, i64); 3],
+    ld: [usize; 3],
+    rd: [usize; 3],
+) -> ConvGeometry {
+    ConvGeometry {
+        batch,
+        in_features: c,
+        out_features: o,
+        feature_groups: fg,
+        batch_groups: bg,
+        input,
+        kernel,
+        output: [0; 3],
+        stride,
+        pad_lo: pad.map(|p| p.0),
+        pad_hi: pad.map(|p| p.1),
+        lhs_dilation: ld,
+        rhs_dilation: rd,
+    }
+    .with_output()
+    .expect("a valid geometry")
+}
+
+/// `[a, b, block]` contiguous copied into `[b, a, block]` (the two leading
+/// axes swapped in memory), behind `pad` leading elements.
+fn swapped(x: &[f64], a: usize, b: usize, block: usize, pad: usize) -> Vec<f64> {
+    let mut y = vec![f64::NAN; pad + x.len()];
+    for i in 0..a {
+        for j in 0..b {
+            y[pad + (j * a + i) * block..][..block].copy_from_slice(&x[(i * b + j) * block..][..block]);
+        }
+    }
+    y
+}
+
+fn assert_close(got: &[f64], want: &[f64], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (i, (a, b)) in got.iter().zip(want).enumerate() {
+        assert!((a - b).abs() <= 1e-12 * (1.0 + b.abs()), "{what}: element {i}: {a} vs {b}");
+    }
+}
+
+/// Checks `g` on contiguous operands (through [`conv_forward`]) and on
+/// operands whose leading axes are swapped in memory (through [`conv`]),
+/// sequential and parallel; returns the layout [`conv`] chose.
+fn check(g: &ConvGeometry) -> OutLayout {
+    let lhs: Vec<f64> = (0..g.lhs_len()).map(|i| ((i * 7919) % 23) as f64 / 7.0 - 1.5).collect();
+    let rhs: Vec<f64> = (0..g.rhs_len()).map(|i| ((i * 104729) % 17) as f64 / 5.0 - 1.6).collect();
+    let want = naive(&lhs, &rhs, g);
+    let (lb, rb): (usize, usize) = (g.input.iter().product(), g.kernel.iter().product());
+    let (n, c, o, cg) = (g.batch, g.in_features, g.out_features, g.group_in_features());
+    let lt = swapped(&lhs, n, c, lb, 3);
+    let rt = swapped(&rhs, o, cg, rb, 5);
+    let mut layout = OutLayout::BatchMajor;
+    for par in [Par::Seq, Par::Rayon] {
+        assert_close(&conv_forward(&lhs, &rhs, g, par), &want, &format!("{g:?} {par:?}"));
+        let l = Operand { data: &lt[..], offset: 3, strides: [lb, n * lb] };
+        let r = Operand { data: &rt[..], offset: 5, strides: [rb, o * rb] };
+        let (got, how) = conv(l, r, g, par);
+        layout = how;
+        let got = match how {
+            OutLayout::BatchMajor => got,
+            // [O, N/bg, P] -> [N/bg, O, P].
+            OutLayout::FeatureMajor => {
+                let (nb, p) = (g.out_batch(), g.output.iter().product::<usize>());
+                (0..got.len()).map(|i| got[(((i / p) % o) * nb + i / (o * p)) * p + i % p]).collect()
+            }
+        };
+        assert_close(&got, &want, &format!("{g:?} {par:?}, transposed operands"));
+    }
+    layout
+}
+
+#[test]
+fn matches_the_definition_for_every_option() {
+    let one = [1, 1, 1];
+    let none = [(0, 0); 3];
+    // Plain 2-D, 1x1 in place, 3-D.
+    check(&geometry(2, 3, 4, 1, 1, [1, 6, 5], [1, 3, 2], one, none, one, one));
+    check(&geometry(2, 3, 4, 1, 1, [1, 4, 5], one, one, none, one, one));
+    check(&geometry(1, 2, 3, 1, 1, [4, 3, 5], [2, 2, 3], one, none, one, one));
+    // Strides, asymmetric and negative padding, both dilations.
+    check(&geometry(2, 2, 3, 1, 1, [1, 7, 6], [1, 3, 2], [1, 2, 3], [(0, 0), (2, -1), (1, 2)], one, one));
+    check(&geometry(1, 2, 2, 1, 1, [1, 4, 5], [1, 2, 3], [1, 1, 2], [(0, 0), (1, 1), (0, 2)], [1, 2, 3], [1, 2, 1]));
+    // Feature groups (grouped, depthwise) and batch groups.
+    check(&geometry(2, 6, 4, 2, 1, [1, 5, 5], [1, 3, 3], one, [(0, 0), (1, 1), (1, 1)], one, one));
+    check(&geometry(2, 3, 6, 3, 1, [1, 5, 4], [1, 2, 2], [1, 2, 1], none, one, one));
+    // Depthwise (one feature per group): the direct loops.
+    check(&geometry(2, 4, 4, 4, 1, [1, 6, 5], [1, 3, 3], [1, 2, 1], [(0, 0), (1, 1), (2, 0)], one, [1, 1, 2]));
+    check(&geometry(2, 3, 3, 3, 1, [2, 4, 5], [2, 2, 3], one, none, [1, 2, 1], one));
+    check(&geometry(6, 2, 6, 1, 3, [1, 4, 4], [1, 2, 3], one, [(0, 0), (0, 1), (1, 0)], one, [1, 1, 2]));
+    // A kernel larger than the input: no positions.
+    check(&geometry(1, 1, 1, 1, 1, [1, 2, 2], [1, 3, 3], one, none, one, one));
+    // Many units, each im2col'd into per-thread scratch (by unit).
+    check(&geometry(9, 3, 5, 1, 1, [1, 9, 8], [1, 3, 3], one, [(0, 0), (1, 1), (1, 1)], one, one));
+}
+
+#[test]
+fn kernel_gradients_sum_over_features() {
+    // The kernel gradient of a 4x3-channel conv on 8x8 maps, 3x3 kernel:
+    // lhs = the input seen as [C, N, ...], window = the 6x6 output
+    // cotangent, 3x3 positions.
+    let one = [1, 1, 1];
+    let none = [(0, 0); 3];
+    let g = geometry(3, 4, 5, 1, 1, [1, 8, 8], [1, 6, 6], one, none, one, one);
+    assert_eq!(check(&g), OutLayout::FeatureMajor);
+    // With the forward's stride 2 (rhs dilation here) and padding 1.
+    let g = geometry(3, 4, 5, 1, 1, [1, 8, 7], [1, 4, 4], one, [(0, 0), (1, 0), (1, 1)], one, [1, 2, 2]);
+    assert_eq!(check(&g), OutLayout::FeatureMajor);
+    // vmap(grad)'s: one feature group per example, and a batch-grouped one.
+    let g = geometry(3, 4, 8, 4, 1, [1, 8, 8], [1, 6, 6], one, none, one, one);
+    assert_eq!(check(&g), OutLayout::FeatureMajor);
+    let g = geometry(6, 2, 6, 1, 3, [1, 7, 7], [1, 5, 5], one, [(0, 0), (0, 1), (1, 0)], one, one);
+    assert_eq!(check(&g), OutLayout::FeatureMajor);
+    // 3-D, lhs dilation (a strided transposed convolution's kernel gradient).
+    let g = geometry(2, 3, 2, 1, 1, [3, 5, 5], [3, 7, 6], one, [(0, 0), (1, 1), (0, 1)], [1, 2, 2], one);
+    assert_eq!(check(&g), OutLayout::FeatureMajor);
+}
+
+/// A random geometry; `wide` draws windows nearly as large as the padded
+/// input (few output positions), the kernel gradient's shape.
+fn random_geometry(next: &mut impl FnMut(u64) -> usize, wide: bool) -> ConvGeometry {
+    let (mut input, mut kernel, mut stride, mut pad, mut ld, mut rd) =
+        ([1; 3], [1; 3], [1; 3], [(0i64, 0i64); 3], [1; 3], [1; 3]);
+    for a in 0..3 {
+        if wide && a == 0 && next(2) == 0 {
+            continue;
+        }
+        input[a] = 1 + next(if wide { 7 } else { 5 });
+        stride[a] = 1 + next(3);
+        ld[a] = 1 + next(2);
+        rd[a] = 1 + next(2);
+        let di = dilated(input[a], ld[a]) as i64;
+        kernel[a] = if wide {
+            // Leave 0-2 positions of slack in the padded input.
+            let lo = next(3) as i64 - 1;
+            let reach = (di + lo + next(3) as i64 - 1 - next(3) as i64).max(1);
+            pad[a] = (lo, 0);
+            1 + (reach as usize - 1) / rd[a]
+        } else {
+            1 + next(3)
+        };
+        let dk = dilated(kernel[a], rd[a]) as i64;
+        let lo = if wide { pad[a].0 } else { next(4) as i64 - 1 };
+        let hi = (dk - di - lo).max(-1) + next(3) as i64;
+        pad[a] = (lo, hi);
+    }
+    let fg = 1 + next(2);
+    let bg = if fg == 1 { 1 + next(3) } else { 1 };
+    let extra = if wide { 4 } else { 2 };
+    geometry(
+        bg * (1 + next(extra)),
+        fg * (1 + next(extra)),
+        fg * bg * (1 + next(2)),
+        fg,
+        bg,
+        input,
+        kernel,
+        stride,
+        pad,
+        ld,
+        rd,
+    )
+}
+
+#[test]
+fn matches_the_definition_on_random_geometries() {
+    let mut seed = 0x1234_5678_9abc_def0u64;
+    let mut next = |n: u64| {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((seed >> 33) % n) as usize
+    };
+    let mut by_feature = 0;
+    for i in 0..800 {
+        let wide = i % 2 == 1;
+        let g = random_geometry(&mut next, wide);
+        if g.out_len() == 0 {
+            continue;
+        }
+        by_feature += usize::from(check(&g) == OutLayout::FeatureMajor);
+    }
+    // Both paths are exercised, with strides, padding, dilations and groups.
+    assert!(by_feature >= 100, "only {by_feature} geometries took the by-feature path");
+}
