@@ -348,8 +348,10 @@ pub(crate) fn escaped(op: &str, t: &Tensor, tag: Tag) -> Error {
     }
 }
 
+/// The error for operands of `prim` on two devices (`Eval`'s, and the
+/// jit plan's at compile time).
 #[cold]
-fn mixed_devices(prim: &Prim, first: crate::Device, other: crate::Device) -> Error {
+pub fn mixed_devices(prim: &Prim, first: crate::Device, other: crate::Device) -> Error {
     Error::device(
         prim.name(),
         format!("operands are on different devices ({first} and {other}); move them with to_device"),

@@ -91,6 +91,16 @@ impl Program {
     /// depends on (programs are pure, so a dead equation only costs time).
     pub fn keep_outputs(&mut self, n: usize) {
         self.outputs.truncate(n);
+        let keep = self.live_eqns();
+        let mut k = 0;
+        self.eqns.retain(|_| {
+            k += 1;
+            keep[k - 1]
+        });
+    }
+
+    /// Per equation, whether some output depends on it.
+    pub fn live_eqns(&self) -> Vec<bool> {
         let mut live = vec![false; self.avals.len()];
         for a in &self.outputs {
             if let Atom::Var(v) = a {
@@ -108,11 +118,7 @@ impl Program {
                 }
             }
         }
-        let mut k = 0;
-        self.eqns.retain(|_| {
-            k += 1;
-            keep[k - 1]
-        });
+        keep
     }
 
     /// Checks that no concrete constant was written in place since it was

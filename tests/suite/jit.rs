@@ -211,12 +211,13 @@ fn random_programs_equal_eager() {
 }
 
 /// The identities and repeated work of a traced function are gone from
-/// its optimized program.
+/// its optimized program (`+ -0.0` is the exact float identity; `+ 0.0`
+/// turns `-0.0` into `+0.0` and stays).
 #[test]
 fn optimized_program_drops_identities_and_repeats() {
     let f = jitted(
         |x: &Tensor| {
-            let a = (&x.t().t() * 1.0 + 0.0).reshape(&[2, 3]).reshape(&[6]);
+            let a = (&x.t().t() * 1.0 + -0.0).reshape(&[2, 3]).reshape(&[6]);
             let s1 = a.sin();
             let s2 = a.sin();
             let _unused = x.exp();

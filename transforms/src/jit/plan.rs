@@ -24,22 +24,13 @@ use xform_ops::interp::lower_checked;
 use xform_ops::prim::ElementwiseOp;
 use xform_ops::{Atom, Error, Prim, Program, Result, Tensor, Value};
 
-/// Where a step reads an operand.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Src {
-    /// A slot (a program variable).
-    Slot(u32),
-    /// A constant of the program.
-    Const(u32),
-}
-
 /// One equation of the plan.
 #[derive(Clone, Debug)]
 pub struct Step {
     /// The primitive and its parameters.
     pub prim: Prim,
     /// Operands.
-    pub ins: SmallVec<[Src; 4]>,
+    pub ins: SmallVec<[Atom; 4]>,
     /// Result slots.
     pub outs: SmallVec<[u32; 2]>,
     /// Slots whose last reader this step is (dropped after it).
@@ -60,7 +51,7 @@ pub struct Plan {
     /// The outputs, and whether each must be copied (it may share storage
     /// with a constant of the program, which a caller's in-place write
     /// must not reach).
-    pub outputs: Vec<(Src, bool)>,
+    pub outputs: Vec<(Atom, bool)>,
     /// The program's constants.
     pub consts: Vec<Tensor>,
 }
@@ -75,10 +66,6 @@ impl Plan {
             return Err(Error::invalid("jit", "a replay plan needs concrete constants"));
         }
         let slots = p.avals.len();
-        let src = |a: &Atom| match a {
-            Atom::Var(v) => Src::Slot(v.0),
-            Atom::Const(i) => Src::Const(*i as u32),
-        };
         // the last step that reads each slot (usize::MAX: an output, never freed)
         let mut last = vec![None::<usize>; slots];
         for (k, e) in p.eqns.iter().enumerate() {
@@ -120,7 +107,7 @@ impl Plan {
             }
             steps.push(Step {
                 prim: e.prim.clone(),
-                ins: e.inputs.iter().map(src).collect(),
+                ins: e.inputs.clone(),
                 outs: e.outputs.iter().map(|v| v.0).collect(),
                 free,
             });
@@ -133,7 +120,7 @@ impl Plan {
                     Atom::Const(_) => true,
                     Atom::Var(v) => aliases_const[v.0 as usize],
                 };
-                (src(a), copy)
+                (*a, copy)
             })
             .collect();
         Ok(Plan {
@@ -164,8 +151,8 @@ impl Plan {
                 let mut vals: SmallVec<[xform_ops::ValueRef<'_>; 4]> = SmallVec::new();
                 for s in &step.ins {
                     vals.push(match s {
-                        Src::Slot(i) => slots[*i as usize].as_ref().expect("slot defined before use").value(),
-                        Src::Const(i) => self.consts[*i as usize].value(),
+                        Atom::Var(v) => slots[v.0 as usize].as_ref().expect("slot defined before use").value(),
+                        Atom::Const(i) => self.consts[*i].value(),
                     });
                 }
                 let mut arrays: SmallVec<[&xform_ops::Array; 4]> = SmallVec::new();
@@ -189,8 +176,8 @@ impl Plan {
         let mut results = Vec::with_capacity(self.outputs.len());
         for (s, copy) in &self.outputs {
             let t = match s {
-                Src::Slot(i) => slots[*i as usize].clone().expect("output defined"),
-                Src::Const(i) => self.consts[*i as usize].clone(),
+                Atom::Var(v) => slots[v.0 as usize].clone().expect("output defined"),
+                Atom::Const(i) => self.consts[*i].clone(),
             };
             results.push(if *copy { copy_of(&t)? } else { t });
         }
@@ -214,12 +201,7 @@ fn check_devices(p: &Program, e: &xform_ops::Eqn) -> Result<()> {
         let d = p.atom_aval(*a).device;
         match first {
             None => first = Some(d),
-            Some(f) if f != d => {
-                return Err(Error::device(
-                    e.prim.name(),
-                    format!("operands are on different devices ({f} and {d}); move them with to_device"),
-                ));
-            }
+            Some(f) if f != d => return Err(xform_ops::interp::mixed_devices(&e.prim, f, d)),
             Some(_) => {}
         }
     }

@@ -3,14 +3,14 @@
 //! constants a kept equation or an output reads.
 
 use super::Rebuild;
-use xform_ops::{Atom, Program, Result};
+use xform_ops::{Program, Result};
 
 /// The live part of `p`.
 ///
 /// # Errors
 /// None (the signature is the passes' common one).
 pub fn run(p: &Program) -> Result<Program> {
-    let live_eqns = live(p);
+    let live_eqns = p.live_eqns();
     let mut r = Rebuild::new(p);
     for (k, keep) in live_eqns.iter().enumerate() {
         if *keep {
@@ -18,28 +18,6 @@ pub fn run(p: &Program) -> Result<Program> {
         }
     }
     Ok(r.finish())
-}
-
-/// Which equations of `p` some output depends on.
-pub fn live(p: &Program) -> Vec<bool> {
-    let mut live_vars = vec![false; p.avals.len()];
-    for a in &p.outputs {
-        if let Atom::Var(v) = a {
-            live_vars[v.0 as usize] = true;
-        }
-    }
-    let mut keep = vec![false; p.eqns.len()];
-    for (k, e) in p.eqns.iter().enumerate().rev() {
-        if e.outputs.iter().any(|v| live_vars[v.0 as usize]) {
-            keep[k] = true;
-            for a in &e.inputs {
-                if let Atom::Var(v) = a {
-                    live_vars[v.0 as usize] = true;
-                }
-            }
-        }
-    }
-    keep
 }
 
 #[cfg(test)]

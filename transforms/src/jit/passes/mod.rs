@@ -211,7 +211,7 @@ pub(crate) mod testing {
             assert_eq!((x.shape(), x.dtype()), (y.shape(), y.dtype()));
             let (x, y) = (x.to_vec_f64(), y.to_vec_f64());
             for (u, v) in x.iter().zip(&y) {
-                assert!(u == v || (u.is_nan() && v.is_nan()), "{x:?} vs {y:?}");
+                assert!(u.to_bits() == v.to_bits() || (u.is_nan() && v.is_nan()), "{x:?} vs {y:?}");
             }
         }
     }

@@ -3,9 +3,9 @@
 //!
 //! - `x * 1` and `1 * x` -> `x`; `x + 0`, `0 + x` and `x - 0` -> `x`
 //!   (a constant operand whose every element is one or zero; for floats
-//!   the one difference is that `-0.0 + 0.0` is `+0.0`, where `x` is
-//!   `-0.0`: equal values, and the sign of a zero sum is a rounding-mode
-//!   convention);
+//!   the additive identity is `-0.0`, since `-0.0 + 0.0` is `+0.0`, so
+//!   `x + c` needs every element of `c` to be `-0.0` and `x - c` every
+//!   element `+0.0`);
 //! - `neg(neg(x))` -> `x`;
 //! - a conversion to the operand's own dtype -> the operand;
 //! - `transpose(transpose(x, p), q)` -> one transpose by the composed
@@ -39,6 +39,10 @@ pub fn run(p: &Program) -> Result<Program> {
         let ins = r.atoms(&e.inputs);
         let out = e.outputs[0];
         let is = |a: Atom, v: f64, r: &Rebuild<'_>| r.const_value(a).is_some_and(|t| all_equal(t, v));
+        // x + c == x, bit for bit, for c = -0.0 (floats) or 0 (integers)
+        let add_zero = |a: Atom, r: &Rebuild<'_>| {
+            r.const_value(a).is_some_and(|t| all_equal(t, if t.dtype().is_float() { -0.0 } else { 0.0 }))
+        };
         let producer = |a: Atom| match a {
             Atom::Var(v) => made_by.get(&v).cloned(),
             Atom::Const(_) => None,
@@ -46,8 +50,8 @@ pub fn run(p: &Program) -> Result<Program> {
         let same = match (&e.prim, ins.as_slice()) {
             (Prim::Binary(BinaryOp::Mul), &[x, y]) if is(y, 1.0, &r) => Some(x),
             (Prim::Binary(BinaryOp::Mul), &[x, y]) if is(x, 1.0, &r) => Some(y),
-            (Prim::Binary(BinaryOp::Add), &[x, y]) if is(y, 0.0, &r) => Some(x),
-            (Prim::Binary(BinaryOp::Add), &[x, y]) if is(x, 0.0, &r) => Some(y),
+            (Prim::Binary(BinaryOp::Add), &[x, y]) if add_zero(y, &r) => Some(x),
+            (Prim::Binary(BinaryOp::Add), &[x, y]) if add_zero(x, &r) => Some(y),
             (Prim::Binary(BinaryOp::Sub), &[x, y]) if is(y, 0.0, &r) => Some(x),
             (Prim::Unary(UnaryOp::Neg), &[x]) => match producer(x) {
                 Some((Prim::Unary(UnaryOp::Neg), y)) => Some(y),
@@ -117,12 +121,13 @@ fn is_identity(axes: &[usize]) -> bool {
     axes.iter().enumerate().all(|(i, &a)| i == a)
 }
 
-/// True if `t` is a concrete numeric constant whose every element is `v`.
+/// True if `t` is a concrete numeric constant whose every element is `v`,
+/// bit for bit (so `-0.0` is not `+0.0`).
 fn all_equal(t: &Tensor, v: f64) -> bool {
     if t.is_tracer() || t.dtype() == DType::Bool || t.numel() > MAX_INSPECTED {
         return false;
     }
-    t.to_vec_f64().iter().all(|&x| x == v)
+    t.to_vec_f64().iter().all(|&x| x.to_bits() == v.to_bits())
 }
 
 #[cfg(test)]
@@ -141,12 +146,14 @@ mod tests {
         let x = Tensor::from_vec(vec![1.5f32, -0.0, f32::INFINITY, f32::NAN, -3.0], [5]);
         let (one, zero, two) =
             (Tensor::full([5], 1.0, DType::F32), Tensor::zeros([5], DType::F32), Tensor::full([5], 2.0, DType::F32));
+        let neg_zero = Tensor::full([5], -0.0, DType::F32);
         let p = build(std::slice::from_ref(&x), |b, ins| {
             let (o, z, t) = (b.constant(&one), b.constant(&zero), b.constant(&two));
+            let nz = b.constant(&neg_zero);
             let x = ins[0];
             let a = push1(b, Prim::Binary(BinaryOp::Mul), &[x, o], None);
             let a = push1(b, Prim::Binary(BinaryOp::Mul), &[o, a], None);
-            let a = push1(b, Prim::Binary(BinaryOp::Add), &[a, z], None);
+            let a = push1(b, Prim::Binary(BinaryOp::Add), &[a, nz], None);
             let a = push1(b, Prim::Binary(BinaryOp::Sub), &[a, z], None);
             let kept1 = push1(b, Prim::Binary(BinaryOp::Mul), &[x, z], None);
             let kept2 = push1(b, Prim::Binary(BinaryOp::Mul), &[x, t], None);
@@ -156,6 +163,21 @@ mod tests {
         let q = super::super::dce::run(&run(&p).unwrap()).unwrap();
         assert_eq!(q.outputs[0], Atom::Var(q.inputs[0]));
         assert_eq!(q.eqns.len(), 3);
+        assert_same(&p, &q, &[x]);
+    }
+
+    /// `x + (+0.0)` is kept: it turns `-0.0` into `+0.0`, so only `-0.0`
+    /// is the float additive identity.
+    #[test]
+    fn positive_zero_sums_are_kept() {
+        let x = Tensor::from_vec(vec![-0.0f32, 2.0], [2]);
+        let zero = Tensor::zeros([2], DType::F32);
+        let p = build(std::slice::from_ref(&x), |b, ins| {
+            let z = b.constant(&zero);
+            vec![push1(b, Prim::Binary(BinaryOp::Add), &[ins[0], z], None)]
+        });
+        let q = run(&p).unwrap();
+        assert_eq!(q.eqns.len(), 1);
         assert_same(&p, &q, &[x]);
     }
 
