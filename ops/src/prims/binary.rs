@@ -77,6 +77,25 @@ macro_rules! binary_table {
             }
         }
 
+        /// `out[i] = op(a[i], b[i])` over contiguous slices of a float
+        /// dtype: the very expression `float_kernel` maps, for the jit's
+        /// fused loops. `false` where `op` has no float kernel.
+        #[allow(unreachable_code)]
+        pub(crate) fn float_slice<T: Float<Compute = R>, R: Real>(op: BinaryOp, a: &[T], b: &[T], out: &mut [T]) -> bool {
+            match op {
+                $( BinaryOp::$v => {
+                    $(
+                        super::elementwise::slice2(a, b, out, |p: T, q: T| {
+                            let ($fx, $fy): (R, R) = (p.up(), q.up());
+                            T::down($fbody)
+                        });
+                        return true;
+                    )?
+                    false
+                } )*
+            }
+        }
+
         /// The integer kernel of `op`, or `None` where it has none.
         #[allow(unreachable_code)]
         fn int_kernel<T: IntBinary>(op: BinaryOp, a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Option<Vec<T>> {

@@ -41,7 +41,7 @@ pub fn compare(op: CompareOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
 
 impl CompareOp {
     /// The CPU predicate and the CUDA expression, side by side.
-    fn holds<T: PartialOrd>(self, a: T, b: T) -> bool {
+    pub(crate) fn holds<T: PartialOrd>(self, a: T, b: T) -> bool {
         match self {
             CompareOp::Eq => a == b,
             CompareOp::Ne => a != b,

@@ -13,10 +13,13 @@ use crate::lax;
 use crate::prim::{Avals, BDims, Cotangents, LinearArg, Prim, Tangents};
 use crate::tensor::{AvalRef, Tensor};
 use smallvec::smallvec;
+use std::mem::MaybeUninit;
+use xform_kernels::cpu::assume_init;
 use xform_kernels::cpu::elementwise::{map1, map3};
 use xform_kernels::cpu::Par;
 use xform_kernels::cuda_source::{map_kernel, Kernel};
-use xform_kernels::{match_buffer, CpuBuffer, DType, Element, Layout};
+use xform_kernels::pool::alloc_uninit;
+use xform_kernels::{match_buffer, CpuBuffer, DType, Element, Layout, Shape};
 
 crate::family_enum! {
     /// The structural elementwise primitives.
@@ -287,4 +290,346 @@ impl Family for ElementwiseOp {
         // convert and copy are the kernels crate's structural kernels
         vec![map_kernel(&select_cuda().map_op("select", true), &[DType::Bool, d, d], d)]
     }
+}
+
+// ---- fused CPU loops: the hook the jit's elementwise fusion calls -----------
+
+/// A contiguous run of elements of one dtype, as a fused CPU loop reads it
+/// (the dtypes elementwise fusion covers: f32, f64 and bool).
+#[derive(Copy, Clone, Debug)]
+pub enum Tile<'a> {
+    /// f32 elements.
+    F32(&'a [f32]),
+    /// f64 elements.
+    F64(&'a [f64]),
+    /// bool elements (predicates).
+    Bool(&'a [bool]),
+}
+
+/// A contiguous run of elements a fused CPU loop writes one op's result to.
+#[derive(Debug)]
+pub enum TileMut<'a> {
+    /// f32 elements.
+    F32(&'a mut [f32]),
+    /// f64 elements.
+    F64(&'a mut [f64]),
+    /// bool elements.
+    Bool(&'a mut [bool]),
+}
+
+impl Tile<'_> {
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            Tile::F32(v) => v.len(),
+            Tile::F64(v) => v.len(),
+            Tile::Bool(v) => v.len(),
+        }
+    }
+
+    /// True if it has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// `out[i] = f(x[i])` over contiguous slices (AVX2 code when the CPU has
+/// it, as the eager maps; Rust never contracts or reassociates float
+/// operations, so the width changes no result).
+#[inline(always)]
+pub(crate) fn slice1<T: Copy, U, F: Fn(T) -> U>(x: &[T], out: &mut [U], f: F) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU supports AVX2 and FMA (checked above).
+            unsafe { slice1_avx2(x, out, &f) };
+            return;
+        }
+    }
+    for (o, a) in out.iter_mut().zip(x) {
+        *o = f(*a);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn slice1_avx2<T: Copy, U, F: Fn(T) -> U>(x: &[T], out: &mut [U], f: &F) {
+    for (o, a) in out.iter_mut().zip(x) {
+        *o = f(*a);
+    }
+}
+
+/// `out[i] = f(a[i], b[i])` over contiguous slices (see [`slice1`]).
+#[inline(always)]
+pub(crate) fn slice2<A: Copy, B: Copy, U, F: Fn(A, B) -> U>(a: &[A], b: &[B], out: &mut [U], f: F) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU supports AVX2 and FMA (checked above).
+            unsafe { slice2_avx2(a, b, out, &f) };
+            return;
+        }
+    }
+    for ((o, x), y) in out.iter_mut().zip(a).zip(b) {
+        *o = f(*x, *y);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn slice2_avx2<A: Copy, B: Copy, U, F: Fn(A, B) -> U>(a: &[A], b: &[B], out: &mut [U], f: &F) {
+    for ((o, x), y) in out.iter_mut().zip(a).zip(b) {
+        *o = f(*x, *y);
+    }
+}
+
+/// The eager convert's element function (`convert_vec`).
+fn convert_slice<S: Element, D: Element>(x: &[S], out: &mut [D]) {
+    if S::DTYPE.is_float() || D::DTYPE.is_float() {
+        slice1(x, out, |a: S| D::from_f64(a.to_f64()));
+    } else {
+        slice1(x, out, |a: S| D::from_i64(a.to_i64()));
+    }
+}
+
+impl Prim {
+    /// Applies this elementwise primitive to contiguous tiles of equal
+    /// length on the CPU, with the very element function its eager CPU
+    /// lowering maps (so each result is bit-identical to eager), and
+    /// returns true; returns false, writing nothing, where the primitive
+    /// or these dtypes have no tile form (the jit then does not fuse it).
+    /// Called with empty tiles it only answers whether it would apply.
+    ///
+    /// Covered: unary and binary ops with a float kernel and comparisons
+    /// on f32/f64, `select` on f32/f64 with a bool predicate, and
+    /// `convert_element_type` among f32, f64 and bool.
+    pub fn cpu_tile(&self, ins: &[Tile<'_>], out: TileMut<'_>) -> bool {
+        use super::binary::float_slice as binary_slice;
+        use super::unary::float_slice as unary_slice;
+        match (self, ins, out) {
+            (Prim::Unary(op), [Tile::F32(x)], TileMut::F32(o)) => unary_slice(*op, x, o),
+            (Prim::Unary(op), [Tile::F64(x)], TileMut::F64(o)) => unary_slice(*op, x, o),
+            (Prim::Binary(op), [Tile::F32(a), Tile::F32(b)], TileMut::F32(o)) => binary_slice(*op, a, b, o),
+            (Prim::Binary(op), [Tile::F64(a), Tile::F64(b)], TileMut::F64(o)) => binary_slice(*op, a, b, o),
+            (Prim::Compare(op), [Tile::F32(a), Tile::F32(b)], TileMut::Bool(o)) => {
+                slice2(a, b, o, |p, q| op.holds(p, q));
+                true
+            }
+            (Prim::Compare(op), [Tile::F64(a), Tile::F64(b)], TileMut::Bool(o)) => {
+                slice2(a, b, o, |p, q| op.holds(p, q));
+                true
+            }
+            (Prim::Elementwise(ElementwiseOp::Select), [Tile::Bool(p), x, y], out) => select_tile(p, x, y, out),
+            (Prim::Elementwise(ElementwiseOp::Convert(d)), [x], out) => {
+                match (x, out) {
+                    (Tile::F32(x), TileMut::F64(o)) if *d == DType::F64 => convert_slice(x, o),
+                    (Tile::F64(x), TileMut::F32(o)) if *d == DType::F32 => convert_slice(x, o),
+                    (Tile::Bool(x), TileMut::F32(o)) if *d == DType::F32 => convert_slice(x, o),
+                    (Tile::Bool(x), TileMut::F64(o)) if *d == DType::F64 => convert_slice(x, o),
+                    (Tile::F32(x), TileMut::Bool(o)) if *d == DType::Bool => convert_slice(x, o),
+                    (Tile::F64(x), TileMut::Bool(o)) if *d == DType::Bool => convert_slice(x, o),
+                    _ => return false,
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// `select` on tiles: the eager element function (`if c { t } else { f }`).
+fn select_tile(p: &[bool], x: &Tile<'_>, y: &Tile<'_>, out: TileMut<'_>) -> bool {
+    fn sel<T: Copy>(p: &[bool], x: &[T], y: &[T], o: &mut [T]) {
+        for (((o, c), t), f) in o.iter_mut().zip(p).zip(x).zip(y) {
+            *o = if *c { *t } else { *f };
+        }
+    }
+    match (x, y, out) {
+        (Tile::F32(x), Tile::F32(y), TileMut::F32(o)) => sel(p, x, y, o),
+        (Tile::F64(x), Tile::F64(y), TileMut::F64(o)) => sel(p, x, y, o),
+        (Tile::Bool(x), Tile::Bool(y), TileMut::Bool(o)) => sel(p, x, y, o),
+        _ => return false,
+    }
+    true
+}
+
+/// One CPU operand of a fused loop: its whole buffer and its layout (any
+/// strides: a broadcast operand is read through stride 0).
+#[derive(Debug)]
+pub struct FusedIn<'a> {
+    /// The operand's storage.
+    pub data: Tile<'a>,
+    /// Where its elements lie in `data`.
+    pub layout: &'a Layout,
+}
+
+/// Calls `f` with the CPU buffers of `arrays`, or returns `None` without
+/// calling it when one is not an f32, f64 or bool CPU buffer.
+///
+/// # Errors
+/// None today (a buffer that moved off the CPU answers `None`); kept a
+/// `Result` for the lock.
+pub fn with_fused_inputs<R>(arrays: &[&Array], f: impl FnOnce(&[FusedIn<'_>]) -> R) -> Result<Option<R>> {
+    let guards: Vec<_> = arrays.iter().map(|a| a.read()).collect();
+    let mut ins = Vec::with_capacity(arrays.len());
+    for (g, a) in guards.iter().zip(arrays) {
+        let Ok(b) = g.cpu("fused") else { return Ok(None) };
+        let data = match b {
+            CpuBuffer::F32(v) => Tile::F32(v),
+            CpuBuffer::F64(v) => Tile::F64(v),
+            CpuBuffer::Bool(v) => Tile::Bool(v),
+            _ => return Ok(None),
+        };
+        ins.push(FusedIn { data, layout: &a.layout });
+    }
+    Ok(Some(f(&ins)))
+}
+
+/// Where a fused loop writes one of its outputs, over a range of elements.
+#[derive(Debug)]
+pub enum OutTile<'a> {
+    /// f32 elements.
+    F32(&'a mut [MaybeUninit<f32>]),
+    /// f64 elements.
+    F64(&'a mut [MaybeUninit<f64>]),
+    /// bool elements.
+    Bool(&'a mut [MaybeUninit<bool>]),
+}
+
+impl OutTile<'_> {
+    /// Writes `src` at element `at` of this range.
+    ///
+    /// # Panics
+    /// If the dtypes differ or it does not fit (a fusion bug).
+    pub fn put(&mut self, at: usize, src: &Tile<'_>) {
+        fn put<T: Copy>(d: &mut [MaybeUninit<T>], s: &[T]) {
+            for (d, s) in d.iter_mut().zip(s) {
+                d.write(*s);
+            }
+        }
+        let n = src.len();
+        match (self, src) {
+            (OutTile::F32(d), Tile::F32(s)) => put(&mut d[at..at + n], s),
+            (OutTile::F64(d), Tile::F64(s)) => put(&mut d[at..at + n], s),
+            (OutTile::Bool(d), Tile::Bool(s)) => put(&mut d[at..at + n], s),
+            _ => panic!("fused output written with another dtype"),
+        }
+    }
+}
+
+enum OutVec {
+    F32(Vec<MaybeUninit<f32>>),
+    F64(Vec<MaybeUninit<f64>>),
+    Bool(Vec<MaybeUninit<bool>>),
+}
+
+/// The address of an output's first element (an address, so that tasks
+/// on other threads can each view their own range).
+#[derive(Copy, Clone)]
+enum OutBase {
+    F32(usize),
+    F64(usize),
+    Bool(usize),
+}
+
+impl OutBase {
+    /// A view of elements `r`.
+    ///
+    /// # Safety
+    /// The base's vector outlives the view and is not moved or otherwise
+    /// accessed meanwhile; `r` lies inside it; no other live view overlaps `r`.
+    unsafe fn range<'a>(self, r: std::ops::Range<usize>) -> OutTile<'a> {
+        // SAFETY: in bounds, unaliased and alive (the caller's contract);
+        // MaybeUninit slots may be written through the view.
+        unsafe {
+            match self {
+                OutBase::F32(p) => {
+                    OutTile::F32(std::slice::from_raw_parts_mut((p as *mut MaybeUninit<f32>).add(r.start), r.len()))
+                }
+                OutBase::F64(p) => {
+                    OutTile::F64(std::slice::from_raw_parts_mut((p as *mut MaybeUninit<f64>).add(r.start), r.len()))
+                }
+                OutBase::Bool(p) => {
+                    OutTile::Bool(std::slice::from_raw_parts_mut((p as *mut MaybeUninit<bool>).add(r.start), r.len()))
+                }
+            }
+        }
+    }
+}
+
+impl OutVec {
+    fn new(d: DType, n: usize) -> Option<OutVec> {
+        Some(match d {
+            DType::F32 => OutVec::F32(alloc_uninit(n)),
+            DType::F64 => OutVec::F64(alloc_uninit(n)),
+            DType::Bool => OutVec::Bool(alloc_uninit(n)),
+            _ => return None,
+        })
+    }
+
+    /// The address of the first element, for views made on other threads.
+    fn base(&mut self) -> OutBase {
+        match self {
+            OutVec::F32(v) => OutBase::F32(v.as_mut_ptr() as usize),
+            OutVec::F64(v) => OutBase::F64(v.as_mut_ptr() as usize),
+            OutVec::Bool(v) => OutBase::Bool(v.as_mut_ptr() as usize),
+        }
+    }
+
+    /// The finished buffer.
+    ///
+    /// # Safety
+    /// Every element was written.
+    unsafe fn finish(self) -> CpuBuffer {
+        // SAFETY: every element was written (the caller's contract).
+        unsafe {
+            match self {
+                OutVec::F32(v) => CpuBuffer::F32(assume_init(v)),
+                OutVec::F64(v) => CpuBuffer::F64(assume_init(v)),
+                OutVec::Bool(v) => CpuBuffer::Bool(assume_init(v)),
+            }
+        }
+    }
+}
+
+/// Runs a fused loop over the `shape.numel()` elements of outputs of
+/// `dtypes` (f32, f64 or bool; `None` otherwise): `body(range, outs)` must
+/// write elements `range` of every output, through `outs` (indexed from
+/// the range's start). Ranges start at multiples of `tile`; under rayon
+/// (when `numel * cost` is worth it, as for the eager maps) the ranges are
+/// split across threads, whole tiles each.
+pub fn run_fused(
+    dtypes: &[DType],
+    shape: &Shape,
+    cost: usize,
+    tile: usize,
+    body: impl Fn(std::ops::Range<usize>, &mut [OutTile<'_>]) + Sync,
+) -> Option<Vec<Array>> {
+    let n = shape.numel();
+    let mut outs: Vec<OutVec> = dtypes.iter().map(|d| OutVec::new(*d, n)).collect::<Option<_>>()?;
+    let bases: Vec<OutBase> = outs.iter_mut().map(OutVec::base).collect();
+    let tiles = n.div_ceil(tile.max(1));
+    let run = |r: std::ops::Range<usize>| {
+        // SAFETY: `outs` is neither moved nor touched until every `run`
+        // returned; the ranges passed below are disjoint and inside 0..n.
+        let mut views: Vec<OutTile<'_>> = bases.iter().map(|b| unsafe { b.range(r.clone()) }).collect();
+        body(r, &mut views);
+    };
+    let par = Par::for_work(n, cost);
+    let tasks = if par == Par::Rayon { (xform_kernels::cpu::threads() * 4).min(tiles) } else { 1 };
+    if tasks <= 1 {
+        run(0..n);
+    } else {
+        let per = tiles.div_ceil(tasks) * tile;
+        let ids: Vec<u32> = (0..tasks as u32).collect();
+        let l = Layout::contiguous(Shape::from([tasks]));
+        // one task per id; each writes its own disjoint range of the outputs
+        let _: Vec<u8> = map1(&ids, &l, Par::Rayon, |t: u32| {
+            let start = (t as usize * per).min(n);
+            run(start..(start + per).min(n));
+            0u8
+        });
+    }
+    // SAFETY: the ranges cover 0..n, and `body` writes every element of its range.
+    Some(outs.into_iter().map(|o| Array::from_cpu(unsafe { o.finish() }, shape.clone())).collect())
 }

@@ -176,6 +176,25 @@ macro_rules! unary_table {
             }
         }
 
+        /// `out[i] = op(x[i])` over contiguous slices of a float dtype: the
+        /// very expression `float_kernel` maps, for the jit's fused loops.
+        /// `false` where `op` has no float kernel.
+        #[allow(unused_variables, unreachable_code)]
+        pub(crate) fn float_slice<T: Float<Compute = R>, R: Real>(op: UnaryOp, x: &[T], out: &mut [T]) -> bool {
+            match op {
+                $( UnaryOp::$v $(($p))? => {
+                    $(
+                        super::elementwise::slice1(x, out, |a: T| {
+                            let $fx: R = a.up();
+                            T::down($fbody)
+                        });
+                        return true;
+                    )?
+                    false
+                } )*
+            }
+        }
+
         /// The integer kernel of `op`, or `None` where it has none.
         #[allow(unused_variables, unreachable_code)]
         fn int_kernel<T: IntOps>(op: UnaryOp, v: &[T], l: &Layout) -> Option<Vec<T>> {

@@ -44,6 +44,7 @@
 //! says the tensor is being staged and has no value yet, as under `trace`.
 
 mod cache;
+pub mod fuse;
 pub mod passes;
 pub mod plan;
 

@@ -19,16 +19,30 @@
 //! last reader it is (`free` already says which); a CUDA graph captures
 //! the loop once per signature.
 
+use super::fuse::{self, Fused, Item};
 use smallvec::SmallVec;
+use std::sync::Arc;
 use xform_ops::interp::lower_checked;
 use xform_ops::prim::ElementwiseOp;
 use xform_ops::{Atom, Error, Prim, Program, Result, Tensor, Value};
 
-/// One equation of the plan.
+/// What a step runs.
+// A plan holds tens of steps, read on every replay: the primitive inline
+// saves an indirection per step, the fused group is shared behind an Arc.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug)]
+pub enum StepOp {
+    /// One primitive (with its parameters), through its lowering.
+    Prim(Prim),
+    /// A fused group of elementwise equations (NOTE: [elementwise fusion]).
+    Fused(Arc<Fused>),
+}
+
+/// One equation of the plan, or one fused group of them.
 #[derive(Clone, Debug)]
 pub struct Step {
-    /// The primitive and its parameters.
-    pub prim: Prim,
+    /// What it runs.
+    pub op: StepOp,
     /// Operands.
     pub ins: SmallVec<[Atom; 4]>,
     /// Result slots.
@@ -66,10 +80,18 @@ impl Plan {
             return Err(Error::invalid("jit", "a replay plan needs concrete constants"));
         }
         let slots = p.avals.len();
+        // the plan's order: equations, and fused groups of them
+        let items = fuse::group(p);
+        let reads = |it: &Item| -> SmallVec<[Atom; 4]> {
+            match it {
+                Item::Eqn(k) => p.eqns[*k].inputs.iter().copied().collect(),
+                Item::Group { ins, .. } => ins.iter().copied().collect(),
+            }
+        };
         // the last step that reads each slot (usize::MAX: an output, never freed)
         let mut last = vec![None::<usize>; slots];
-        for (k, e) in p.eqns.iter().enumerate() {
-            for a in &e.inputs {
+        for (k, it) in items.iter().enumerate() {
+            for a in reads(it) {
                 if let Atom::Var(v) = a {
                     last[v.0 as usize] = Some(k);
                 }
@@ -82,35 +104,39 @@ impl Plan {
         }
         // may a slot share storage with a constant (through view primitives)?
         let mut aliases_const = vec![false; slots];
-        let mut steps = Vec::with_capacity(p.eqns.len());
-        for (k, e) in p.eqns.iter().enumerate() {
-            check_devices(p, e)?;
-            let alias = e.prim.aliases_operand()
-                && e.inputs.iter().any(|a| match a {
-                    Atom::Const(_) => true,
-                    Atom::Var(v) => aliases_const[v.0 as usize],
-                });
+        let mut steps = Vec::with_capacity(items.len());
+        for (k, it) in items.into_iter().enumerate() {
+            let ins = reads(&it);
+            let (op, outs, alias): (StepOp, SmallVec<[u32; 2]>, bool) = match it {
+                Item::Eqn(j) => {
+                    let e = &p.eqns[j];
+                    check_devices(p, e)?;
+                    let alias = e.prim.aliases_operand()
+                        && e.inputs.iter().any(|a| match a {
+                            Atom::Const(_) => true,
+                            Atom::Var(v) => aliases_const[v.0 as usize],
+                        });
+                    (StepOp::Prim(e.prim.clone()), e.outputs.iter().map(|v| v.0).collect(), alias)
+                }
+                // fused results are fresh buffers (all operands on the CPU)
+                Item::Group { outs, fused, .. } => (StepOp::Fused(Arc::new(fused)), outs.into_iter().collect(), false),
+            };
             let mut free: SmallVec<[u32; 4]> = SmallVec::new();
-            for a in &e.inputs {
+            for a in &ins {
                 if let Atom::Var(v) = a {
                     if last[v.0 as usize] == Some(k) && !free.contains(&v.0) {
                         free.push(v.0);
                     }
                 }
             }
-            for v in &e.outputs {
-                aliases_const[v.0 as usize] = alias;
+            for v in &outs {
+                aliases_const[*v as usize] = alias;
                 // a result nothing reads is dropped at once
-                if last[v.0 as usize].is_none() {
-                    free.push(v.0);
+                if last[*v as usize].is_none() {
+                    free.push(*v);
                 }
             }
-            steps.push(Step {
-                prim: e.prim.clone(),
-                ins: e.inputs.clone(),
-                outs: e.outputs.iter().map(|v| v.0).collect(),
-                free,
-            });
+            steps.push(Step { op, ins: ins.iter().copied().collect(), outs, free });
         }
         let outputs = p
             .outputs
@@ -164,7 +190,10 @@ impl Plan {
                         }
                     }
                 }
-                lower_checked(&step.prim, &arrays)?
+                match &step.op {
+                    StepOp::Prim(prim) => lower_checked(prim, &arrays)?,
+                    StepOp::Fused(f) => f.run(&arrays)?,
+                }
             };
             for (slot, t) in step.outs.iter().zip(outs) {
                 slots[*slot as usize] = Some(t);
@@ -215,8 +244,8 @@ mod tests {
     use xform_ops::prim::{BinaryOp, ShapeOp, UnaryOp};
     use xform_ops::{Aval, DType, Device, Shape};
 
-    /// Each intermediate is freed after its last reader; the results are
-    /// the program's.
+    /// Each operand is freed after its last reader; the results are the
+    /// program's.
     #[test]
     fn frees_after_last_reader() {
         let x = vector(6);
@@ -231,8 +260,9 @@ mod tests {
         });
         let plan = Plan::compile(&p).unwrap();
         let frees: Vec<Vec<u32>> = plan.steps.iter().map(|s| s.free.to_vec()).collect();
-        // x after sin; m after exp; e and s after add
-        assert_eq!(frees, vec![vec![0], vec![], vec![2], vec![3, 1]]);
+        // the four equations are one fused step (NOTE: [elementwise
+        // fusion]), the last reader of x; s, m and e never become slots
+        assert_eq!(frees, vec![vec![0]]);
         let got = plan.run(std::slice::from_ref(&x)).unwrap();
         let want = p.eval(&[x]).unwrap();
         assert_eq!(got[0].to_vec::<f32>(), want[0].to_vec::<f32>());

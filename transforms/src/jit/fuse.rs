@@ -1,0 +1,565 @@
+//! Elementwise fusion of the replay plan (CPU).
+//!
+//! NOTE: [elementwise fusion] A maximal group of elementwise equations
+//! (unary, binary, comparisons, `select`, `convert_element_type`) of one
+//! result shape on the CPU, on f32/f64 (bool for predicates), runs as one
+//! fused step: one pass over memory, tile by tile (`TILE` elements), each
+//! op applied to the tile in a small scratch buffer, and only the group's
+//! outputs (values read after the group or returned by the program)
+//! written to full buffers; the intermediates never materialize.
+//! Broadcasts feeding the group stay what they are eagerly, views: the
+//! fused loop reads such an operand through its strides (stride 0 on
+//! broadcast axes), so a broadcast never materializes either.
+//!
+//! Results are bit-identical to eager execution: each op applies the very
+//! element function its eager CPU lowering maps (`Prim::cpu_tile`), and
+//! fusion never contracts `a*b+c` into an FMA, nor reassociates anything:
+//! each op rounds to its dtype as eagerly.
+//!
+//! Grouping walks the program in order with one open group: a fusable
+//! equation of the group's shape joins it; one of another shape closes it
+//! and opens the next; any other equation runs before the open group
+//! (which is placed after it) unless it reads a value of the group, which
+//! closes the group first. A group of one equation stays a plain step.
+//! What is not covered (other dtypes, CUDA, an operand the tile hook
+//! refuses) runs as before, one step per equation.
+
+use smallvec::SmallVec;
+use xform_ops::prims::elementwise::{run_fused, with_fused_inputs, FusedIn, OutTile, Tile, TileMut};
+use xform_ops::{Array, Atom, DType, Device, Error, Prim, Program, Result, Shape};
+
+/// Elements per tile: 1024 f64 scratch values are 8 KiB per op, so a
+/// group's scratch stays in L1/L2.
+pub const TILE: usize = 1024;
+
+/// Where an op of a fused step reads an operand.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Reg {
+    /// The step's operand of this index.
+    In(u32),
+    /// The result of the group's op of this index.
+    Op(u32),
+}
+
+/// One op of a fused step.
+#[derive(Clone, Debug)]
+pub struct FusedOp {
+    /// The elementwise primitive.
+    pub prim: Prim,
+    /// Its operands.
+    pub args: SmallVec<[Reg; 3]>,
+    /// Its result dtype.
+    pub dtype: DType,
+}
+
+/// A fused step: ops over one shape, run tile by tile.
+#[derive(Clone, Debug)]
+pub struct Fused {
+    /// The shape of every operand and result.
+    pub shape: Shape,
+    /// The ops, in program order.
+    pub ops: Vec<FusedOp>,
+    /// The op whose result each output of the step is.
+    pub outputs: Vec<u32>,
+}
+
+/// A program equation, or a group of them, in the order the plan runs.
+#[derive(Debug)]
+pub enum Item {
+    /// One equation (its index in the program).
+    Eqn(usize),
+    /// A fused group: its equations (indices, program order), the atoms
+    /// it reads from outside, the variables it writes, and the kernel.
+    Group {
+        /// Its equations' indices, in program order.
+        eqns: Vec<usize>,
+        /// The atoms it reads from outside, in the order of its operands.
+        ins: Vec<Atom>,
+        /// The variables it writes (those read after it).
+        outs: Vec<u32>,
+        /// The fused kernel.
+        fused: Fused,
+    },
+}
+
+/// The dtypes a tile holds.
+fn tile_dtype(d: DType) -> bool {
+    matches!(d, DType::F32 | DType::F64 | DType::Bool)
+}
+
+/// An empty tile of dtype `d` (for asking `cpu_tile` whether it applies).
+fn empty(d: DType) -> Tile<'static> {
+    match d {
+        DType::F32 => Tile::F32(&[]),
+        DType::F64 => Tile::F64(&[]),
+        _ => Tile::Bool(&[]),
+    }
+}
+
+/// The shape of equation `k` when it can join a fused group.
+fn fusable(p: &Program, k: usize) -> Option<Shape> {
+    let e = &p.eqns[k];
+    if !matches!(e.prim, Prim::Unary(_) | Prim::Binary(_) | Prim::Compare(_) | Prim::Elementwise(_)) {
+        return None;
+    }
+    if e.outputs.len() != 1 {
+        return None;
+    }
+    let out = &p.avals[e.outputs[0].0 as usize];
+    if out.device != Device::Cpu || !tile_dtype(out.dtype) || out.shape.numel() == 0 {
+        return None;
+    }
+    let mut ins: SmallVec<[Tile<'static>; 3]> = SmallVec::new();
+    for a in &e.inputs {
+        let av = p.atom_aval(*a);
+        if av.device != Device::Cpu || !tile_dtype(av.dtype) || av.shape != out.shape {
+            return None;
+        }
+        ins.push(empty(av.dtype));
+    }
+    let (mut f, mut d, mut b) = ([0f32; 0], [0f64; 0], [false; 0]);
+    let probe = match out.dtype {
+        DType::F32 => TileMut::F32(&mut f),
+        DType::F64 => TileMut::F64(&mut d),
+        _ => TileMut::Bool(&mut b),
+    };
+    e.prim.cpu_tile(&ins, probe).then(|| out.shape.clone())
+}
+
+/// Groups the program's equations (see the module docs).
+pub fn group(p: &Program) -> Vec<Item> {
+    let mut items = Vec::with_capacity(p.eqns.len());
+    let mut open: Vec<usize> = Vec::new();
+    let mut shape: Option<Shape> = None;
+    // which equation defines each variable
+    let mut def = vec![usize::MAX; p.avals.len()];
+    for (k, e) in p.eqns.iter().enumerate() {
+        for v in &e.outputs {
+            def[v.0 as usize] = k;
+        }
+    }
+    let close = |open: &mut Vec<usize>, items: &mut Vec<Item>| {
+        match open.len() {
+            0 => {}
+            1 => items.push(Item::Eqn(open[0])),
+            _ => items.push(make_group(p, std::mem::take(open))),
+        }
+        open.clear();
+    };
+    for k in 0..p.eqns.len() {
+        match fusable(p, k) {
+            Some(s) if shape.as_ref() == Some(&s) => open.push(k),
+            Some(s) => {
+                close(&mut open, &mut items);
+                open.push(k);
+                shape = Some(s);
+            }
+            None => {
+                let reads_group = p.eqns[k].inputs.iter().any(|a| match a {
+                    Atom::Var(v) => open.contains(&def[v.0 as usize]),
+                    Atom::Const(_) => false,
+                });
+                if reads_group {
+                    close(&mut open, &mut items);
+                    shape = None;
+                }
+                items.push(Item::Eqn(k));
+            }
+        }
+    }
+    close(&mut open, &mut items);
+    items
+}
+
+/// The fused step of equations `eqns` (two or more, program order).
+fn make_group(p: &Program, eqns: Vec<usize>) -> Item {
+    let mut ins: Vec<Atom> = Vec::new();
+    let mut ops: Vec<FusedOp> = Vec::with_capacity(eqns.len());
+    // op index of each variable defined in the group
+    let mut local = std::collections::HashMap::new();
+    for &k in &eqns {
+        let e = &p.eqns[k];
+        let args = e
+            .inputs
+            .iter()
+            .map(|a| {
+                if let Atom::Var(v) = a {
+                    if let Some(&j) = local.get(&v.0) {
+                        return Reg::Op(j);
+                    }
+                }
+                let i = ins.iter().position(|x| x == a).unwrap_or_else(|| {
+                    ins.push(*a);
+                    ins.len() - 1
+                });
+                Reg::In(i as u32)
+            })
+            .collect();
+        let v = e.outputs[0].0;
+        local.insert(v, ops.len() as u32);
+        ops.push(FusedOp { prim: e.prim.clone(), args, dtype: p.avals[v as usize].dtype });
+    }
+    // outputs: group values read by an equation outside it or by the program
+    let inside = |k: usize| eqns.binary_search(&k).is_ok();
+    let mut outs = Vec::new();
+    let mut outputs = Vec::new();
+    for &k in &eqns {
+        let v = p.eqns[k].outputs[0];
+        let read_outside = p.outputs.contains(&Atom::Var(v))
+            || p.eqns.iter().enumerate().any(|(j, e)| !inside(j) && e.inputs.contains(&Atom::Var(v)));
+        if read_outside {
+            outs.push(v.0);
+            outputs.push(local[&v.0]);
+        }
+    }
+    let shape = p.avals[p.eqns[eqns[0]].outputs[0].0 as usize].shape.clone();
+    Item::Group { eqns, ins, outs, fused: Fused { shape, ops, outputs } }
+}
+
+/// Scratch storage for one tile of one dtype.
+enum Scratch {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    Bool(Vec<bool>),
+}
+
+impl Scratch {
+    fn new(d: DType) -> Scratch {
+        match d {
+            DType::F32 => Scratch::F32(vec![0.0; TILE]),
+            DType::F64 => Scratch::F64(vec![0.0; TILE]),
+            _ => Scratch::Bool(vec![false; TILE]),
+        }
+    }
+
+    fn tile(&self, n: usize) -> Tile<'_> {
+        match self {
+            Scratch::F32(v) => Tile::F32(&v[..n]),
+            Scratch::F64(v) => Tile::F64(&v[..n]),
+            Scratch::Bool(v) => Tile::Bool(&v[..n]),
+        }
+    }
+
+    fn tile_mut(&mut self, n: usize) -> TileMut<'_> {
+        match self {
+            Scratch::F32(v) => TileMut::F32(&mut v[..n]),
+            Scratch::F64(v) => TileMut::F64(&mut v[..n]),
+            Scratch::Bool(v) => TileMut::Bool(&mut v[..n]),
+        }
+    }
+}
+
+/// Copies elements `start..start + out.len()` (row-major order) of a
+/// strided operand into `out`, a run along the innermost axis at a time
+/// (a copy where its stride is 1, a fill where it is 0: a broadcast row or
+/// column).
+fn gather<T: Copy>(data: &[T], shape: &[usize], strides: &[isize], offset: usize, start: usize, out: &mut [T]) {
+    let rank = shape.len();
+    if rank == 0 || strides.iter().all(|s| *s == 0) {
+        out.fill(data[offset]);
+        return;
+    }
+    let mut idx: SmallVec<[usize; 6]> = SmallVec::from_elem(0, rank);
+    let mut rem = start;
+    let mut off = offset as isize;
+    for ax in (0..rank).rev() {
+        idx[ax] = rem % shape[ax];
+        rem /= shape[ax];
+        off += idx[ax] as isize * strides[ax];
+    }
+    let (inner, is) = (shape[rank - 1], strides[rank - 1]);
+    let mut done = 0;
+    while done < out.len() {
+        let run = (inner - idx[rank - 1]).min(out.len() - done);
+        let dst = &mut out[done..done + run];
+        let at = off as usize;
+        match is {
+            1 => dst.copy_from_slice(&data[at..at + run]),
+            0 => dst.fill(data[at]),
+            _ => {
+                for (k, d) in dst.iter_mut().enumerate() {
+                    *d = data[(off + k as isize * is) as usize];
+                }
+            }
+        }
+        done += run;
+        idx[rank - 1] += run;
+        off += run as isize * is;
+        // carry into the outer axes at the end of a row
+        let mut ax = rank - 1;
+        while idx[ax] == shape[ax] && ax > 0 {
+            off -= strides[ax] * shape[ax] as isize;
+            idx[ax] = 0;
+            ax -= 1;
+            idx[ax] += 1;
+            off += strides[ax];
+        }
+    }
+}
+
+impl Fused {
+    /// Runs the fused loop on the step's operands (CPU arrays of the
+    /// planned shapes and dtypes).
+    ///
+    /// # Errors
+    /// Out of memory, or an operand not on the CPU in a tile dtype (an
+    /// internal error: the plan was compiled for these avals).
+    pub fn run(&self, arrays: &[&Array]) -> Result<xform_ops::Outs> {
+        let dtypes: Vec<DType> = self.outputs.iter().map(|&j| self.ops[j as usize].dtype).collect();
+        let cost = 2 * self.ops.len();
+        let outs =
+            with_fused_inputs(arrays, |ins| run_fused(&dtypes, &self.shape, cost, TILE, |r, o| self.body(ins, r, o)))?
+                .flatten()
+                .ok_or_else(|| {
+                    Error::invalid("jit", "a fused step got an operand it was not planned for (internal error)")
+                })?;
+        Ok(outs.into_iter().map(xform_ops::Tensor::from_array).collect())
+    }
+
+    /// Elements `r` of every output, tile by tile.
+    fn body(&self, ins: &[FusedIn<'_>], r: std::ops::Range<usize>, outs: &mut [OutTile<'_>]) {
+        let contiguous: Vec<Option<usize>> = ins.iter().map(|i| i.layout.contiguous_range().map(|c| c.start)).collect();
+        let mut gathered: Vec<Option<Scratch>> = ins
+            .iter()
+            .zip(&contiguous)
+            .map(|(i, c)| {
+                c.is_none().then(|| {
+                    Scratch::new(match i.data {
+                        Tile::F32(_) => DType::F32,
+                        Tile::F64(_) => DType::F64,
+                        Tile::Bool(_) => DType::Bool,
+                    })
+                })
+            })
+            .collect();
+        let mut scratch: Vec<Scratch> = self.ops.iter().map(|o| Scratch::new(o.dtype)).collect();
+        let mut t = r.start;
+        while t < r.end {
+            let n = TILE.min(r.end - t);
+            for ((inp, g), c) in ins.iter().zip(gathered.iter_mut()).zip(&contiguous) {
+                if let (Some(g), None) = (g, c) {
+                    let l = inp.layout;
+                    let (shape, strides, off) = (&l.shape[..], &l.strides[..], l.offset);
+                    match (inp.data, g) {
+                        (Tile::F32(d), Scratch::F32(s)) => gather(d, shape, strides, off, t, &mut s[..n]),
+                        (Tile::F64(d), Scratch::F64(s)) => gather(d, shape, strides, off, t, &mut s[..n]),
+                        (Tile::Bool(d), Scratch::Bool(s)) => gather(d, shape, strides, off, t, &mut s[..n]),
+                        _ => unreachable!("gather scratch has its operand's dtype"),
+                    }
+                }
+            }
+            let tiles: SmallVec<[Tile<'_>; 8]> = ins
+                .iter()
+                .zip(&gathered)
+                .zip(&contiguous)
+                .map(|((inp, g), c)| match (c, g) {
+                    (Some(s), _) => match inp.data {
+                        Tile::F32(d) => Tile::F32(&d[s + t..s + t + n]),
+                        Tile::F64(d) => Tile::F64(&d[s + t..s + t + n]),
+                        Tile::Bool(d) => Tile::Bool(&d[s + t..s + t + n]),
+                    },
+                    (None, Some(g)) => g.tile(n),
+                    (None, None) => unreachable!("a strided operand has gather scratch"),
+                })
+                .collect();
+            for (j, op) in self.ops.iter().enumerate() {
+                let (done, rest) = scratch.split_at_mut(j);
+                let args: SmallVec<[Tile<'_>; 3]> = op
+                    .args
+                    .iter()
+                    .map(|a| match a {
+                        Reg::In(i) => tiles[*i as usize],
+                        Reg::Op(m) => done[*m as usize].tile(n),
+                    })
+                    .collect();
+                let applied = op.prim.cpu_tile(&args, rest[0].tile_mut(n));
+                assert!(applied, "a fused op was planned for these dtypes");
+            }
+            for (o, &j) in outs.iter_mut().zip(&self.outputs) {
+                o.put(t - r.start, &scratch[j as usize].tile(n));
+            }
+            t += n;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::passes::testing::{build, push1};
+    use super::super::plan::{Plan, StepOp};
+    use super::*;
+    use xform_ops::prim::{BinaryOp, CompareOp, ElementwiseOp, ShapeOp, UnaryOp};
+    use xform_ops::{Aval, ProgramBuilder, Tensor};
+
+    /// Bitwise equal (any NaN equals any NaN: payloads are not compared).
+    fn assert_bits(got: &[Tensor], want: &[Tensor]) {
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(want) {
+            assert_eq!((g.shape(), g.dtype()), (w.shape(), w.dtype()));
+            for (i, (a, b)) in g.to_vec_f64().iter().zip(w.to_vec_f64()).enumerate() {
+                assert!(a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()), "element {i}: fused {a} eager {b}");
+            }
+        }
+    }
+
+    /// Runs `p` through the plan (fused) and through `Program::eval`
+    /// (eager, one primitive at a time) and asserts bitwise equal results.
+    fn check(p: &Program, args: &[Tensor]) -> Plan {
+        let plan = Plan::compile(p).unwrap();
+        assert_bits(&plan.run(args).unwrap(), &p.eval(args).unwrap());
+        plan
+    }
+
+    fn fused_steps(plan: &Plan) -> Vec<usize> {
+        plan.steps.iter().filter_map(|s| if let StepOp::Fused(f) = &s.op { Some(f.ops.len()) } else { None }).collect()
+    }
+
+    /// `n` values with NaN, infinities, signed zeros, tiny and huge ones.
+    fn values(n: usize, seed: u64, d: DType) -> Tensor {
+        let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let special = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0, -0.0, 1e-30, 1e30, 1.0, -1.0];
+        let v: Vec<f64> = (0..n)
+            .map(|i| {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let u = (state >> 11) as f64 / (1u64 << 53) as f64;
+                if i % 13 == 5 {
+                    special[(state >> 3) as usize % special.len()]
+                } else {
+                    (u - 0.5) * 8.0
+                }
+            })
+            .collect();
+        Tensor::from_vec(v, [n]).cast(d)
+    }
+
+    fn aval(shape: &[usize], d: DType) -> Aval {
+        Aval { shape: Shape::from(shape), dtype: d, device: Device::Cpu }
+    }
+
+    /// Random chains of unary, binary, compare/select and convert ops over
+    /// a 2-d shape whose size is not a multiple of the tile, with a
+    /// broadcast row and a broadcast scalar constant among the operands:
+    /// bit-identical to eager, f32 and f64.
+    #[test]
+    fn random_chains_are_bit_identical() {
+        let unary =
+            [UnaryOp::Sin, UnaryOp::Exp, UnaryOp::Tanh, UnaryOp::Neg, UnaryOp::Log, UnaryOp::Sqrt, UnaryOp::Abs];
+        let binary = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Max, BinaryOp::Pow];
+        let (r, c) = (37usize, 29usize);
+        for d in [DType::F32, DType::F64] {
+            for seed in 0..12u64 {
+                let x = values(r * c, seed, d).reshape_to([r, c]);
+                let y = values(r * c, seed + 100, d).reshape_to([r, c]);
+                let row = values(c, seed + 200, d);
+                let scalar = values(1, seed + 300, d).reshape_to(Shape::scalar());
+                let p = build(&[x.clone(), y.clone(), row.clone()], |b: &mut ProgramBuilder, ins| {
+                    let full = aval(&[r, c], d);
+                    let bc = |b: &mut ProgramBuilder, a, dims: &[usize]| {
+                        let op = ShapeOp::BroadcastInDim {
+                            shape: Shape::from([r, c]),
+                            dims: dims.iter().copied().collect(),
+                        };
+                        push1(b, Prim::Shape(op), &[a], Some(full.clone()))
+                    };
+                    let k = b.constant(&scalar);
+                    let mut pool = vec![ins[0], ins[1], bc(b, ins[2], &[1]), bc(b, k, &[])];
+                    let mut st = seed;
+                    let mut pick = |n: usize| {
+                        st = st.wrapping_mul(2862933555777941757).wrapping_add(3037000493);
+                        (st >> 33) as usize % n
+                    };
+                    for _ in 0..10 {
+                        let a = pool[pool.len() - 1 - pick(pool.len().min(3))];
+                        let bb = pool[pick(pool.len())];
+                        let v = match pick(5) {
+                            0 | 1 => push1(b, Prim::Unary(unary[pick(unary.len())]), &[a], None),
+                            2 | 3 => push1(b, Prim::Binary(binary[pick(binary.len())]), &[a, bb], None),
+                            _ => {
+                                let m =
+                                    push1(b, Prim::Compare(CompareOp::Gt), &[a, bb], Some(aval(&[r, c], DType::Bool)));
+                                let other = if d == DType::F32 { DType::F64 } else { DType::F32 };
+                                let w = push1(
+                                    b,
+                                    Prim::Elementwise(ElementwiseOp::Convert(other)),
+                                    &[a],
+                                    Some(aval(&[r, c], other)),
+                                );
+                                let w = push1(b, Prim::Unary(UnaryOp::Exp), &[w], None);
+                                let w =
+                                    push1(b, Prim::Elementwise(ElementwiseOp::Convert(d)), &[w], Some(full.clone()));
+                                push1(b, Prim::Elementwise(ElementwiseOp::Select), &[m, w, bb], Some(full.clone()))
+                            }
+                        };
+                        pool.push(v);
+                    }
+                    vec![*pool.last().unwrap()]
+                });
+                let plan = check(&p, &[x, y, row]);
+                assert_eq!(fused_steps(&plan).len(), 1, "one fused group: {p}");
+            }
+        }
+    }
+
+    /// A chain of N elementwise ops becomes one fused step (plan
+    /// inspection), here one over 2^17 elements, split across threads.
+    #[test]
+    fn a_chain_is_one_step() {
+        for n in [1000usize, 1 << 17] {
+            let x = values(n, 7, DType::F32);
+            let p = build(std::slice::from_ref(&x), |b, ins| {
+                let s = push1(b, Prim::Unary(UnaryOp::Sin), &[ins[0]], None);
+                let m = push1(b, Prim::Binary(BinaryOp::Mul), &[s, ins[0]], None);
+                let e = push1(b, Prim::Unary(UnaryOp::Exp), &[m], None);
+                let a = push1(b, Prim::Binary(BinaryOp::Add), &[e, s], None);
+                let t = push1(b, Prim::Unary(UnaryOp::Tanh), &[a], None);
+                vec![push1(b, Prim::Binary(BinaryOp::Div), &[t, m], None)]
+            });
+            let plan = check(&p, &[x]);
+            assert_eq!(plan.steps.len(), 1);
+            assert_eq!(fused_steps(&plan), vec![6]);
+        }
+    }
+
+    /// A group with two outputs; an intermediate read outside the group
+    /// (by a transpose) stays an output of the group, not fused away.
+    #[test]
+    fn outputs_and_outside_readers() {
+        for d in [DType::F32, DType::F64] {
+            let x = values(6 * 200, 3, d).reshape_to([6, 200]);
+            let y = values(6 * 200, 4, d).reshape_to([6, 200]);
+            let p = build(&[x.clone(), y.clone()], |b, ins| {
+                let s = push1(b, Prim::Unary(UnaryOp::Sin), &[ins[0]], None);
+                let m = push1(b, Prim::Binary(BinaryOp::Mul), &[s, ins[1]], None);
+                let tr = push1(
+                    b,
+                    Prim::Shape(ShapeOp::Transpose { perm: [1, 0].into_iter().collect() }),
+                    &[s],
+                    Some(aval(&[200, 6], d)),
+                );
+                let e = push1(b, Prim::Unary(UnaryOp::Exp), &[m], None);
+                let a = push1(b, Prim::Binary(BinaryOp::Add), &[e, m], None);
+                let q = push1(b, Prim::Binary(BinaryOp::Sub), &[a, ins[1]], None);
+                vec![tr, a, q]
+            });
+            let plan = check(&p, &[x, y]);
+            assert_eq!(fused_steps(&plan), vec![2, 3]);
+            let outs: Vec<usize> = plan.steps.iter().map(|s| s.outs.len()).collect();
+            // sin/mul write s (read by the transpose) and m (read after);
+            // exp/add/sub write a and q (program outputs), e stays inside
+            assert_eq!(outs, vec![2, 1, 2]);
+        }
+    }
+
+    /// Not covered (integers, a non-elementwise op between) runs unfused,
+    /// with equal results.
+    #[test]
+    fn fallbacks() {
+        let x = Tensor::from_vec((0..50).collect::<Vec<i32>>(), [50]);
+        let p = build(std::slice::from_ref(&x), |b, ins| {
+            let n = push1(b, Prim::Unary(UnaryOp::Neg), &[ins[0]], None);
+            vec![push1(b, Prim::Binary(BinaryOp::Mul), &[n, ins[0]], None)]
+        });
+        let plan = check(&p, &[x]);
+        assert!(fused_steps(&plan).is_empty());
+    }
+}
