@@ -374,6 +374,17 @@ fn w3() {
     let hs = hessian(f);
     let st = measure(|| drop(hs(&x)), false);
     emit("W3_jacobian_hessian", "hessian(f)", "float32", &sizes, &st, "");
+    // jitted, `A` captured (a constant of the program), as peers.py's
+    // `jax.jit(jax.jacfwd(g))`
+    let jf = jit(jacfwd(g));
+    let st = measure(|| drop(jf(&x)), false);
+    emit("W3_jacobian_hessian", "jit(jacfwd(g))", "float32", &sizes, &st, "");
+    let jr = jit(jacrev(g));
+    let st = measure(|| drop(jr(&x)), false);
+    emit("W3_jacobian_hessian", "jit(jacrev(g))", "float32", &sizes, &st, "");
+    let hs = jit(hessian(f));
+    let st = measure(|| drop(hs(&x)), false);
+    emit("W3_jacobian_hessian", "jit(hessian(f))", "float32", &sizes, &st, "");
 }
 
 /// The W5 CNN of peers.py (the functorch tutorial's, without dropout):

@@ -42,6 +42,16 @@ ROWS = [
      "torch.func vmap(grad(sin(x)*x)) [8]", "<= 5 us"),
 ]
 
+# jit (issue 23): (workload, dtype, size name or None, xform jit mode, xform eager mode, jax mode,
+# target jit / eager, target jit / jax jit)
+JIT_ROWS = [
+    ("W1_per_sample_grad", "float32", "small", "jit(vmap(grad))", "vmap(grad)", "jit(vmap(grad))", 0.6, 0.12),
+    ("W3_jacobian_hessian", "float32", None, "jit(jacfwd(g))", "jacfwd(g)", "jit(jacfwd(g))", None, 0.6),
+    ("W3_jacobian_hessian", "float32", None, "jit(jacrev(g))", "jacrev(g)", "jit(jacrev(g))", None, 0.6),
+    ("W3_jacobian_hessian", "float32", None, "jit(hessian(f))", "hessian(f)", "jit(hessian(f))", None, 0.6),
+]
+JIT_DISPATCH = ("dispatch_overhead", "float32", None, "jit(vmap(grad(sin(x)*x))) [8]")
+
 DISPATCH = ("dispatch_overhead", "float32", None, "vmap(grad(sin(x)*x)) [8]")
 
 # W7, one DP-SGD gradient (per-example clip to C, sum, / B): xform's dp mode beside xform's own
@@ -169,8 +179,34 @@ def main():
     if firsts:
         print(f"W1 small first call: {statistics.median(firsts):.3f} ms (max {max(firsts):.3f}; target <= 5 ms;"
               f" JAX jit compiles for ~480 ms)")
+    print_jit(xr, pr)
     print_w7(xr, pr)
     return 0
+
+
+def print_jit(xr, pr):
+    """xform's jitted modes against xform eager and JAX jit."""
+    print(f"\njit: {'workload':20s} {'mode':18s} {'jit ms':>9s} {'eager ms':>9s} {'jit/eager':>16s}"
+          f" {'jax jit ms':>10s} {'jit/jax':>16s}  targets")
+    for w, d, nm, jm, em, pm, t_eager, t_jax in JIT_ROWS:
+        js = find_rounds(xr, "xform", w, d, nm, jm)
+        if median_of(js) is None:
+            continue
+        es = find_rounds(xr, "xform", w, d, nm, em)
+        ps = find_rounds(pr, "jax", w, d, nm, pm)
+        cells = []
+        for other in (es, ps):
+            r, spread = ratio_text(js, other)
+            med = median_of(other)
+            cells.append((f"{med:9.4f}" if med is not None else f"{'-':>9s}",
+                          f"{r:5.3f}{spread:11s}" if r is not None else f"{'-':>16s}"))
+        targets = ", ".join(t for t in (f"<= {t_eager}x eager" if t_eager else "",
+                                        f"<= {t_jax}x jax jit" if t_jax else "") if t)
+        print(f"jit: {w:20s} {jm[:18]:18s} {median_of(js):9.4f} {cells[0][0]} {cells[0][1]} {cells[1][0]:>10s}"
+              f" {cells[1][1]}  {targets}")
+    ds = [r for r in find_rounds(xr, "xform", *JIT_DISPATCH) if r]
+    if ds:
+        print(f"jit: dispatch jitted {median_of(ds) * 1e3:.2f} us per call (target <= 1 us)")
 
 
 def print_w7(xr, pr):

@@ -66,6 +66,13 @@ impl NodeRef {
         self.ptr.as_ptr() as *const ()
     }
 
+    /// True if this is the only reference to the node.
+    #[inline]
+    pub(crate) fn is_unique(&self) -> bool {
+        // Acquire: the other references' drops happen before this answer.
+        self.strong().load(Ordering::Acquire) == 1
+    }
+
     #[inline]
     fn strong(&self) -> &AtomicUsize {
         // SAFETY: the block is live while any `NodeRef` to it exists.

@@ -421,3 +421,55 @@ fn fused_chains_are_bit_identical_to_eager() {
         }
     }
 }
+
+/// The address of a CPU tensor's f32 buffer.
+fn buffer_addr(t: &Tensor) -> usize {
+    let a = t.array().expect("concrete");
+    let g = a.read();
+    g.cpu("test").expect("cpu").as_slice::<f32>().as_ptr() as usize
+}
+
+/// Buffer planning (NOTE: [buffer planning]): a donated argument no one
+/// else holds is written over (the result lives in its buffer); one the
+/// caller still holds is not (its values stay); an intermediate read last
+/// by an elementwise step is written over; results equal `call`'s, bit for
+/// bit.
+#[test]
+fn donated_arguments_and_dead_intermediates_are_written_over() {
+    let f = |x: &Tensor| (x * 0.5 + 1.0).exp().matmul(&x.transpose(0, 1)).tanh() - 0.25;
+    let j = jitted(f, JitOptions::default());
+    let x = Key::new(3).normal([24, 24], DType::F32);
+    let want = f(&x);
+    let same = |got: &Tensor| {
+        assert_eq!(
+            v(got).iter().map(|g| g.to_bits()).collect::<Vec<_>>(),
+            v(&want).iter().map(|w| w.to_bits()).collect::<Vec<_>>()
+        );
+    };
+    // plain calls: x is the caller's; the matmul's result is written over
+    // by the tanh/sub step that reads it last
+    same(&j.call(&x));
+    let writes = j.entries()[0].in_place_writes;
+    assert_eq!(writes, 1, "the matmul's result is written over: {:?}", j.entries());
+    // a clone kept: x is not written over, its values stay
+    let kept = v(&x);
+    same(&j.call_donated(x.clone()));
+    assert_eq!(v(&x), kept);
+    assert_eq!(j.entries()[0].in_place_writes, writes + 1);
+    // handed over: the fused x * 0.5 + 1.0, exp step writes over x too
+    let x2 = Tensor::from_vec(kept.iter().map(|&e| e as f32).collect::<Vec<_>>(), [24, 24]);
+    let addr = buffer_addr(&x2);
+    let step = jitted(|x: &Tensor| (x * 0.5 + 1.0).exp(), JitOptions::default());
+    let y = step.call_donated(x2);
+    assert_eq!(buffer_addr(&y), addr, "the result lives in the donated buffer");
+    let x3 = Tensor::from_vec(kept.iter().map(|&e| e as f32).collect::<Vec<_>>(), [24, 24]);
+    let eager = (&x3 * 0.5 + 1.0).exp();
+    assert_eq!(v(&y), v(&eager));
+    assert_eq!(step.entries()[0].in_place_writes, 1);
+    // a view of the donated storage elsewhere: not written over
+    let x4 = x3.clone().reshape(&[576]).reshape(&[24, 24]);
+    let y4 = step.call_donated(x3);
+    assert_ne!(buffer_addr(&y4), buffer_addr(&x4));
+    assert_eq!(v(&x4), kept);
+    assert_eq!(v(&y4), v(&eager));
+}

@@ -454,33 +454,68 @@ fn select_tile(p: &[bool], x: &Tile<'_>, y: &Tile<'_>, out: TileMut<'_>) -> bool
 }
 
 /// One CPU operand of a fused loop: its whole buffer and its layout (any
-/// strides: a broadcast operand is read through stride 0).
+/// strides: a broadcast operand is read through stride 0), or, for an
+/// operand whose buffer the loop writes an output over (a donor), the
+/// buffer's address only.
 #[derive(Debug)]
 pub struct FusedIn<'a> {
-    /// The operand's storage.
+    /// The operand's storage (empty for a donor: read it through `donor`).
     pub data: Tile<'a>,
     /// Where its elements lie in `data`.
     pub layout: &'a Layout,
+    /// A donor's elements (contiguous, from offset 0), read a tile at a
+    /// time before the loop writes that tile (see [`OutBase::tile`]).
+    pub donor: Option<OutBase>,
 }
 
 /// Calls `f` with the CPU buffers of `arrays`, or returns `None` without
-/// calling it when one is not an f32, f64 or bool CPU buffer.
+/// calling it when one is not an f32, f64 or bool CPU buffer. The arrays
+/// with `donor[i]` set are opened for writing (the loop writes an output
+/// over them: the caller made sure no one else holds them and that they
+/// are contiguous from offset 0) and passed by address.
 ///
 /// # Errors
 /// None today (a buffer that moved off the CPU answers `None`); kept a
 /// `Result` for the lock.
-pub fn with_fused_inputs<R>(arrays: &[&Array], f: impl FnOnce(&[FusedIn<'_>]) -> R) -> Result<Option<R>> {
-    let guards: Vec<_> = arrays.iter().map(|a| a.read()).collect();
+pub fn with_fused_inputs<R>(
+    arrays: &[&Array],
+    donor: &[bool],
+    f: impl FnOnce(&[FusedIn<'_>]) -> R,
+) -> Result<Option<R>> {
+    enum Guard<'g> {
+        Read(std::sync::RwLockReadGuard<'g, crate::array::Buffer>),
+        Write(std::sync::RwLockWriteGuard<'g, crate::array::Buffer>),
+    }
+    let mut guards: Vec<Guard<'_>> = arrays
+        .iter()
+        .enumerate()
+        .map(|(i, a)| if donor.get(i) == Some(&true) { Guard::Write(a.write()) } else { Guard::Read(a.read()) })
+        .collect();
     let mut ins = Vec::with_capacity(arrays.len());
-    for (g, a) in guards.iter().zip(arrays) {
-        let Ok(b) = g.cpu("fused") else { return Ok(None) };
-        let data = match b {
-            CpuBuffer::F32(v) => Tile::F32(v),
-            CpuBuffer::F64(v) => Tile::F64(v),
-            CpuBuffer::Bool(v) => Tile::Bool(v),
-            _ => return Ok(None),
+    for (g, a) in guards.iter_mut().zip(arrays) {
+        let (data, donor) = match g {
+            Guard::Read(g) => {
+                let Ok(b) = g.cpu("fused") else { return Ok(None) };
+                let data = match b {
+                    CpuBuffer::F32(v) => Tile::F32(v),
+                    CpuBuffer::F64(v) => Tile::F64(v),
+                    CpuBuffer::Bool(v) => Tile::Bool(v),
+                    _ => return Ok(None),
+                };
+                (data, None)
+            }
+            Guard::Write(g) => {
+                let Ok(b) = g.cpu_mut("fused") else { return Ok(None) };
+                let base = match b {
+                    CpuBuffer::F32(v) => (Tile::F32(&[]), OutBase::F32(v.as_mut_ptr() as usize)),
+                    CpuBuffer::F64(v) => (Tile::F64(&[]), OutBase::F64(v.as_mut_ptr() as usize)),
+                    CpuBuffer::Bool(v) => (Tile::Bool(&[]), OutBase::Bool(v.as_mut_ptr() as usize)),
+                    _ => return Ok(None),
+                };
+                (base.0, Some(base.1))
+            }
         };
-        ins.push(FusedIn { data, layout: &a.layout });
+        ins.push(FusedIn { data, layout: &a.layout, donor });
     }
     Ok(Some(f(&ins)))
 }
@@ -524,21 +559,44 @@ enum OutVec {
 }
 
 /// The address of an output's first element (an address, so that tasks
-/// on other threads can each view their own range).
-#[derive(Copy, Clone)]
-enum OutBase {
+/// on other threads can each view their own range). Every access to an
+/// output goes through short-lived views made from it, one tile at a time,
+/// so a loop may read a tile of a donor operand and then write the same
+/// tile of the output that reuses its buffer.
+#[derive(Copy, Clone, Debug)]
+pub enum OutBase {
+    /// f32 elements at this address.
     F32(usize),
+    /// f64 elements at this address.
     F64(usize),
+    /// bool elements at this address.
     Bool(usize),
 }
 
 impl OutBase {
-    /// A view of elements `r`.
+    /// A read-only view of elements `r` (initialized ones).
     ///
     /// # Safety
-    /// The base's vector outlives the view and is not moved or otherwise
+    /// The base's buffer outlives the view and elements `r` are initialized
+    /// and lie inside it; nothing writes them while the view lives.
+    pub unsafe fn tile<'a>(self, r: std::ops::Range<usize>) -> Tile<'a> {
+        // SAFETY: in bounds, initialized and not written meanwhile (the
+        // caller's contract).
+        unsafe {
+            match self {
+                OutBase::F32(p) => Tile::F32(std::slice::from_raw_parts((p as *const f32).add(r.start), r.len())),
+                OutBase::F64(p) => Tile::F64(std::slice::from_raw_parts((p as *const f64).add(r.start), r.len())),
+                OutBase::Bool(p) => Tile::Bool(std::slice::from_raw_parts((p as *const bool).add(r.start), r.len())),
+            }
+        }
+    }
+
+    /// A view of elements `r` to write.
+    ///
+    /// # Safety
+    /// The base's buffer outlives the view and is not moved or otherwise
     /// accessed meanwhile; `r` lies inside it; no other live view overlaps `r`.
-    unsafe fn range<'a>(self, r: std::ops::Range<usize>) -> OutTile<'a> {
+    pub unsafe fn range<'a>(self, r: std::ops::Range<usize>) -> OutTile<'a> {
         // SAFETY: in bounds, unaliased and alive (the caller's contract);
         // MaybeUninit slots may be written through the view.
         unsafe {
@@ -594,31 +652,42 @@ impl OutVec {
 
 /// Runs a fused loop over the `shape.numel()` elements of outputs of
 /// `dtypes` (f32, f64 or bool; `None` otherwise): `body(range, outs)` must
-/// write elements `range` of every output, through `outs` (indexed from
-/// the range's start). Ranges start at multiples of `tile`; under rayon
-/// (when `numel * cost` is worth it, as for the eager maps) the ranges are
-/// split across threads, whole tiles each.
+/// write elements `range` of every output, through views made from `outs`
+/// (element 0 is the output's first), a tile at a time. An output with
+/// `dests[j]` set is written there (a donor operand's buffer, see
+/// [`with_fused_inputs`]) and answers `None`; the others are fresh arrays.
+/// Ranges start at multiples of `tile`; under rayon (when `numel * cost`
+/// is worth it, as for the eager maps) the ranges are split across
+/// threads, whole tiles each.
 pub fn run_fused(
     dtypes: &[DType],
+    dests: &[Option<OutBase>],
     shape: &Shape,
     cost: usize,
     tile: usize,
-    body: impl Fn(std::ops::Range<usize>, &mut [OutTile<'_>]) + Sync,
-) -> Option<Vec<Array>> {
+    body: impl Fn(std::ops::Range<usize>, &[OutBase]) + Sync,
+) -> Option<Vec<Option<Array>>> {
     let n = shape.numel();
-    let mut outs: Vec<OutVec> = dtypes.iter().map(|d| OutVec::new(*d, n)).collect::<Option<_>>()?;
-    let bases: Vec<OutBase> = outs.iter_mut().map(OutVec::base).collect();
+    let mut outs: Vec<Option<OutVec>> = Vec::with_capacity(dtypes.len());
+    for (j, d) in dtypes.iter().enumerate() {
+        outs.push(match dests.get(j).copied().flatten() {
+            Some(_) => None,
+            None => Some(OutVec::new(*d, n)?),
+        });
+    }
+    let bases: Vec<OutBase> = outs
+        .iter_mut()
+        .zip(dtypes.iter().enumerate())
+        .map(|(o, (j, _))| match o {
+            Some(v) => v.base(),
+            None => dests[j].expect("a destination where no fresh output"),
+        })
+        .collect();
     let tiles = n.div_ceil(tile.max(1));
-    let run = |r: std::ops::Range<usize>| {
-        // SAFETY: `outs` is neither moved nor touched until every `run`
-        // returned; the ranges passed below are disjoint and inside 0..n.
-        let mut views: Vec<OutTile<'_>> = bases.iter().map(|b| unsafe { b.range(r.clone()) }).collect();
-        body(r, &mut views);
-    };
     let par = Par::for_work(n, cost);
     let tasks = if par == Par::Rayon { (xform_kernels::cpu::threads() * 4).min(tiles) } else { 1 };
     if tasks <= 1 {
-        run(0..n);
+        body(0..n, &bases);
     } else {
         let per = tiles.div_ceil(tasks) * tile;
         let ids: Vec<u32> = (0..tasks as u32).collect();
@@ -626,10 +695,10 @@ pub fn run_fused(
         // one task per id; each writes its own disjoint range of the outputs
         let _: Vec<u8> = map1(&ids, &l, Par::Rayon, |t: u32| {
             let start = (t as usize * per).min(n);
-            run(start..(start + per).min(n));
+            body(start..(start + per).min(n), &bases);
             0u8
         });
     }
     // SAFETY: the ranges cover 0..n, and `body` writes every element of its range.
-    Some(outs.into_iter().map(|o| Array::from_cpu(unsafe { o.finish() }, shape.clone())).collect())
+    Some(outs.into_iter().map(|o| o.map(|o| Array::from_cpu(unsafe { o.finish() }, shape.clone()))).collect())
 }

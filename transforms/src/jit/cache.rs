@@ -39,6 +39,13 @@ pub struct JitEntry {
     pub optimized_eqns: usize,
     /// Calls that found this entry.
     pub hits: u64,
+    /// Steps of the replay plan (after elementwise fusion).
+    pub plan_steps: usize,
+    /// Fused steps among them.
+    pub fused_steps: usize,
+    /// Results the replays wrote over an operand's buffer (see NOTE:
+    /// [buffer planning]), over all calls.
+    pub in_place_writes: u64,
 }
 
 /// One compiled signature: its key, and what the call needs.

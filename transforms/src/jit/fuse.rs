@@ -25,7 +25,7 @@
 //! refuses) runs as before, one step per equation.
 
 use smallvec::SmallVec;
-use xform_ops::prims::elementwise::{run_fused, with_fused_inputs, FusedIn, OutTile, Tile, TileMut};
+use xform_ops::prims::elementwise::{run_fused, with_fused_inputs, FusedIn, OutBase, Tile, TileMut};
 use xform_ops::{Array, Atom, DType, Device, Error, Prim, Program, Result, Shape};
 
 /// Elements per tile: 1024 f64 scratch values are 8 KiB per op, so a
@@ -97,7 +97,7 @@ fn empty(d: DType) -> Tile<'static> {
 }
 
 /// The shape of equation `k` when it can join a fused group.
-fn fusable(p: &Program, k: usize) -> Option<Shape> {
+pub(crate) fn fusable(p: &Program, k: usize) -> Option<Shape> {
     let e = &p.eqns[k];
     if !matches!(e.prim, Prim::Unary(_) | Prim::Binary(_) | Prim::Compare(_) | Prim::Elementwise(_)) {
         return None;
@@ -171,8 +171,9 @@ pub fn group(p: &Program) -> Vec<Item> {
     items
 }
 
-/// The fused step of equations `eqns` (two or more, program order).
-fn make_group(p: &Program, eqns: Vec<usize>) -> Item {
+/// The fused step of equations `eqns` (program order; one where the plan
+/// writes its result over an operand).
+pub(crate) fn make_group(p: &Program, eqns: Vec<usize>) -> Item {
     let mut ins: Vec<Atom> = Vec::new();
     let mut ops: Vec<FusedOp> = Vec::with_capacity(eqns.len());
     // op index of each variable defined in the group
@@ -240,6 +241,16 @@ impl Scratch {
         }
     }
 
+    /// Copies `src` into the front of the scratch.
+    fn copy_from(&mut self, src: &Tile<'_>) {
+        match (self, src) {
+            (Scratch::F32(d), Tile::F32(s)) => d[..s.len()].copy_from_slice(s),
+            (Scratch::F64(d), Tile::F64(s)) => d[..s.len()].copy_from_slice(s),
+            (Scratch::Bool(d), Tile::Bool(s)) => d[..s.len()].copy_from_slice(s),
+            _ => unreachable!("a donor's scratch has its dtype"),
+        }
+    }
+
     fn tile_mut(&mut self, n: usize) -> TileMut<'_> {
         match self {
             Scratch::F32(v) => TileMut::F32(&mut v[..n]),
@@ -299,29 +310,54 @@ fn gather<T: Copy>(data: &[T], shape: &[usize], strides: &[isize], offset: usize
 
 impl Fused {
     /// Runs the fused loop on the step's operands (CPU arrays of the
-    /// planned shapes and dtypes).
+    /// planned shapes and dtypes). Output `j` with `donors[j] = Some(i)` is
+    /// written over operand `i`'s buffer (the plan checked that nothing
+    /// else holds it, that it is contiguous with the group's shape and the
+    /// output's dtype, and that this step reads it last) and is returned
+    /// as that array; the others are fresh.
     ///
     /// # Errors
     /// Out of memory, or an operand not on the CPU in a tile dtype (an
     /// internal error: the plan was compiled for these avals).
-    pub fn run(&self, arrays: &[&Array]) -> Result<xform_ops::Outs> {
-        let dtypes: Vec<DType> = self.outputs.iter().map(|&j| self.ops[j as usize].dtype).collect();
+    pub fn run(&self, arrays: &[&Array], donors: &[Option<u32>]) -> Result<xform_ops::Outs> {
+        let dtypes: SmallVec<[DType; 4]> = self.outputs.iter().map(|&j| self.ops[j as usize].dtype).collect();
+        let mut is_donor: SmallVec<[bool; 8]> = SmallVec::from_elem(false, arrays.len());
+        for i in donors.iter().flatten() {
+            is_donor[*i as usize] = true;
+        }
         let cost = 2 * self.ops.len();
-        let outs =
-            with_fused_inputs(arrays, |ins| run_fused(&dtypes, &self.shape, cost, TILE, |r, o| self.body(ins, r, o)))?
-                .flatten()
-                .ok_or_else(|| {
-                    Error::invalid("jit", "a fused step got an operand it was not planned for (internal error)")
-                })?;
-        Ok(outs.into_iter().map(xform_ops::Tensor::from_array).collect())
+        let outs = with_fused_inputs(arrays, &is_donor, |ins| {
+            let dests: SmallVec<[Option<OutBase>; 4]> = (0..dtypes.len())
+                .map(|j| donors.get(j).copied().flatten().and_then(|i| ins[i as usize].donor))
+                .collect();
+            run_fused(&dtypes, &dests, &self.shape, cost, TILE, |r, o| self.body(ins, r, o))
+        })?
+        .flatten()
+        .ok_or_else(|| Error::invalid("jit", "a fused step got an operand it was not planned for (internal error)"))?;
+        Ok(outs
+            .into_iter()
+            .enumerate()
+            .map(|(j, o)| match o {
+                Some(a) => xform_ops::Tensor::from_array(a),
+                None => {
+                    let i = donors[j].expect("a written-over output has a donor") as usize;
+                    xform_ops::Tensor::from_array(arrays[i].clone())
+                }
+            })
+            .collect())
     }
 
-    /// Elements `r` of every output, tile by tile.
-    fn body(&self, ins: &[FusedIn<'_>], r: std::ops::Range<usize>, outs: &mut [OutTile<'_>]) {
-        let contiguous: Vec<Option<usize>> = ins.iter().map(|i| i.layout.contiguous_range().map(|c| c.start)).collect();
-        let mut gathered: Vec<Option<Scratch>> = ins
+    /// Elements `r` of every output, tile by tile: the operands' tiles are
+    /// read (donors' copied into scratch first), the ops applied, then the
+    /// outputs' tiles written.
+    fn body(&self, ins: &[FusedIn<'_>], r: std::ops::Range<usize>, outs: &[OutBase]) {
+        let direct: SmallVec<[Option<usize>; 8]> = ins
             .iter()
-            .zip(&contiguous)
+            .map(|i| if i.donor.is_some() { None } else { i.layout.contiguous_range().map(|c| c.start) })
+            .collect();
+        let mut gathered: SmallVec<[Option<Scratch>; 8]> = ins
+            .iter()
+            .zip(&direct)
             .map(|(i, c)| {
                 c.is_none().then(|| {
                     Scratch::new(match i.data {
@@ -332,26 +368,35 @@ impl Fused {
                 })
             })
             .collect();
-        let mut scratch: Vec<Scratch> = self.ops.iter().map(|o| Scratch::new(o.dtype)).collect();
+        let mut scratch: SmallVec<[Scratch; 8]> = self.ops.iter().map(|o| Scratch::new(o.dtype)).collect();
         let mut t = r.start;
         while t < r.end {
             let n = TILE.min(r.end - t);
-            for ((inp, g), c) in ins.iter().zip(gathered.iter_mut()).zip(&contiguous) {
-                if let (Some(g), None) = (g, c) {
-                    let l = inp.layout;
-                    let (shape, strides, off) = (&l.shape[..], &l.strides[..], l.offset);
-                    match (inp.data, g) {
-                        (Tile::F32(d), Scratch::F32(s)) => gather(d, shape, strides, off, t, &mut s[..n]),
-                        (Tile::F64(d), Scratch::F64(s)) => gather(d, shape, strides, off, t, &mut s[..n]),
-                        (Tile::Bool(d), Scratch::Bool(s)) => gather(d, shape, strides, off, t, &mut s[..n]),
-                        _ => unreachable!("gather scratch has its operand's dtype"),
-                    }
+            for ((inp, g), c) in ins.iter().zip(gathered.iter_mut()).zip(&direct) {
+                let (Some(g), None) = (g, c) else { continue };
+                if let Some(base) = inp.donor {
+                    // SAFETY: the donor's elements t..t+n are initialized (a
+                    // whole array) and in bounds (contiguous, the group's
+                    // shape); this tile of the output that reuses the buffer
+                    // is written only after this copy, and other threads
+                    // handle other ranges.
+                    let src = unsafe { base.tile(t..t + n) };
+                    g.copy_from(&src);
+                    continue;
+                }
+                let l = inp.layout;
+                let (shape, strides, off) = (&l.shape[..], &l.strides[..], l.offset);
+                match (inp.data, g) {
+                    (Tile::F32(d), Scratch::F32(s)) => gather(d, shape, strides, off, t, &mut s[..n]),
+                    (Tile::F64(d), Scratch::F64(s)) => gather(d, shape, strides, off, t, &mut s[..n]),
+                    (Tile::Bool(d), Scratch::Bool(s)) => gather(d, shape, strides, off, t, &mut s[..n]),
+                    _ => unreachable!("gather scratch has its operand's dtype"),
                 }
             }
             let tiles: SmallVec<[Tile<'_>; 8]> = ins
                 .iter()
                 .zip(&gathered)
-                .zip(&contiguous)
+                .zip(&direct)
                 .map(|((inp, g), c)| match (c, g) {
                     (Some(s), _) => match inp.data {
                         Tile::F32(d) => Tile::F32(&d[s + t..s + t + n]),
@@ -375,8 +420,12 @@ impl Fused {
                 let applied = op.prim.cpu_tile(&args, rest[0].tile_mut(n));
                 assert!(applied, "a fused op was planned for these dtypes");
             }
-            for (o, &j) in outs.iter_mut().zip(&self.outputs) {
-                o.put(t - r.start, &scratch[j as usize].tile(n));
+            for (base, &j) in outs.iter().zip(&self.outputs) {
+                // SAFETY: elements t..t+n lie in the output (this task's
+                // range); no other view of them is alive (donor tiles were
+                // copied above; other tasks write other ranges).
+                let mut view = unsafe { base.range(t..t + n) };
+                view.put(0, &scratch[j as usize].tile(n));
             }
             t += n;
         }

@@ -126,6 +126,15 @@ pub struct Jitted<S, X, Y, F> {
 /// [jit composition] in this module): traced once per signature, its
 /// program optimized and replayed. Results equal eager execution.
 ///
+/// Chains of elementwise ops run fused, as one loop over memory (NOTE:
+/// [elementwise fusion] in `fuse.rs`). Fusion does not contract: `a * b + c`
+/// stays a multiply rounded to the dtype and then an add, never one fused
+/// multiply-add (which rounds once and so can differ from eager execution
+/// in the last bit); nor does it reassociate or otherwise rewrite
+/// arithmetic. Each op applies the element function its eager kernel
+/// applies, so fused results are bit-identical to eager ones (a compiler
+/// left to its defaults may contract: NVRTC's `--fmad=true`, for one).
+///
 /// ```
 /// use xform_ops::Tensor;
 /// use xform_transforms::{grad, jit, vmap};
@@ -212,6 +221,34 @@ impl<X: Tree, Y: Tree, F: Fn(&(), &X) -> Y> Jitted<(), X, Y, F> {
     pub fn try_call(&self, x: &X) -> Result<Y> {
         self.try_call_static(&(), x)
     }
+
+    /// Calls the jitted function on arguments handed over (JAX's
+    /// `donate_argnums`, see NOTE: [buffer planning]): a step that reads
+    /// an argument last may write its result over the argument's buffer,
+    /// so `params = step.call_donated(params)` updates in place rather
+    /// than allocating. Where JAX deletes a donated array and raises on a
+    /// later use, here the argument was moved: a later use does not
+    /// compile. An argument the caller still holds elsewhere (a clone of
+    /// the tensor, a view of its storage) is not written over (checked at
+    /// each call), and the results equal [`Jitted::call`]'s.
+    ///
+    /// ```
+    /// use xform_ops::Tensor;
+    /// use xform_transforms::{jitted, JitOptions};
+    ///
+    /// let step = jitted(|p: &Tensor| p * 0.5 + 1.0, JitOptions::default());
+    /// let mut p = Tensor::from_vec(vec![2.0f32, 4.0], [2]);
+    /// for _ in 0..3 {
+    ///     p = step.call_donated(p);
+    /// }
+    /// assert_eq!(p.to_vec::<f32>(), vec![1.75, 2.0]);
+    /// ```
+    ///
+    /// # Panics
+    /// Raises what the trace, the passes or the replay raise.
+    pub fn call_donated(&self, x: X) -> Y {
+        self.call_static_donated(&(), x)
+    }
 }
 
 impl<S, X, Y, F> Jitted<S, X, Y, F>
@@ -229,6 +266,18 @@ where
         let leaves = x.leaves();
         let c = self.compiled(s, x, &leaves);
         run(&c, &leaves).or_raise()
+    }
+
+    /// [`Jitted::call_static`] on arguments handed over (see
+    /// [`Jitted::call_donated`]).
+    ///
+    /// # Panics
+    /// Raises what the trace, the passes or the replay raise.
+    pub fn call_static_donated(&self, s: &S, x: X) -> Y {
+        let leaves = x.leaves();
+        let c = self.compiled(s, &x, &leaves);
+        drop(x);
+        run_donated(&c, leaves.into_vec()).or_raise()
     }
 
     /// [`Jitted::call_static`] returning errors as values.
@@ -267,6 +316,9 @@ where
                 traced_eqns: s.compiled.traced_eqns,
                 optimized_eqns: s.compiled.program.eqns.len(),
                 hits: s.hits,
+                plan_steps: s.compiled.plan.as_ref().map_or(0, |p| p.steps.len()),
+                fused_steps: s.compiled.plan.as_ref().map_or(0, Plan::fused_steps),
+                in_place_writes: s.compiled.plan.as_ref().map_or(0, Plan::in_place_writes),
             })
             .collect()
     }
@@ -349,6 +401,20 @@ fn compile<S, X: Tree, Y: Tree>(
     let program = if opts.optimize { passes::optimize(&traced)? } else { passes::dce::run(&traced)? };
     let plan = if program.consts.iter().any(Tensor::is_tracer) { None } else { Some(Plan::compile(&program)?) };
     Ok(Compiled { traced_eqns: traced.eqns.len(), program, plan, template, n_out, mutated })
+}
+
+/// [`run`] on leaves handed over: the plan may write over those no one
+/// else holds. A function that mutates its arguments writes them back
+/// (a caller's clone sees the writes), so it runs as [`run`].
+fn run_donated<Y: Tree>(c: &Compiled<Y>, leaves: Vec<Tensor>) -> Result<Y> {
+    match &c.plan {
+        Some(plan) if c.mutated.is_empty() && leaves.iter().all(|l| !l.is_tracer()) => {
+            c.program.check_consts("jit")?;
+            let outs = plan.run_donated(leaves)?;
+            Ok(c.template.with_leaves(outs.into_iter().take(c.n_out)))
+        }
+        _ => run(c, &leaves),
+    }
 }
 
 /// Runs a compiled signature on the call's leaves: the plan for concrete

@@ -13,11 +13,29 @@
 //! holds no more buffers than eager execution. Constants are read in
 //! place, not copied into slots.
 //!
-//! The plan is where later steps attach: elementwise fusion replaces a run
-//! of steps by one step over a fused kernel; buffer donation and in-place
-//! updates mark a step's result as written into an operand's buffer whose
-//! last reader it is (`free` already says which); a CUDA graph captures
-//! the loop once per signature.
+//! NOTE: [buffer planning] Three ways a replay avoids allocating:
+//! - Dead buffers are reused: a value is dropped at its last reader (the
+//!   `free` list of that step), so its buffer returns to the size-keyed
+//!   pool (`xform_kernels::pool`) and the next allocation of that size
+//!   takes it, warm in cache, without calling the allocator. A replay holds
+//!   at most the buffers eager execution holds.
+//! - In-place updates: an elementwise step (a fused group, or a single
+//!   elementwise equation, which then runs as a fused step of one op)
+//!   whose operand has the shape and dtype of a result and is read last
+//!   by this step lists the pair in `reuse`. At run time the result is
+//!   written over the operand's buffer when the operand's slot alone holds
+//!   it (`Tensor::owns_its_buffer`: no other handle to the tensor, no view
+//!   of its storage, contiguous from offset 0). The fused loop reads each
+//!   tile of that operand before it writes the same tile of the result,
+//!   so the update is exact.
+//! - Donated inputs: [`Plan::run_donated`] takes the arguments by value
+//!   (`Jitted::call_donated`); an argument the caller no longer holds is
+//!   then written over like an intermediate. A plain [`Plan::run`] keeps
+//!   a handle to each argument in its slot, so the check above always
+//!   refuses the caller's tensors.
+//!
+//! [`Plan::in_place_writes`] counts the results written over an operand.
+//! A CUDA graph capture of the loop would attach here, once per signature.
 
 use super::fuse::{self, Fused, Item};
 use smallvec::SmallVec;
@@ -49,10 +67,15 @@ pub struct Step {
     pub outs: SmallVec<[u32; 2]>,
     /// Slots whose last reader this step is (dropped after it).
     pub free: SmallVec<[u32; 4]>,
+    /// In-place candidates of a fused step: (operand, output) pairs where
+    /// the output may be written over the operand's buffer (same shape and
+    /// dtype, read last here); taken at run time when the slot alone holds
+    /// its buffer (NOTE: [buffer planning]).
+    pub reuse: SmallVec<[(u8, u8); 2]>,
 }
 
 /// A compiled program for concrete inputs of its signature.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Plan {
     /// The number of slots (the program's variables).
     pub slots: usize,
@@ -68,6 +91,8 @@ pub struct Plan {
     pub outputs: Vec<(Atom, bool)>,
     /// The program's constants.
     pub consts: Vec<Tensor>,
+    /// Results written over an operand's buffer, over all runs.
+    in_place: std::sync::atomic::AtomicU64,
 }
 
 impl Plan {
@@ -106,6 +131,20 @@ impl Plan {
         let mut aliases_const = vec![false; slots];
         let mut steps = Vec::with_capacity(items.len());
         for (k, it) in items.into_iter().enumerate() {
+            // an elementwise equation alone that reads an operand last runs
+            // as a fused step of one op, so that it may write over it
+            let it = match it {
+                Item::Eqn(j) if fuse::fusable(p, j).is_some() => {
+                    let e = &p.eqns[j];
+                    let outs: SmallVec<[u32; 2]> = e.outputs.iter().map(|v| v.0).collect();
+                    if reuse_pairs(p, &e.inputs, &outs, k, &last).is_empty() {
+                        it
+                    } else {
+                        fuse::make_group(p, vec![j])
+                    }
+                }
+                it => it,
+            };
             let ins = reads(&it);
             let (op, outs, alias): (StepOp, SmallVec<[u32; 2]>, bool) = match it {
                 Item::Eqn(j) => {
@@ -118,8 +157,13 @@ impl Plan {
                         });
                     (StepOp::Prim(e.prim.clone()), e.outputs.iter().map(|v| v.0).collect(), alias)
                 }
-                // fused results are fresh buffers (all operands on the CPU)
+                // fused results are fresh buffers or written over an
+                // operand this step reads last (all on the CPU)
                 Item::Group { outs, fused, .. } => (StepOp::Fused(Arc::new(fused)), outs.into_iter().collect(), false),
+            };
+            let reuse = match &op {
+                StepOp::Fused(_) => reuse_pairs(p, &ins, &outs, k, &last),
+                StepOp::Prim(_) => SmallVec::new(),
             };
             let mut free: SmallVec<[u32; 4]> = SmallVec::new();
             for a in &ins {
@@ -136,7 +180,7 @@ impl Plan {
                     free.push(*v);
                 }
             }
-            steps.push(Step { op, ins: ins.iter().copied().collect(), outs, free });
+            steps.push(Step { op, ins: ins.iter().copied().collect(), outs, free, reuse });
         }
         let outputs = p
             .outputs
@@ -156,7 +200,19 @@ impl Plan {
             steps,
             outputs,
             consts: p.consts.clone(),
+            in_place: Default::default(),
         })
+    }
+
+    /// The number of fused steps.
+    pub fn fused_steps(&self) -> usize {
+        self.steps.iter().filter(|s| matches!(s.op, StepOp::Fused(_))).count()
+    }
+
+    /// How many results were written over an operand's buffer (an
+    /// intermediate read last, or a donated argument), over all runs.
+    pub fn in_place_writes(&self) -> u64 {
+        self.in_place.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Runs the plan on concrete `args` of the program's signature (the
@@ -166,10 +222,25 @@ impl Plan {
     /// What a lowering returns (out of memory, a CUDA failure), or a tracer
     /// argument (an internal error: the caller replays concrete inputs only).
     pub fn run(&self, args: &[Tensor]) -> Result<Vec<Tensor>> {
+        self.run_with(args.iter().cloned())
+    }
+
+    /// [`Plan::run`] on arguments handed over: an argument whose handle is
+    /// the only one to its tensor (and whose tensor alone holds its
+    /// buffer) may be written over by a step that reads it last, as
+    /// JAX's donated arguments (`donate_argnums`).
+    ///
+    /// # Errors
+    /// As [`Plan::run`].
+    pub fn run_donated(&self, args: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        self.run_with(args)
+    }
+
+    fn run_with(&self, args: impl IntoIterator<Item = Tensor>) -> Result<Vec<Tensor>> {
         let mut slots: SmallVec<[Option<Tensor>; 32]> = SmallVec::from_elem(None, self.slots);
         for ((slot, a), unused) in self.inputs.iter().zip(args).zip(&self.unused_inputs) {
             if !unused {
-                slots[*slot as usize] = Some(a.clone());
+                slots[*slot as usize] = Some(a);
             }
         }
         for step in &self.steps {
@@ -192,7 +263,23 @@ impl Plan {
                 }
                 match &step.op {
                     StepOp::Prim(prim) => lower_checked(prim, &arrays)?,
-                    StepOp::Fused(f) => f.run(&arrays)?,
+                    StepOp::Fused(f) => {
+                        let mut donors: SmallVec<[Option<u32>; 4]> = SmallVec::from_elem(None, step.outs.len());
+                        for &(i, j) in &step.reuse {
+                            let owned = match step.ins[i as usize] {
+                                Atom::Var(v) => slots[v.0 as usize].as_ref().is_some_and(Tensor::owns_its_buffer),
+                                Atom::Const(_) => false,
+                            };
+                            if owned && donors[j as usize].is_none() && !donors.contains(&Some(i as u32)) {
+                                donors[j as usize] = Some(i as u32);
+                            }
+                        }
+                        let n = donors.iter().flatten().count() as u64;
+                        if n > 0 {
+                            self.in_place.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        f.run(&arrays, &donors)?
+                    }
                 }
             };
             for (slot, t) in step.outs.iter().zip(outs) {
@@ -212,6 +299,29 @@ impl Plan {
         }
         Ok(results)
     }
+}
+
+/// The (operand, output) pairs of a fused step at plan position `k` whose
+/// output may be written over the operand: a variable read last here
+/// (not an output of the program), of the output's shape and dtype on the
+/// CPU.
+fn reuse_pairs(p: &Program, ins: &[Atom], outs: &[u32], k: usize, last: &[Option<usize>]) -> SmallVec<[(u8, u8); 2]> {
+    let mut pairs = SmallVec::new();
+    for (j, o) in outs.iter().enumerate() {
+        let want = &p.avals[*o as usize];
+        for (i, a) in ins.iter().enumerate() {
+            let Atom::Var(v) = a else { continue };
+            let have = &p.avals[v.0 as usize];
+            let taken = pairs.iter().any(|&(pi, _): &(u8, u8)| pi as usize == i);
+            if !taken && last[v.0 as usize] == Some(k) && have == want && have.device == xform_ops::Device::Cpu {
+                if let (Ok(i), Ok(j)) = (u8::try_from(i), u8::try_from(j)) {
+                    pairs.push((i, j));
+                }
+                break;
+            }
+        }
+    }
+    pairs
 }
 
 /// A fresh copy of a concrete tensor.
@@ -288,5 +398,31 @@ mod tests {
         assert!(outs[2].same_node(&x));
         assert_eq!(c.to_vec::<f32>(), vec![1.0, 2.0, 3.0, 4.0]);
         p.check_consts("test").unwrap();
+    }
+
+    /// An elementwise step that reads an intermediate last writes over its
+    /// buffer; a plain argument is never written over, a donated one no
+    /// one else holds is; results are the program's, bit for bit.
+    #[test]
+    fn in_place_over_dead_buffers() {
+        let x = vector(6);
+        let p = build(std::slice::from_ref(&x), |b, ins| {
+            let s = push1(b, Prim::Unary(UnaryOp::Sin), &[ins[0]], None);
+            let aval = Aval { shape: Shape::from([12]), dtype: DType::F32, device: Device::Cpu };
+            let r = push1(b, Prim::Shape(ShapeOp::Concatenate { axis: 0 }), &[s, s], Some(aval));
+            let e = push1(b, Prim::Unary(UnaryOp::Exp), &[r], None);
+            vec![push1(b, Prim::Binary(BinaryOp::Mul), &[e, e], None)]
+        });
+        let plan = Plan::compile(&p).unwrap();
+        // sin (x read last), the concatenation, then exp * exp over it
+        let reuse: Vec<usize> = plan.steps.iter().map(|s| s.reuse.len()).collect();
+        assert_eq!(reuse, vec![1, 0, 1]);
+        let want = p.eval(std::slice::from_ref(&x)).unwrap()[0].to_vec::<f32>();
+        assert_eq!(plan.run(std::slice::from_ref(&x)).unwrap()[0].to_vec::<f32>(), want);
+        assert_eq!(plan.in_place_writes(), 1, "the concatenation, not the caller's x");
+        let mine = Tensor::from_vec(x.to_vec::<f32>(), [6]);
+        assert_eq!(plan.run_donated(vec![mine]).unwrap()[0].to_vec::<f32>(), want);
+        assert_eq!(plan.in_place_writes(), 3, "x handed over is written over too");
+        assert_eq!(x.to_vec::<f32>(), Tensor::from_vec(x.to_vec::<f32>(), [6]).to_vec::<f32>());
     }
 }
