@@ -486,12 +486,12 @@ pub fn with_fused_inputs<R>(
         Read(std::sync::RwLockReadGuard<'g, crate::array::Buffer>),
         Write(std::sync::RwLockWriteGuard<'g, crate::array::Buffer>),
     }
-    let mut guards: Vec<Guard<'_>> = arrays
+    let mut guards: smallvec::SmallVec<[Guard<'_>; 8]> = arrays
         .iter()
         .enumerate()
         .map(|(i, a)| if donor.get(i) == Some(&true) { Guard::Write(a.write()) } else { Guard::Read(a.read()) })
         .collect();
-    let mut ins = Vec::with_capacity(arrays.len());
+    let mut ins: smallvec::SmallVec<[FusedIn<'_>; 8]> = smallvec::SmallVec::with_capacity(arrays.len());
     for (g, a) in guards.iter_mut().zip(arrays) {
         let (data, donor) = match g {
             Guard::Read(g) => {
@@ -668,14 +668,14 @@ pub fn run_fused(
     body: impl Fn(std::ops::Range<usize>, &[OutBase]) + Sync,
 ) -> Option<Vec<Option<Array>>> {
     let n = shape.numel();
-    let mut outs: Vec<Option<OutVec>> = Vec::with_capacity(dtypes.len());
+    let mut outs: smallvec::SmallVec<[Option<OutVec>; 4]> = smallvec::SmallVec::with_capacity(dtypes.len());
     for (j, d) in dtypes.iter().enumerate() {
         outs.push(match dests.get(j).copied().flatten() {
             Some(_) => None,
             None => Some(OutVec::new(*d, n)?),
         });
     }
-    let bases: Vec<OutBase> = outs
+    let bases: smallvec::SmallVec<[OutBase; 4]> = outs
         .iter_mut()
         .zip(dtypes.iter().enumerate())
         .map(|(o, (j, _))| match o {

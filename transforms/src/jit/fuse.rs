@@ -217,6 +217,14 @@ pub(crate) fn make_group(p: &Program, eqns: Vec<usize>) -> Item {
     Item::Group { eqns, ins, outs, fused: Fused { shape, ops, outputs } }
 }
 
+/// The most scratch tiles a thread keeps between fused loops.
+const MAX_SPARE: usize = 32;
+
+thread_local! {
+    /// Scratch tiles of finished fused loops, for the next ones.
+    static SPARE: std::cell::RefCell<Vec<Scratch>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Scratch storage for one tile of one dtype.
 enum Scratch {
     F32(Vec<f32>),
@@ -225,11 +233,38 @@ enum Scratch {
 }
 
 impl Scratch {
+    /// A tile of scratch of dtype `d`: one this thread used before, or a
+    /// new one (a replay of a small plan would otherwise spend more time
+    /// allocating and zeroing scratch than computing).
     fn new(d: DType) -> Scratch {
-        match d {
+        let reused = SPARE.with(|s| {
+            let mut s = s.borrow_mut();
+            let at = s.iter().position(|x| x.dtype() == d)?;
+            Some(s.swap_remove(at))
+        });
+        reused.unwrap_or_else(|| match d {
             DType::F32 => Scratch::F32(vec![0.0; TILE]),
             DType::F64 => Scratch::F64(vec![0.0; TILE]),
             _ => Scratch::Bool(vec![false; TILE]),
+        })
+    }
+
+    /// Keeps this scratch for the thread's next fused loop (at most
+    /// `MAX_SPARE` tiles: about 256 KiB of f64).
+    fn recycle(self) {
+        SPARE.with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() < MAX_SPARE {
+                s.push(self);
+            }
+        });
+    }
+
+    fn dtype(&self) -> DType {
+        match self {
+            Scratch::F32(_) => DType::F32,
+            Scratch::F64(_) => DType::F64,
+            Scratch::Bool(_) => DType::Bool,
         }
     }
 
@@ -428,6 +463,9 @@ impl Fused {
                 view.put(0, &scratch[j as usize].tile(n));
             }
             t += n;
+        }
+        for g in gathered.into_iter().flatten().chain(scratch) {
+            g.recycle();
         }
     }
 }
