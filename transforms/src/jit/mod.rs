@@ -241,7 +241,9 @@ impl<X: Tree, Y: Tree, F: Fn(&(), &X) -> Y> Jitted<(), X, Y, F> {
     /// for _ in 0..3 {
     ///     p = step.call_donated(p);
     /// }
-    /// assert_eq!(p.to_vec::<f32>(), vec![1.75, 2.0]);
+    /// assert_eq!(p.to_vec::<f32>(), vec![2.0, 2.25]);
+    /// // the first call traced; each call wrote its result over `p`
+    /// assert_eq!(step.entries()[0].in_place_writes, 3);
     /// ```
     ///
     /// # Panics
