@@ -21,8 +21,11 @@
 //! and opens the next; any other equation runs before the open group
 //! (which is placed after it) unless it reads a value of the group, which
 //! closes the group first. A group of one equation stays a plain step.
-//! What is not covered (other dtypes, CUDA, an operand the tile hook
-//! refuses) runs as before, one step per equation.
+//! What is not covered on the CPU (other dtypes, an operand the tile hook
+//! refuses) runs as before, one step per equation. Equations on a CUDA
+//! device group the same way (the device is part of the group's key) and
+//! run as one generated kernel per group (`fuse_cuda`, NOTE: [cuda
+//! elementwise fusion]).
 
 use smallvec::SmallVec;
 use xform_ops::prims::elementwise::{run_fused, with_fused_inputs, FusedIn, OutTile, Tile, TileMut};
