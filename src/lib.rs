@@ -68,7 +68,7 @@ pub mod core {
 
     /// jit's passes over programs and its replay plan.
     pub mod jit {
-        pub use xform_transforms::jit::{passes, plan};
+        pub use xform_transforms::jit::{fuse, fuse_cuda, passes, plan};
     }
 }
 

@@ -20,6 +20,8 @@ use std::fmt::Write;
 
 pub mod conv;
 pub use conv::conv_kernel;
+mod fused;
+pub use fused::{fused_kernel, FusedArg, FusedKernelOp, MAX_FUSED_INPUTS, MAX_FUSED_OUTPUTS};
 mod window;
 pub use window::{reduce_window_kernel, select_gather_kernel, window_scatter_kernel, window_select_kernel};
 
@@ -316,6 +318,22 @@ fn convert_helpers(from: DType, to: DType) -> (String, String) {
         "static __device__ __forceinline__ {dst} xf_convert({src} v) {{\n    const {wty} w = {widen};\n    return {narrow};\n}}\n"
     );
     (h, "xf_convert(x)".to_string())
+}
+
+/// The map operation of the dtype conversion `from -> to` (the one
+/// [`convert_kernel`] runs), its helper named after the dtypes
+/// (`xf_convert_f32_bool`) so that several conversions can share one
+/// fused kernel.
+pub fn convert_map_op(from: DType, to: DType) -> MapOp {
+    let (helpers, expr) = convert_helpers(from, to);
+    let named = format!("xf_convert_{}_{}", from.short_name(), to.short_name());
+    MapOp {
+        tag: "convert".into(),
+        expr: expr.replace("xf_convert", &named),
+        helpers: helpers.replace("xf_convert", &named),
+        raw: true,
+        param: None,
+    }
 }
 
 /// The dtype conversion kernel `from -> to` (strided in, contiguous out).

@@ -223,6 +223,19 @@ mod imp {
         exec::write_strided(d, &dst.layout, s, &src.layout).map_err(|e| cuda_err("copy_", e))
     }
 
+    /// Runs a fused elementwise kernel (`prims::elementwise::run_fused_cuda`).
+    pub fn cuda_fused(
+        kernel: &xform_kernels::cuda_source::Kernel,
+        in_dtypes: &[DType],
+        arrays: &[&Array],
+        shape: &Shape,
+        outs: &[DType],
+    ) -> Result<Vec<Array>> {
+        let bufs = with_bufs("fused", arrays, |ins| exec::fused(kernel, in_dtypes, ins, shape, outs))?;
+        let o = ordinal(arrays[0]);
+        Ok(bufs.into_iter().zip(outs).map(|(b, &d)| wrap(b, shape.clone(), d, o)).collect())
+    }
+
     pub fn cuda_threefry(ins: &[&Array]) -> Result<SmallVec<[Array; 2]>> {
         let (y0, y1) = with_bufs("threefry2x32", ins, |b| exec::threefry([b[0], b[1], b[2], b[3]]))?;
         let (shape, o) = (ins[0].shape().clone(), ordinal(ins[0]));

@@ -74,6 +74,58 @@ fn missing_device_is_an_error_value() {
     assert!(e.to_string().contains("no CUDA device"), "{e}");
 }
 
+/// An elementwise chain jit fuses into one CUDA kernel: a broadcast
+/// row, a comparison and select, a conversion to another float and
+/// back, two outputs (13 elementwise ops).
+// jit and trace take `&X` for a tree `X` (here `Vec<Tensor>`)
+#[allow(clippy::ptr_arg)]
+pub(crate) fn chain(xs: &Vec<xform::Tensor>) -> Vec<xform::Tensor> {
+    let (x, y, row) = (&xs[0], &xs[1], &xs[2]);
+    let a = (&(&x.sin() * y) + row).tanh();
+    let other = if x.dtype() == xform::DType::F64 { xform::DType::F32 } else { xform::DType::F64 };
+    let w = a.cast(other).exp().cast(x.dtype());
+    let s = xform::Tensor::where_(&a.gt(y), &w, &(&a * &a));
+    vec![&(&s - y) / &x.exp(), a]
+}
+pub(crate) const CHAIN_OPS: f64 = 13.0;
+
+/// The fused group of [`chain`] traced at CUDA abstract values of dtype
+/// `d` (the program traced on the CPU, its values moved to `cuda:0`; no
+/// device needed), grouped as the plan groups with CUDA fusion on.
+pub(crate) fn chain_group(d: xform::DType) -> Vec<xform::core::jit::fuse::Item> {
+    use xform::{Device, Tensor};
+    let xs = vec![Tensor::zeros([37, 29], d), Tensor::zeros([37, 29], d), Tensor::zeros([29], d)];
+    let mut p = xform::trace(chain, &xs);
+    assert!(p.consts.is_empty(), "{p}");
+    for a in &mut p.avals {
+        a.device = Device::Cuda(0);
+    }
+    xform::core::jit::fuse::group_with(&p, true)
+}
+
+/// The chain the device tests jit is one fused CUDA group of all its
+/// elementwise ops with two outputs (the broadcast of the row runs
+/// before it), for every float dtype the device test uses.
+#[test]
+fn cuda_jit_chain_is_one_fused_cuda_group() {
+    use xform::core::jit::fuse::Item;
+    for d in [xform::DType::F32, xform::DType::F64, xform::DType::F16] {
+        let items = chain_group(d);
+        let groups: Vec<_> = items
+            .iter()
+            .filter_map(|it| match it {
+                Item::Group { fused, .. } => Some(fused),
+                Item::Eqn(_) => None,
+            })
+            .collect();
+        assert_eq!(groups.len(), 1, "{d}: {items:?}");
+        assert_eq!(groups[0].ops.len(), CHAIN_OPS as usize, "{d}");
+        assert_eq!(groups[0].outputs.len(), 2, "{d}");
+        let k = &groups[0].cuda.as_ref().expect("a CUDA kernel").kernel;
+        assert!(k.source.contains(&format!("void {}(", k.name)));
+    }
+}
+
 #[cfg(feature = "cuda")]
 mod nvrtc {
     use xform::core::kernels::cuda::{compile, CudaError, Kernel};
@@ -122,6 +174,33 @@ mod nvrtc {
             compile::nvrtc_version(),
             compile::half_include_dir()
         );
+    }
+
+    /// jit's fused CUDA kernels (NOTE: [cuda elementwise fusion]) for
+    /// representative groups (every unary and binary op per dtype;
+    /// comparisons, select and conversions among all dtypes with a
+    /// broadcast operand and two outputs) compile.
+    #[test]
+    #[ignore = "needs libnvrtc; .ci/run runs it with --include-ignored where it installed NVRTC"]
+    fn cuda_jit_fused_kernels_compile_with_nvrtc() {
+        let mut kernels = xform::core::jit::fuse_cuda::sample_kernels();
+        assert_eq!(kernels.len(), 2 * xform::DType::ALL.len());
+        for d in [xform::DType::F32, xform::DType::F64, xform::DType::F16] {
+            for it in crate::cuda::chain_group(d) {
+                if let xform::core::jit::fuse::Item::Group { fused, .. } = it {
+                    kernels.extend(fused.cuda.map(|c| c.kernel));
+                }
+            }
+        }
+        require_nvrtc();
+        let arch = compile::arch_for(None);
+        use rayon::prelude::*;
+        let failures: Vec<String> = kernels
+            .par_iter()
+            .filter_map(|k| compile::compile_ptx(k, &arch).err().map(|e| format!("{e}\n{}", k.source)))
+            .collect();
+        assert!(failures.is_empty(), "{} fused kernels failed:\n{}", failures.len(), failures.join("\n\n"));
+        println!("compiled {} fused jit kernels for {arch}", kernels.len());
     }
 
     #[test]
@@ -277,6 +356,102 @@ mod device {
             assert_close("vmap(grad)", &vmap(grad(g))(&xd), &vmap(grad(g))(&x), t);
             let h = |v: &Tensor| v.matmul(&v.permute(&[1, 0])).exp();
             assert_close("jacrev", &jacrev(h)(&xd), &jacrev(h)(&x), 10.0 * t);
+        }
+    }
+
+    /// `n` values in [-2, 2), with NaN, infinities and signed zeros if `special`.
+    fn values(n: usize, seed: u64, special: bool) -> Vec<f64> {
+        let mut st = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let sp = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0, -0.0];
+        (0..n)
+            .map(|i| {
+                st = st.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                if special && i % 11 == 3 {
+                    sp[(st >> 40) as usize % sp.len()]
+                } else {
+                    ((st >> 11) as f64 / (1u64 << 53) as f64 - 0.5) * 4.0
+                }
+            })
+            .collect()
+    }
+
+    /// The chain's inputs, on the CPU and on the device (y a transposed
+    /// view there, so the kernel reads it through its strides).
+    fn chain_inputs(d: DType, seed: u64, special: bool) -> (Vec<Tensor>, Vec<Tensor>) {
+        let (r, c) = (37, 29);
+        let x = Tensor::from_vec(values(r * c, seed, special), [r, c]).cast(d);
+        let yt = Tensor::from_vec(values(r * c, seed + 1, special), [c, r]).cast(d);
+        let row = Tensor::from_vec(values(c, seed + 2, special), [c]).cast(d);
+        let cpu = vec![x.clone(), yt.permute(&[1, 0]), row.clone()];
+        let dev = vec![x.to_device(DEV), yt.to_device(DEV).permute(&[1, 0]), row.to_device(DEV)];
+        (cpu, dev)
+    }
+
+    /// Bitwise equal (any NaN equals any NaN).
+    fn assert_bits(what: &str, got: &[Tensor], want: &[Tensor]) {
+        assert_eq!(got.len(), want.len(), "{what}");
+        for (g, w) in got.iter().zip(want) {
+            assert_eq!((g.shape(), g.dtype(), g.device()), (w.shape(), w.dtype(), w.device()), "{what}");
+            let (g, w) = (g.to_device(Device::Cpu).to_vec_f64(), w.to_device(Device::Cpu).to_vec_f64());
+            for (k, (a, b)) in g.iter().zip(&w).enumerate() {
+                assert!(a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()), "{what}: element {k}: {a} vs {b}");
+            }
+        }
+    }
+
+    /// jit of an elementwise chain on cuda:0 runs one fused CUDA kernel
+    /// (plan inspection) whose results equal the unfused CUDA kernels bit
+    /// for bit (NaN, infinities and signed zeros included; f32, f64, f16),
+    /// and the CPU within 4 units in the last place per op (f32, f64:
+    /// CUDA's `sinf`/`expf` are within 2 ulp, the CPU's vectorized
+    /// `exp`/`tanh` within 4).
+    #[test]
+    #[ignore = "needs a CUDA device; run scripts/cuda_device_run.sh"]
+    fn cuda_jit_fused_chain_equals_unfused_and_cpu() {
+        require_device();
+        use super::{chain, CHAIN_OPS};
+        use xform::core::jit::plan::{Plan, StepOp};
+        for d in [DType::F32, DType::F64, DType::F16] {
+            let (_, dev) = chain_inputs(d, 5, true);
+            let p = xform::trace(chain, &dev);
+            let elementwise = p
+                .eqns
+                .iter()
+                .filter(|e| {
+                    matches!(e.prim, Prim::Unary(_) | Prim::Binary(_) | Prim::Compare(_) | Prim::Elementwise(_))
+                })
+                .count();
+            assert_eq!(elementwise, CHAIN_OPS as usize, "{d}: {p}");
+            let plan = Plan::compile(&p).unwrap();
+            let fused: Vec<usize> = plan
+                .steps
+                .iter()
+                .filter_map(|s| match &s.op {
+                    StepOp::Fused(f) => {
+                        assert!(f.cuda.is_some(), "a CUDA group carries its kernel");
+                        Some(f.ops.len())
+                    }
+                    StepOp::Prim(_) => None,
+                })
+                .collect();
+            assert_eq!(fused, vec![CHAIN_OPS as usize], "{d}: one fused step of every elementwise op");
+            let got = plan.run(&dev).unwrap();
+            assert_bits(&format!("{d}: fused vs unfused program"), &got, &p.eval(&dev).unwrap());
+            assert_bits(&format!("{d}: fused vs eager"), &got, &chain(&dev));
+            assert_bits(&format!("{d}: jit vs fused plan"), &xform::jit(chain)(&dev), &got);
+
+            // against the CPU in f32 and f64 (in f16 a 1-ulp difference of
+            // `a` flips `a > y` now and then, which is no rounding error)
+            let eps = match d {
+                DType::F64 => f64::EPSILON,
+                DType::F32 => f32::EPSILON as f64,
+                _ => continue,
+            };
+            let (cpu, dev) = chain_inputs(d, 9, false);
+            let got = xform::jit(chain)(&dev);
+            for (g, w) in got.iter().zip(chain(&cpu)) {
+                assert_close(&format!("{d}: jit on cuda:0 vs the CPU"), g, &w, 4.0 * CHAIN_OPS * eps);
+            }
         }
     }
 

@@ -225,3 +225,53 @@ mod nvrtc_tests {
         assert!(failures.is_empty(), "{} kernels failed:\n{}", failures.len(), failures.join("\n"));
     }
 }
+
+#[cfg(test)]
+mod nvrtc_fused_tests {
+    use super::*;
+    use crate::cuda::source::{convert_map_op, fused_kernel, FusedArg, FusedKernelOp, MapOp};
+    use crate::dtype::DType;
+
+    fn op(expr: &str, helpers: &str, param: Option<i64>, args: &[FusedArg], out: DType) -> FusedKernelOp {
+        let op = MapOp { tag: "t".into(), expr: expr.into(), helpers: helpers.into(), raw: false, param };
+        FusedKernelOp { op, args: args.to_vec(), out }
+    }
+
+    /// Fused kernels compile: every dtype, two conversions sharing a
+    /// source dtype (their helpers must not collide), a parameter, a raw
+    /// select, two outputs (ignored unless asked for: needs libnvrtc).
+    #[test]
+    #[ignore = "needs libnvrtc; run with --include-ignored where it is installed"]
+    fn fused_kernels_compile() {
+        use FusedArg::{In, Op};
+        assert!(nvrtc_available(), "libnvrtc not found: put it on LD_LIBRARY_PATH");
+        let mut failures = Vec::new();
+        for d in DType::ALL {
+            let to = if d == DType::F64 { DType::F32 } else { DType::F64 };
+            let conv = |from, to, arg| FusedKernelOp { op: convert_map_op(from, to), args: vec![arg], out: to };
+            let ops = vec![
+                op("x", "", None, &[In(0)], d),
+                conv(d, to, Op(0)),
+                conv(d, DType::Bool, In(1)),
+                op("x == y", "", None, &[Op(0), In(1)], DType::Bool),
+                FusedKernelOp {
+                    op: MapOp {
+                        tag: "select".into(),
+                        expr: "x ? y : z".into(),
+                        helpers: String::new(),
+                        raw: true,
+                        param: None,
+                    },
+                    args: vec![Op(2), Op(0), In(1)],
+                    out: d,
+                },
+                op("x + (int)p", "", Some(3), &[Op(1)], to),
+            ];
+            let k = fused_kernel(&[d, d], &ops, &[4, 5, 3]);
+            if let Err(e) = compile_ptx(&k, DEFAULT_ARCH) {
+                failures.push(format!("{d}: {e}\n{}", k.source));
+            }
+        }
+        assert!(failures.is_empty(), "{} fused kernels failed:\n{}", failures.len(), failures.join("\n"));
+    }
+}

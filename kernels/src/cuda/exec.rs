@@ -15,6 +15,8 @@ use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
 use std::sync::Arc;
 
 pub use super::conv::{check_geometry, conv_forward, conv_forward_layouts, conv_forward_with, cudnn_enabled, ConvPath};
+mod fused;
+pub use fused::fused;
 mod window;
 pub use window::{reduce_window, select_and_gather, select_and_scatter};
 
@@ -111,6 +113,7 @@ enum Arg<'a> {
     Gather(&'a GatherParams),
     Gemm(&'a GemmParams),
     Win(&'a window::WinParams),
+    Fused(&'a fused::FusedParams),
 }
 
 /// Launches `kernel` (compiled at first use) on `dev`'s stream.
@@ -129,6 +132,7 @@ fn launch(dev: &CudaDevice, kernel: &Kernel, cfg: LaunchConfig, args: &[Arg<'_>]
             Arg::Gather(p) => b.arg(*p),
             Arg::Gemm(p) => b.arg(*p),
             Arg::Win(p) => b.arg(*p),
+            Arg::Fused(p) => b.arg(*p),
         };
     }
     // SAFETY: the arguments match the generated signature of `kernel` in

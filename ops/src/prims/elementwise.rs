@@ -17,7 +17,7 @@ use std::mem::MaybeUninit;
 use xform_kernels::cpu::assume_init;
 use xform_kernels::cpu::elementwise::{map1, map3};
 use xform_kernels::cpu::Par;
-use xform_kernels::cuda_source::{map_kernel, Kernel};
+use xform_kernels::cuda_source::{convert_map_op, map_kernel, Kernel, MapOp};
 use xform_kernels::pool::alloc_uninit;
 use xform_kernels::{match_buffer, CpuBuffer, DType, Element, Layout, Shape};
 
@@ -435,6 +435,49 @@ impl Prim {
             _ => false,
         }
     }
+}
+
+impl Prim {
+    /// The CUDA map operation this elementwise primitive's eager lowering
+    /// runs on operands of dtypes `ins` (the same expression, widening and
+    /// rounding), for a fused CUDA kernel (NOTE: [fused cuda kernels] in
+    /// xform-kernels), or `None` where it has none (not elementwise, or
+    /// these dtypes are refused).
+    ///
+    /// Covered: unary and binary ops with a CUDA form for the dtype,
+    /// comparisons, `select` and `convert_element_type`, every dtype.
+    pub fn cuda_map_op(&self, ins: &[DType]) -> Option<MapOp> {
+        match (self, ins) {
+            (Prim::Unary(op), [d]) => super::unary::cuda_expr(*op, *d).map(|e| e.map_op(op.name(), false)),
+            (Prim::Binary(op), [a, b]) if a == b => {
+                super::binary::cuda_expr(*op, *a).map(|e| e.map_op(op.name(), false))
+            }
+            (Prim::Compare(op), [a, b]) if a == b => Some(op.cuda_expr().map_op(op.name(), false)),
+            (Prim::Elementwise(ElementwiseOp::Select), [DType::Bool, a, b]) if a == b => {
+                Some(select_cuda().map_op("select", true))
+            }
+            (Prim::Elementwise(ElementwiseOp::Convert(to)), [from]) => Some(convert_map_op(*from, *to)),
+            _ => None,
+        }
+    }
+}
+
+/// Runs a fused CUDA kernel (generated for inputs of dtypes `in_dtypes`)
+/// over `arrays` (CUDA arrays of one device and of logical shape `shape`,
+/// any layouts), returning its outputs of dtypes `outs`, contiguous.
+///
+/// # Errors
+/// Operands that do not match the kernel, a launch failure, or out of
+/// memory (as the eager CUDA lowerings report them).
+#[cfg(feature = "cuda")]
+pub fn run_fused_cuda(
+    kernel: &Kernel,
+    in_dtypes: &[DType],
+    arrays: &[&Array],
+    shape: &Shape,
+    outs: &[DType],
+) -> Result<Vec<Array>> {
+    crate::backend::cuda_fused(kernel, in_dtypes, arrays, shape, outs)
 }
 
 /// `select` on tiles: the eager element function (`if c { t } else { f }`).

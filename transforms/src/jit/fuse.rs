@@ -21,8 +21,11 @@
 //! and opens the next; any other equation runs before the open group
 //! (which is placed after it) unless it reads a value of the group, which
 //! closes the group first. A group of one equation stays a plain step.
-//! What is not covered (other dtypes, CUDA, an operand the tile hook
-//! refuses) runs as before, one step per equation.
+//! What is not covered on the CPU (other dtypes, an operand the tile hook
+//! refuses) runs as before, one step per equation. Equations on a CUDA
+//! device group the same way (the device is part of the group's key) and
+//! run as one generated kernel per group (`fuse_cuda`, NOTE: [cuda
+//! elementwise fusion]).
 
 use smallvec::SmallVec;
 use xform_ops::prims::elementwise::{run_fused, with_fused_inputs, FusedIn, OutBase, Tile, TileMut};
@@ -61,6 +64,9 @@ pub struct Fused {
     pub ops: Vec<FusedOp>,
     /// The op whose result each output of the step is.
     pub outputs: Vec<u32>,
+    /// On a CUDA device, the group's generated kernel (NOTE: [cuda
+    /// elementwise fusion]); `None` on the CPU.
+    pub cuda: Option<Box<super::fuse_cuda::CudaFused>>,
 }
 
 /// A program equation, or a group of them, in the order the plan runs.
@@ -96,8 +102,9 @@ fn empty(d: DType) -> Tile<'static> {
     }
 }
 
-/// The shape of equation `k` when it can join a fused group.
-pub(crate) fn fusable(p: &Program, k: usize) -> Option<Shape> {
+/// The shape and device of equation `k` when it can join a fused group
+/// (on CUDA only if `cuda`: NOTE: [cuda elementwise fusion]).
+pub(crate) fn fusable(p: &Program, k: usize, cuda: bool) -> Option<(Shape, Device)> {
     let e = &p.eqns[k];
     if !matches!(e.prim, Prim::Unary(_) | Prim::Binary(_) | Prim::Compare(_) | Prim::Elementwise(_)) {
         return None;
@@ -106,6 +113,9 @@ pub(crate) fn fusable(p: &Program, k: usize) -> Option<Shape> {
         return None;
     }
     let out = &p.avals[e.outputs[0].0 as usize];
+    if let Device::Cuda(_) = out.device {
+        return (cuda && super::fuse_cuda::fusable(p, e)).then(|| (out.shape.clone(), out.device));
+    }
     if out.device != Device::Cpu || !tile_dtype(out.dtype) || out.shape.numel() == 0 {
         return None;
     }
@@ -123,14 +133,20 @@ pub(crate) fn fusable(p: &Program, k: usize) -> Option<Shape> {
         DType::F64 => TileMut::F64(&mut d),
         _ => TileMut::Bool(&mut b),
     };
-    e.prim.cpu_tile(&ins, probe).then(|| out.shape.clone())
+    e.prim.cpu_tile(&ins, probe).then(|| (out.shape.clone(), Device::Cpu))
 }
 
-/// Groups the program's equations (see the module docs).
+/// Groups the program's equations (see the module docs); CUDA equations
+/// group only with the `cuda` feature.
 pub fn group(p: &Program) -> Vec<Item> {
+    group_with(p, cfg!(feature = "cuda"))
+}
+
+/// [`group`], grouping CUDA equations if `cuda`.
+pub fn group_with(p: &Program, cuda: bool) -> Vec<Item> {
     let mut items = Vec::with_capacity(p.eqns.len());
     let mut open: Vec<usize> = Vec::new();
-    let mut shape: Option<Shape> = None;
+    let mut shape: Option<(Shape, Device)> = None;
     // which equation defines each variable
     let mut def = vec![usize::MAX; p.avals.len()];
     for (k, e) in p.eqns.iter().enumerate() {
@@ -142,12 +158,12 @@ pub fn group(p: &Program) -> Vec<Item> {
         match open.len() {
             0 => {}
             1 => items.push(Item::Eqn(open[0])),
-            _ => items.push(make_group(p, std::mem::take(open))),
+            _ => items.extend(make_group(p, std::mem::take(open))),
         }
         open.clear();
     };
     for k in 0..p.eqns.len() {
-        match fusable(p, k) {
+        match fusable(p, k, cuda) {
             Some(s) if shape.as_ref() == Some(&s) => open.push(k),
             Some(s) => {
                 close(&mut open, &mut items);
@@ -172,8 +188,9 @@ pub fn group(p: &Program) -> Vec<Item> {
 }
 
 /// The fused step of equations `eqns` (program order; one where the plan
-/// writes its result over an operand).
-pub(crate) fn make_group(p: &Program, eqns: Vec<usize>) -> Item {
+/// writes its result over an operand), or the equations as plain steps
+/// when they are a CUDA group over the kernel's limits.
+pub(crate) fn make_group(p: &Program, eqns: Vec<usize>) -> Vec<Item> {
     let mut ins: Vec<Atom> = Vec::new();
     let mut ops: Vec<FusedOp> = Vec::with_capacity(eqns.len());
     // op index of each variable defined in the group
@@ -213,8 +230,15 @@ pub(crate) fn make_group(p: &Program, eqns: Vec<usize>) -> Item {
             outputs.push(local[&v.0]);
         }
     }
-    let shape = p.avals[p.eqns[eqns[0]].outputs[0].0 as usize].shape.clone();
-    Item::Group { eqns, ins, outs, fused: Fused { shape, ops, outputs } }
+    let out = &p.avals[p.eqns[eqns[0]].outputs[0].0 as usize];
+    let mut fused = Fused { shape: out.shape.clone(), ops, outputs, cuda: None };
+    if let Device::Cuda(_) = out.device {
+        match super::fuse_cuda::kernel(p, &ins, &fused) {
+            Some(k) => fused.cuda = Some(Box::new(k)),
+            None => return eqns.into_iter().map(Item::Eqn).collect(),
+        }
+    }
+    vec![Item::Group { eqns, ins, outs, fused }]
 }
 
 /// The most scratch tiles a thread keeps between fused loops.
@@ -355,6 +379,10 @@ impl Fused {
     /// Out of memory, or an operand not on the CPU in a tile dtype (an
     /// internal error: the plan was compiled for these avals).
     pub fn run(&self, arrays: &[&Array], donors: &[Option<u32>]) -> Result<xform_ops::Outs> {
+        #[cfg(feature = "cuda")]
+        if let Some(k) = &self.cuda {
+            return self.run_cuda(k, arrays);
+        }
         let dtypes: SmallVec<[DType; 4]> = self.outputs.iter().map(|&j| self.ops[j as usize].dtype).collect();
         let mut is_donor: SmallVec<[bool; 8]> = SmallVec::from_elem(false, arrays.len());
         for i in donors.iter().flatten() {

@@ -45,6 +45,7 @@
 
 mod cache;
 pub mod fuse;
+pub mod fuse_cuda;
 pub mod passes;
 pub mod plan;
 

@@ -35,7 +35,9 @@
 //!   refuses the caller's tensors.
 //!
 //! [`Plan::in_place_writes`] counts the results written over an operand.
-//! A CUDA graph capture of the loop would attach here, once per signature.
+//! A CUDA graph capture of the loop would attach here, once per
+//! signature; it does not exist yet (ARCHITECTURE.md, "jit", says what it
+//! needs first: a capturable stream per device).
 
 use super::fuse::{self, Fused, Item};
 use smallvec::SmallVec;
@@ -134,13 +136,18 @@ impl Plan {
             // an elementwise equation alone that reads an operand last runs
             // as a fused step of one op, so that it may write over it
             let it = match it {
-                Item::Eqn(j) if fuse::fusable(p, j).is_some() => {
+                Item::Eqn(j) if fuse::fusable(p, j, false).is_some() => {
                     let e = &p.eqns[j];
                     let outs: SmallVec<[u32; 2]> = e.outputs.iter().map(|v| v.0).collect();
                     if reuse_pairs(p, &e.inputs, &outs, k, &last).is_empty() {
                         it
                     } else {
-                        fuse::make_group(p, vec![j])
+                        let mut single = fuse::make_group(p, vec![j]);
+                        if single.len() == 1 {
+                            single.pop().expect("one item")
+                        } else {
+                            it
+                        }
                     }
                 }
                 it => it,
@@ -158,7 +165,7 @@ impl Plan {
                     (StepOp::Prim(e.prim.clone()), e.outputs.iter().map(|v| v.0).collect(), alias)
                 }
                 // fused results are fresh buffers or written over an
-                // operand this step reads last (all on the CPU)
+                // operand this step reads last (on the CPU; on CUDA fresh)
                 Item::Group { outs, fused, .. } => (StepOp::Fused(Arc::new(fused)), outs.into_iter().collect(), false),
             };
             let reuse = match &op {

@@ -1,0 +1,145 @@
+//! Launching a fused elementwise kernel ([`crate::cuda_source::fused_kernel`]).
+
+use super::source::{Kernel, MAX_DIMS, MAX_FUSED_INPUTS, MAX_FUSED_OUTPUTS};
+use super::{grid_1d, launch, same_device, too_many_dims, Arg};
+use crate::cuda::buffer::CudaBuffer;
+use crate::cuda::error::{CudaError, Result};
+use crate::dtype::DType;
+use crate::layout::Layout;
+use cudarc::driver::DeviceRepr;
+
+/// The iteration parameters of a fused kernel.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(super) struct FusedParams {
+    n: i64,
+    rank: i32,
+    pad: i32,
+    shape: [i64; MAX_DIMS],
+    strides: [[i64; MAX_DIMS]; MAX_FUSED_INPUTS],
+    offsets: [i64; MAX_FUSED_INPUTS],
+}
+// SAFETY: a plain `#[repr(C)]` struct of integers whose layout matches
+// `XfFused` in the generated source; it is passed by value.
+unsafe impl DeviceRepr for FusedParams {}
+
+/// Operands of one shape, simplified for iteration like `Coalesced`
+/// (size-1 axes dropped, adjacent axes merged where every operand allows),
+/// for any number of operands.
+fn coalesce(shape: &[usize], layouts: &[&Layout]) -> (Vec<usize>, Vec<Vec<isize>>) {
+    let mut dims: Vec<usize> = Vec::new();
+    let mut strides: Vec<Vec<isize>> = vec![Vec::new(); layouts.len()];
+    for (d, &n) in shape.iter().enumerate() {
+        if n == 1 {
+            continue;
+        }
+        let mergeable = !dims.is_empty()
+            && layouts
+                .iter()
+                .zip(&strides)
+                .all(|(l, s)| *s.last().expect("a merged axis") == l.strides[d] * n as isize);
+        if mergeable {
+            *dims.last_mut().expect("a merged axis") *= n;
+            for (l, s) in layouts.iter().zip(strides.iter_mut()) {
+                *s.last_mut().expect("a merged axis") = l.strides[d];
+            }
+        } else {
+            dims.push(n);
+            for (l, s) in layouts.iter().zip(strides.iter_mut()) {
+                s.push(l.strides[d]);
+            }
+        }
+    }
+    if dims.is_empty() {
+        dims.push(1);
+        for s in &mut strides {
+            s.clear();
+            s.push(1);
+        }
+    }
+    (dims, strides)
+}
+
+/// Runs the fused kernel `kernel`, generated for inputs of dtypes `in_dtypes`
+/// writing outputs of dtypes `outs`, over operands of logical shape `shape`
+/// (any layouts); returns the outputs, contiguous.
+///
+/// # Errors
+/// Operands that do not match the kernel (count, dtype, shape), operands on
+/// different devices, a merged rank over `MAX_DIMS`, out of memory, or a
+/// launch failure.
+pub fn fused(
+    kernel: &Kernel,
+    in_dtypes: &[DType],
+    ins: &[(&CudaBuffer, &Layout)],
+    shape: &[usize],
+    outs: &[DType],
+) -> Result<Vec<CudaBuffer>> {
+    let mismatch = || CudaError::unsupported(format!("operands that {} was not generated for", kernel.name));
+    if ins.is_empty() || ins.len() != in_dtypes.len() || ins.len() > MAX_FUSED_INPUTS {
+        return Err(mismatch());
+    }
+    if outs.is_empty() || outs.len() > MAX_FUSED_OUTPUTS {
+        return Err(mismatch());
+    }
+    for ((b, l), d) in ins.iter().zip(in_dtypes) {
+        if b.dtype() != *d || l.shape[..] != shape[..] {
+            return Err(mismatch());
+        }
+    }
+    let bufs: Vec<&CudaBuffer> = ins.iter().map(|(b, _)| *b).collect();
+    let dev = same_device(&bufs)?;
+    let n: usize = shape.iter().product();
+    let ys = outs.iter().map(|&d| CudaBuffer::alloc(&dev, d, n)).collect::<Result<Vec<_>>>()?;
+    if n == 0 {
+        return Ok(ys);
+    }
+    let layouts: Vec<&Layout> = ins.iter().map(|(_, l)| *l).collect();
+    let (dims, strides) = coalesce(shape, &layouts);
+    if dims.len() > MAX_DIMS {
+        return Err(too_many_dims(dims.len()));
+    }
+    let mut p = FusedParams {
+        n: n as i64,
+        rank: dims.len() as i32,
+        pad: 0,
+        shape: [0; MAX_DIMS],
+        strides: [[0; MAX_DIMS]; MAX_FUSED_INPUTS],
+        offsets: [0; MAX_FUSED_INPUTS],
+    };
+    for (d, &m) in p.shape.iter_mut().zip(&dims) {
+        *d = m as i64;
+    }
+    for (k, (s, l)) in strides.iter().zip(&layouts).enumerate() {
+        for (d, &v) in p.strides[k].iter_mut().zip(s) {
+            *d = v as i64;
+        }
+        p.offsets[k] = l.offset as i64;
+    }
+    let mut args: Vec<Arg<'_>> = ys.iter().map(|y| Arg::Ptr(y.device_ptr())).collect();
+    args.extend(bufs.iter().map(|b| Arg::Ptr(b.device_ptr())));
+    args.push(Arg::Fused(&p));
+    launch(&dev, kernel, grid_1d(n), &args)?;
+    Ok(ys)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::Shape;
+
+    /// Merging follows `Coalesced`: a contiguous operand and a row
+    /// broadcast over [4, 3, 5] keep the broadcast axis apart.
+    #[test]
+    fn coalesces_like_the_map_kernels() {
+        let full = Layout::contiguous(Shape::from([4, 3, 5]));
+        let row = Layout { shape: Shape::from([4, 3, 5]), strides: [0, 5, 1].into_iter().collect(), offset: 2 };
+        let (dims, strides) = coalesce(&[4, 3, 5], &[&full, &row]);
+        assert_eq!(dims, vec![4, 15]);
+        assert_eq!(strides, vec![vec![15, 1], vec![0, 1]]);
+        let (dims, _) = coalesce(&[4, 3, 5], &[&full, &full]);
+        assert_eq!(dims, vec![60]);
+        let (dims, strides) = coalesce(&[], &[&Layout::contiguous(Shape::scalar())]);
+        assert_eq!((dims, strides), (vec![1], vec![vec![1]]));
+    }
+}
