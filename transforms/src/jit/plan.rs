@@ -43,7 +43,7 @@ use super::fuse::{self, Fused, Item};
 use smallvec::SmallVec;
 use std::sync::Arc;
 use xform_ops::interp::lower_checked;
-use xform_ops::prim::ElementwiseOp;
+use xform_ops::prim::{ElementwiseOp, ShapeOp};
 use xform_ops::{Atom, Error, Prim, Program, Result, Tensor, Value};
 
 /// What a step runs.
@@ -131,6 +131,17 @@ impl Plan {
         }
         // may a slot share storage with a constant (through view primitives)?
         let mut aliases_const = vec![false; slots];
+        // values that are views never holding a whole contiguous buffer
+        // alone (broadcasts, transposes, slices...; a reshape may): not
+        // worth an in-place attempt
+        let mut view = vec![false; slots];
+        for e in &p.eqns {
+            if e.prim.aliases_operand() && !matches!(e.prim, Prim::Shape(ShapeOp::Reshape { .. })) {
+                for v in &e.outputs {
+                    view[v.0 as usize] = true;
+                }
+            }
+        }
         let mut steps = Vec::with_capacity(items.len());
         for (k, it) in items.into_iter().enumerate() {
             // an elementwise equation alone that reads an operand last runs
@@ -139,7 +150,7 @@ impl Plan {
                 Item::Eqn(j) if fuse::fusable(p, j, false).is_some() => {
                     let e = &p.eqns[j];
                     let outs: SmallVec<[u32; 2]> = e.outputs.iter().map(|v| v.0).collect();
-                    if reuse_pairs(p, &e.inputs, &outs, k, &last).is_empty() {
+                    if reuse_pairs(p, &e.inputs, &outs, k, &last, &view).is_empty() {
                         it
                     } else {
                         let mut single = fuse::make_group(p, vec![j]);
@@ -169,7 +180,7 @@ impl Plan {
                 Item::Group { outs, fused, .. } => (StepOp::Fused(Arc::new(fused)), outs.into_iter().collect(), false),
             };
             let reuse = match &op {
-                StepOp::Fused(_) => reuse_pairs(p, &ins, &outs, k, &last),
+                StepOp::Fused(_) => reuse_pairs(p, &ins, &outs, k, &last, &view),
                 StepOp::Prim(_) => SmallVec::new(),
             };
             let mut free: SmallVec<[u32; 4]> = SmallVec::new();
@@ -311,8 +322,15 @@ impl Plan {
 /// The (operand, output) pairs of a fused step at plan position `k` whose
 /// output may be written over the operand: a variable read last here
 /// (not an output of the program), of the output's shape and dtype on the
-/// CPU.
-fn reuse_pairs(p: &Program, ins: &[Atom], outs: &[u32], k: usize, last: &[Option<usize>]) -> SmallVec<[(u8, u8); 2]> {
+/// CPU, not made by a view primitive other than a reshape.
+fn reuse_pairs(
+    p: &Program,
+    ins: &[Atom],
+    outs: &[u32],
+    k: usize,
+    last: &[Option<usize>],
+    view: &[bool],
+) -> SmallVec<[(u8, u8); 2]> {
     let mut pairs = SmallVec::new();
     for (j, o) in outs.iter().enumerate() {
         let want = &p.avals[*o as usize];
@@ -320,7 +338,8 @@ fn reuse_pairs(p: &Program, ins: &[Atom], outs: &[u32], k: usize, last: &[Option
             let Atom::Var(v) = a else { continue };
             let have = &p.avals[v.0 as usize];
             let taken = pairs.iter().any(|&(pi, _): &(u8, u8)| pi as usize == i);
-            if !taken && last[v.0 as usize] == Some(k) && have == want && have.device == xform_ops::Device::Cpu {
+            let candidate = !view[v.0 as usize] && last[v.0 as usize] == Some(k);
+            if !taken && candidate && have == want && have.device == xform_ops::Device::Cpu {
                 if let (Ok(i), Ok(j)) = (u8::try_from(i), u8::try_from(j)) {
                     pairs.push((i, j));
                 }

@@ -60,6 +60,13 @@ pub fn run(p: &Program) -> Result<Program> {
             (Prim::Elementwise(ElementwiseOp::Convert(d)), &[x]) if r.new_aval(x).dtype == *d => Some(x),
             (Prim::Shape(ShapeOp::Transpose { perm }), &[x]) if is_identity(perm) => Some(x),
             (Prim::Shape(ShapeOp::Reshape { shape }), &[x]) if r.new_aval(x).shape == *shape => Some(x),
+            (Prim::Shape(ShapeOp::Slice { start, limit, strides }), &[x])
+                if start.iter().all(|&s| s == 0)
+                    && strides.iter().all(|&s| s == 1)
+                    && limit.iter().copied().eq(r.new_aval(x).shape.iter().copied()) =>
+            {
+                Some(x)
+            }
             (Prim::Shape(ShapeOp::BroadcastInDim { shape, dims }), &[x])
                 if r.new_aval(x).shape == *shape && is_identity(dims) =>
             {
@@ -256,6 +263,28 @@ mod tests {
             .eqns
             .iter()
             .any(|e| e.prim == Prim::Shape(ShapeOp::Transpose { perm: [2, 1, 0].into_iter().collect() })));
+        assert_same(&p, &q, &[x]);
+    }
+
+    /// A slice of the whole operand with unit steps is the operand; one
+    /// that drops an element or steps by two stays.
+    #[test]
+    fn whole_slices() {
+        let x = Tensor::linspace(0.0, 11.0, 12, DType::F32).reshape(&[3, 4]);
+        let p = build(std::slice::from_ref(&x), |b, ins| {
+            let sl = |b: &mut xform_ops::ProgramBuilder, limit: [usize; 2], strides: [usize; 2], shape: [usize; 2]| {
+                let op = ShapeOp::Slice {
+                    start: [0, 0].into_iter().collect(),
+                    limit: limit.into_iter().collect(),
+                    strides: strides.into_iter().collect(),
+                };
+                push1(b, Prim::Shape(op), &[ins[0]], Some(aval(&shape, DType::F32)))
+            };
+            vec![sl(b, [3, 4], [1, 1], [3, 4]), sl(b, [3, 3], [1, 1], [3, 3]), sl(b, [3, 4], [1, 2], [3, 2])]
+        });
+        let q = super::super::dce::run(&run(&p).unwrap()).unwrap();
+        assert_eq!(q.outputs[0], Atom::Var(q.inputs[0]));
+        assert_eq!(q.eqns.len(), 2, "{q}");
         assert_same(&p, &q, &[x]);
     }
 }
