@@ -23,19 +23,23 @@ pub use window::{reduce_window, select_and_gather, select_and_scatter};
 /// Threads per block of the one-dimensional kernels.
 const BLOCK: u32 = 256;
 
+/// The iteration parameters of a generated elementwise kernel over `N`
+/// operands (`XfIter`, and `XfFused` with `N = MAX_FUSED_INPUTS`).
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct IterParams {
-    n: i64,
-    rank: i32,
-    pad: i32,
-    shape: [i64; MAX_DIMS],
-    strides: [[i64; MAX_DIMS]; MAX_OPERANDS],
-    offsets: [i64; MAX_OPERANDS],
+pub(super) struct IterParamsOf<const N: usize> {
+    pub(super) n: i64,
+    pub(super) rank: i32,
+    pub(super) pad: i32,
+    pub(super) shape: [i64; MAX_DIMS],
+    pub(super) strides: [[i64; MAX_DIMS]; N],
+    pub(super) offsets: [i64; N],
 }
 // SAFETY: a plain `#[repr(C)]` struct of integers whose layout matches
-// `XfIter` in the generated source; it is passed by value.
-unsafe impl DeviceRepr for IterParams {}
+// `XfIter` (and `XfFused`) in the generated source; it is passed by value.
+unsafe impl<const N: usize> DeviceRepr for IterParamsOf<N> {}
+
+type IterParams = IterParamsOf<MAX_OPERANDS>;
 
 #[repr(C)]
 #[derive(Clone, Copy)]

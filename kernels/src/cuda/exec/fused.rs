@@ -6,22 +6,9 @@ use crate::cuda::buffer::CudaBuffer;
 use crate::cuda::error::{CudaError, Result};
 use crate::dtype::DType;
 use crate::layout::Layout;
-use cudarc::driver::DeviceRepr;
 
-/// The iteration parameters of a fused kernel.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub(super) struct FusedParams {
-    n: i64,
-    rank: i32,
-    pad: i32,
-    shape: [i64; MAX_DIMS],
-    strides: [[i64; MAX_DIMS]; MAX_FUSED_INPUTS],
-    offsets: [i64; MAX_FUSED_INPUTS],
-}
-// SAFETY: a plain `#[repr(C)]` struct of integers whose layout matches
-// `XfFused` in the generated source; it is passed by value.
-unsafe impl DeviceRepr for FusedParams {}
+/// The iteration parameters of a fused kernel (`XfFused`).
+pub(super) type FusedParams = super::IterParamsOf<MAX_FUSED_INPUTS>;
 
 /// Operands of one shape, simplified for iteration like `Coalesced`
 /// (size-1 axes dropped, adjacent axes merged where every operand allows),
