@@ -478,38 +478,47 @@ pub struct Coalesced<const N: usize> {
     pub offsets: [usize; N],
 }
 
+/// The merged shape of operands of one shape (`stride(k, d)`: operand
+/// `k`'s stride on axis `d`), each operand's merged strides pushed onto the
+/// (empty) `strides[k]`: size-1 axes dropped, adjacent axes merged where
+/// every operand allows. Never empty: a scalar becomes `[1]`, an empty
+/// shape `[0]` (strides `[1]`). [`Coalesced`] for a fixed number of
+/// operands; the jit's fused CUDA kernels for any.
+pub fn coalesce_into(shape: &[usize], stride: impl Fn(usize, usize) -> isize, strides: &mut [Strides]) -> Dims {
+    let mut dims = Dims::new();
+    for (d, &n) in shape.iter().enumerate() {
+        if n == 1 {
+            continue;
+        }
+        let mergeable = !dims.is_empty()
+            && strides.iter().enumerate().all(|(k, s)| *s.last().expect("an axis") == stride(k, d) * n as isize);
+        if mergeable {
+            *dims.last_mut().expect("an axis") *= n;
+            for (k, s) in strides.iter_mut().enumerate() {
+                *s.last_mut().expect("an axis") = stride(k, d);
+            }
+        } else {
+            dims.push(n);
+            for (k, s) in strides.iter_mut().enumerate() {
+                s.push(stride(k, d));
+            }
+        }
+    }
+    if dims.is_empty() || shape.contains(&0) {
+        let empty = shape.contains(&0);
+        dims = smallvec::smallvec![if empty { 0 } else { 1 }];
+        for s in strides.iter_mut() {
+            *s = smallvec::smallvec![1];
+        }
+    }
+    dims
+}
+
 impl<const N: usize> Coalesced<N> {
     /// Coalesce operands that all have the shape `shape`.
     pub fn new(shape: &[usize], layouts: [(&[isize], usize); N]) -> Self {
-        let mut dims = Dims::new();
         let mut strides: [Strides; N] = std::array::from_fn(|_| Strides::new());
-        for d in 0..shape.len() {
-            let n = shape[d];
-            if n == 1 {
-                continue;
-            }
-            let mergeable = !dims.is_empty()
-                && (0..N).all(|k| {
-                    let last = *strides[k].last().unwrap();
-                    last == layouts[k].0[d] * n as isize
-                });
-            if mergeable {
-                *dims.last_mut().unwrap() *= n;
-                for k in 0..N {
-                    *strides[k].last_mut().unwrap() = layouts[k].0[d];
-                }
-            } else {
-                dims.push(n);
-                for k in 0..N {
-                    strides[k].push(layouts[k].0[d]);
-                }
-            }
-        }
-        if dims.is_empty() || shape.contains(&0) {
-            let empty = shape.contains(&0);
-            dims = smallvec::smallvec![if empty { 0 } else { 1 }];
-            strides = std::array::from_fn(|_| smallvec::smallvec![1]);
-        }
+        let dims = coalesce_into(shape, |k, d| layouts[k].0[d], &mut strides);
         Coalesced { shape: dims, strides, offsets: std::array::from_fn(|k| layouts[k].1) }
     }
 

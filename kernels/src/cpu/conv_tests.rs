@@ -5,78 +5,12 @@
 use super::conv::{conv, conv_forward, Operand, OutLayout};
 use super::Par;
 use crate::conv_geom::{dilated, ConvGeometry};
+use crate::cuda_source::conv::test_cases::{geom, reference};
 
-/// A direct loop over the definition.
+/// The plain loop over the definition (the one the CUDA kernels are
+/// checked against), values only.
 fn naive(lhs: &[f64], rhs: &[f64], g: &ConvGeometry) -> Vec<f64> {
-    let mut out = vec![0.0; g.out_len()];
-    let [id, ih, iw] = g.input;
-    let [kd, kh, kw] = g.kernel;
-    let [od, oh, ow] = g.output;
-    let (m, cg) = (g.group_out_features(), g.group_in_features());
-    for n in 0..g.out_batch() {
-        for o in 0..g.out_features {
-            let group = o / m;
-            let (e, c0) = if g.batch_groups > 1 { (group * g.out_batch() + n, 0) } else { (n, group * cg) };
-            for z in 0..od {
-                for y in 0..oh {
-                    for x in 0..ow {
-                        let mut s = 0.0;
-                        for c in 0..cg {
-                            for a in 0..kd {
-                                for b in 0..kh {
-                                    for f in 0..kw {
-                                        let (Some(zi), Some(yi), Some(xi)) =
-                                            (g.input_index(0, z, a), g.input_index(1, y, b), g.input_index(2, x, f))
-                                        else {
-                                            continue;
-                                        };
-                                        let li = (((e * g.in_features + c0 + c) * id + zi) * ih + yi) * iw + xi;
-                                        let ri = (((o * cg + c) * kd + a) * kh + b) * kw + f;
-                                        s += lhs[li] * rhs[ri];
-                                    }
-                                }
-                            }
-                        }
-                        out[(((n * g.out_features + o) * od + z) * oh + y) * ow + x] = s;
-                    }
-                }
-            }
-        }
-    }
-    out
-}
-
-#[allow(clippy::too_many_arguments)]
-fn geometry(
-    batch: usize,
-    c: usize,
-    o: usize,
-    fg: usize,
-    bg: usize,
-    input: [usize; 3],
-    kernel: [usize; 3],
-    stride: [usize; 3],
-    pad: [(i64, i64); 3],
-    ld: [usize; 3],
-    rd: [usize; 3],
-) -> ConvGeometry {
-    ConvGeometry {
-        batch,
-        in_features: c,
-        out_features: o,
-        feature_groups: fg,
-        batch_groups: bg,
-        input,
-        kernel,
-        output: [0; 3],
-        stride,
-        pad_lo: pad.map(|p| p.0),
-        pad_hi: pad.map(|p| p.1),
-        lhs_dilation: ld,
-        rhs_dilation: rd,
-    }
-    .with_output()
-    .expect("a valid geometry")
+    reference(g, lhs, rhs).into_iter().map(|(v, _)| v).collect()
 }
 
 /// `[a, b, block]` contiguous copied into `[b, a, block]` (the two leading
@@ -134,23 +68,23 @@ fn matches_the_definition_for_every_option() {
     let one = [1, 1, 1];
     let none = [(0, 0); 3];
     // Plain 2-D, 1x1 in place, 3-D.
-    check(&geometry(2, 3, 4, 1, 1, [1, 6, 5], [1, 3, 2], one, none, one, one));
-    check(&geometry(2, 3, 4, 1, 1, [1, 4, 5], one, one, none, one, one));
-    check(&geometry(1, 2, 3, 1, 1, [4, 3, 5], [2, 2, 3], one, none, one, one));
+    check(&geom((2, 3, 4, 1, 1), [1, 6, 5], [1, 3, 2], one, none, one, one));
+    check(&geom((2, 3, 4, 1, 1), [1, 4, 5], one, one, none, one, one));
+    check(&geom((1, 2, 3, 1, 1), [4, 3, 5], [2, 2, 3], one, none, one, one));
     // Strides, asymmetric and negative padding, both dilations.
-    check(&geometry(2, 2, 3, 1, 1, [1, 7, 6], [1, 3, 2], [1, 2, 3], [(0, 0), (2, -1), (1, 2)], one, one));
-    check(&geometry(1, 2, 2, 1, 1, [1, 4, 5], [1, 2, 3], [1, 1, 2], [(0, 0), (1, 1), (0, 2)], [1, 2, 3], [1, 2, 1]));
+    check(&geom((2, 2, 3, 1, 1), [1, 7, 6], [1, 3, 2], [1, 2, 3], [(0, 0), (2, -1), (1, 2)], one, one));
+    check(&geom((1, 2, 2, 1, 1), [1, 4, 5], [1, 2, 3], [1, 1, 2], [(0, 0), (1, 1), (0, 2)], [1, 2, 3], [1, 2, 1]));
     // Feature groups (grouped, depthwise) and batch groups.
-    check(&geometry(2, 6, 4, 2, 1, [1, 5, 5], [1, 3, 3], one, [(0, 0), (1, 1), (1, 1)], one, one));
-    check(&geometry(2, 3, 6, 3, 1, [1, 5, 4], [1, 2, 2], [1, 2, 1], none, one, one));
+    check(&geom((2, 6, 4, 2, 1), [1, 5, 5], [1, 3, 3], one, [(0, 0), (1, 1), (1, 1)], one, one));
+    check(&geom((2, 3, 6, 3, 1), [1, 5, 4], [1, 2, 2], [1, 2, 1], none, one, one));
     // Depthwise (one feature per group): the direct loops.
-    check(&geometry(2, 4, 4, 4, 1, [1, 6, 5], [1, 3, 3], [1, 2, 1], [(0, 0), (1, 1), (2, 0)], one, [1, 1, 2]));
-    check(&geometry(2, 3, 3, 3, 1, [2, 4, 5], [2, 2, 3], one, none, [1, 2, 1], one));
-    check(&geometry(6, 2, 6, 1, 3, [1, 4, 4], [1, 2, 3], one, [(0, 0), (0, 1), (1, 0)], one, [1, 1, 2]));
+    check(&geom((2, 4, 4, 4, 1), [1, 6, 5], [1, 3, 3], [1, 2, 1], [(0, 0), (1, 1), (2, 0)], one, [1, 1, 2]));
+    check(&geom((2, 3, 3, 3, 1), [2, 4, 5], [2, 2, 3], one, none, [1, 2, 1], one));
+    check(&geom((6, 2, 6, 1, 3), [1, 4, 4], [1, 2, 3], one, [(0, 0), (0, 1), (1, 0)], one, [1, 1, 2]));
     // A kernel larger than the input: no positions.
-    check(&geometry(1, 1, 1, 1, 1, [1, 2, 2], [1, 3, 3], one, none, one, one));
+    check(&geom((1, 1, 1, 1, 1), [1, 2, 2], [1, 3, 3], one, none, one, one));
     // Many units, each im2col'd into per-thread scratch (by unit).
-    check(&geometry(9, 3, 5, 1, 1, [1, 9, 8], [1, 3, 3], one, [(0, 0), (1, 1), (1, 1)], one, one));
+    check(&geom((9, 3, 5, 1, 1), [1, 9, 8], [1, 3, 3], one, [(0, 0), (1, 1), (1, 1)], one, one));
 }
 
 #[test]
@@ -160,18 +94,18 @@ fn kernel_gradients_sum_over_features() {
     // cotangent, 3x3 positions.
     let one = [1, 1, 1];
     let none = [(0, 0); 3];
-    let g = geometry(3, 4, 5, 1, 1, [1, 8, 8], [1, 6, 6], one, none, one, one);
+    let g = geom((3, 4, 5, 1, 1), [1, 8, 8], [1, 6, 6], one, none, one, one);
     assert_eq!(check(&g), OutLayout::FeatureMajor);
     // With the forward's stride 2 (rhs dilation here) and padding 1.
-    let g = geometry(3, 4, 5, 1, 1, [1, 8, 7], [1, 4, 4], one, [(0, 0), (1, 0), (1, 1)], one, [1, 2, 2]);
+    let g = geom((3, 4, 5, 1, 1), [1, 8, 7], [1, 4, 4], one, [(0, 0), (1, 0), (1, 1)], one, [1, 2, 2]);
     assert_eq!(check(&g), OutLayout::FeatureMajor);
     // vmap(grad)'s: one feature group per example, and a batch-grouped one.
-    let g = geometry(3, 4, 8, 4, 1, [1, 8, 8], [1, 6, 6], one, none, one, one);
+    let g = geom((3, 4, 8, 4, 1), [1, 8, 8], [1, 6, 6], one, none, one, one);
     assert_eq!(check(&g), OutLayout::FeatureMajor);
-    let g = geometry(6, 2, 6, 1, 3, [1, 7, 7], [1, 5, 5], one, [(0, 0), (0, 1), (1, 0)], one, one);
+    let g = geom((6, 2, 6, 1, 3), [1, 7, 7], [1, 5, 5], one, [(0, 0), (0, 1), (1, 0)], one, one);
     assert_eq!(check(&g), OutLayout::FeatureMajor);
     // 3-D, lhs dilation (a strided transposed convolution's kernel gradient).
-    let g = geometry(2, 3, 2, 1, 1, [3, 5, 5], [3, 7, 6], one, [(0, 0), (1, 1), (0, 1)], [1, 2, 2], one);
+    let g = geom((2, 3, 2, 1, 1), [3, 5, 5], [3, 7, 6], one, [(0, 0), (1, 1), (0, 1)], [1, 2, 2], one);
     assert_eq!(check(&g), OutLayout::FeatureMajor);
 }
 
@@ -206,12 +140,8 @@ fn random_geometry(next: &mut impl FnMut(u64) -> usize, wide: bool) -> ConvGeome
     let fg = 1 + next(2);
     let bg = if fg == 1 { 1 + next(3) } else { 1 };
     let extra = if wide { 4 } else { 2 };
-    geometry(
-        bg * (1 + next(extra)),
-        fg * (1 + next(extra)),
-        fg * bg * (1 + next(2)),
-        fg,
-        bg,
+    geom(
+        (bg * (1 + next(extra)), fg * (1 + next(extra)), fg * bg * (1 + next(2)), fg, bg),
         input,
         kernel,
         stride,

@@ -102,6 +102,28 @@ pub unsafe fn assume_init<T>(v: Vec<MaybeUninit<T>>) -> Vec<T> {
     unsafe { Vec::from_raw_parts(v.as_mut_ptr() as *mut T, v.len(), v.capacity()) }
 }
 
+/// Calls `body(range)` for ranges of `0..n` that start at multiples of
+/// `step` and cover it: one range under `Par::Seq`, up to four per thread
+/// under `Par::Rayon`, in parallel (for loops that write disjoint ranges
+/// of their outputs through raw addresses, such as the jit's fused loops).
+pub fn for_ranges(n: usize, step: usize, par: Par, body: impl Fn(std::ops::Range<usize>) + Sync) {
+    let steps = n.div_ceil(step.max(1));
+    let tasks = match par {
+        Par::Seq => 1,
+        Par::Rayon => (threads() * 4).min(steps),
+    };
+    if tasks <= 1 {
+        body(0..n);
+        return;
+    }
+    use rayon::prelude::*;
+    let per = steps.div_ceil(tasks) * step.max(1);
+    (0..tasks).into_par_iter().for_each(|t| {
+        let start = (t * per).min(n);
+        body(start..(start + per).min(n));
+    });
+}
+
 /// Splits `out` into chunks of whole runs of `run_len` elements and calls
 /// `body(first_run, chunk)` for each, in parallel under `Par::Rayon`.
 pub(crate) fn for_run_chunks<U: Send>(

@@ -148,7 +148,7 @@ pub fn compile_ptx(kernel: &Kernel, arch: &str) -> Result<String> {
     if !nvrtc_available() {
         return Err(CudaError::NvrtcMissing { kernel: kernel.name.clone() });
     }
-    let mut options = vec![format!("--gpu-architecture={arch}"), "--fmad=false".to_string(), "-std=c++17".to_string()];
+    let mut options = base_options(arch);
     if kernel.needs_half {
         match half_include_dir() {
             Some(dir) => options.push(format!("--include-path={}", dir.display())),
@@ -187,9 +187,22 @@ pub fn compile_ptx(kernel: &Kernel, arch: &str) -> Result<String> {
     Ok(ptx)
 }
 
+/// The NVRTC options of every generated kernel. `--fmad=false`: a
+/// multiply is rounded before an add uses it, never contracted into an
+/// FMA, so the kernels round as the CPU's (and fused kernels as unfused).
+fn base_options(arch: &str) -> Vec<String> {
+    vec![format!("--gpu-architecture={arch}"), "--fmad=false".to_string(), "-std=c++17".to_string()]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every kernel, fused or not, compiles without FMA contraction.
+    #[test]
+    fn kernels_compile_without_fma_contraction() {
+        assert!(base_options("compute_90").iter().any(|o| o == "--fmad=false"));
+    }
 
     #[test]
     fn hash_is_stable() {

@@ -516,15 +516,7 @@ pub struct FusedIn<'a> {
 /// with `donor[i]` set are opened for writing (the loop writes an output
 /// over them: the caller made sure no one else holds them and that they
 /// are contiguous from offset 0) and passed by address.
-///
-/// # Errors
-/// None today (a buffer that moved off the CPU answers `None`); kept a
-/// `Result` for the lock.
-pub fn with_fused_inputs<R>(
-    arrays: &[&Array],
-    donor: &[bool],
-    f: impl FnOnce(&[FusedIn<'_>]) -> R,
-) -> Result<Option<R>> {
+pub fn with_fused_inputs<R>(arrays: &[&Array], donor: &[bool], f: impl FnOnce(&[FusedIn<'_>]) -> R) -> Option<R> {
     enum Guard<'g> {
         Read(std::sync::RwLockReadGuard<'g, crate::array::Buffer>),
         Write(std::sync::RwLockWriteGuard<'g, crate::array::Buffer>),
@@ -538,29 +530,29 @@ pub fn with_fused_inputs<R>(
     for (g, a) in guards.iter_mut().zip(arrays) {
         let (data, donor) = match g {
             Guard::Read(g) => {
-                let Ok(b) = g.cpu("fused") else { return Ok(None) };
+                let Ok(b) = g.cpu("fused") else { return None };
                 let data = match b {
                     CpuBuffer::F32(v) => Tile::F32(v),
                     CpuBuffer::F64(v) => Tile::F64(v),
                     CpuBuffer::Bool(v) => Tile::Bool(v),
-                    _ => return Ok(None),
+                    _ => return None,
                 };
                 (data, None)
             }
             Guard::Write(g) => {
-                let Ok(b) = g.cpu_mut("fused") else { return Ok(None) };
+                let Ok(b) = g.cpu_mut("fused") else { return None };
                 let base = match b {
                     CpuBuffer::F32(v) => (Tile::F32(&[]), OutBase::F32(v.as_mut_ptr() as usize)),
                     CpuBuffer::F64(v) => (Tile::F64(&[]), OutBase::F64(v.as_mut_ptr() as usize)),
                     CpuBuffer::Bool(v) => (Tile::Bool(&[]), OutBase::Bool(v.as_mut_ptr() as usize)),
-                    _ => return Ok(None),
+                    _ => return None,
                 };
                 (base.0, Some(base.1))
             }
         };
         ins.push(FusedIn { data, layout: &a.layout, donor });
     }
-    Ok(Some(f(&ins)))
+    Some(f(&ins))
 }
 
 /// Where a fused loop writes one of its outputs, over a range of elements.
@@ -726,22 +718,8 @@ pub fn run_fused(
             None => dests[j].expect("a destination where no fresh output"),
         })
         .collect();
-    let tiles = n.div_ceil(tile.max(1));
-    let par = Par::for_work(n, cost);
-    let tasks = if par == Par::Rayon { (xform_kernels::cpu::threads() * 4).min(tiles) } else { 1 };
-    if tasks <= 1 {
-        body(0..n, &bases);
-    } else {
-        let per = tiles.div_ceil(tasks) * tile;
-        let ids: Vec<u32> = (0..tasks as u32).collect();
-        let l = Layout::contiguous(Shape::from([tasks]));
-        // one task per id; each writes its own disjoint range of the outputs
-        let _: Vec<u8> = map1(&ids, &l, Par::Rayon, |t: u32| {
-            let start = (t as usize * per).min(n);
-            body(start..(start + per).min(n), &bases);
-            0u8
-        });
-    }
+    // each range is written by one task only
+    xform_kernels::cpu::for_ranges(n, tile, Par::for_work(n, cost), |r| body(r, &bases));
     // SAFETY: the ranges cover 0..n, and `body` writes every element of its range.
     Some(outs.into_iter().map(|o| o.map(|o| Array::from_cpu(unsafe { o.finish() }, shape.clone()))).collect())
 }

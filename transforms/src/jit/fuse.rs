@@ -144,6 +144,30 @@ pub fn group(p: &Program) -> Vec<Item> {
 
 /// [`group`], grouping CUDA equations if `cuda`.
 pub fn group_with(p: &Program, cuda: bool) -> Vec<Item> {
+    grouped(p, cuda, &last_reads(p))
+}
+
+/// The index of the last equation that reads each variable (`usize::MAX`
+/// for an output of the program, 0 for a variable nothing reads).
+pub(crate) fn last_reads(p: &Program) -> Vec<usize> {
+    let mut last = vec![0; p.avals.len()];
+    for (k, e) in p.eqns.iter().enumerate() {
+        for a in &e.inputs {
+            if let Atom::Var(v) = a {
+                last[v.0 as usize] = k;
+            }
+        }
+    }
+    for a in &p.outputs {
+        if let Atom::Var(v) = a {
+            last[v.0 as usize] = usize::MAX;
+        }
+    }
+    last
+}
+
+/// [`group_with`] given [`last_reads`].
+pub(crate) fn grouped(p: &Program, cuda: bool, last_read: &[usize]) -> Vec<Item> {
     let mut items = Vec::with_capacity(p.eqns.len());
     let mut open: Vec<usize> = Vec::new();
     let mut shape: Option<(Shape, Device)> = None;
@@ -158,7 +182,7 @@ pub fn group_with(p: &Program, cuda: bool) -> Vec<Item> {
         match open.len() {
             0 => {}
             1 => items.push(Item::Eqn(open[0])),
-            _ => items.extend(make_group(p, std::mem::take(open))),
+            _ => items.extend(make_group(p, std::mem::take(open), last_read)),
         }
         open.clear();
     };
@@ -190,7 +214,7 @@ pub fn group_with(p: &Program, cuda: bool) -> Vec<Item> {
 /// The fused step of equations `eqns` (program order; one where the plan
 /// writes its result over an operand), or the equations as plain steps
 /// when they are a CUDA group over the kernel's limits.
-pub(crate) fn make_group(p: &Program, eqns: Vec<usize>) -> Vec<Item> {
+pub(crate) fn make_group(p: &Program, eqns: Vec<usize>, last_read: &[usize]) -> Vec<Item> {
     let mut ins: Vec<Atom> = Vec::new();
     let mut ops: Vec<FusedOp> = Vec::with_capacity(eqns.len());
     // op index of each variable defined in the group
@@ -217,15 +241,15 @@ pub(crate) fn make_group(p: &Program, eqns: Vec<usize>) -> Vec<Item> {
         local.insert(v, ops.len() as u32);
         ops.push(FusedOp { prim: e.prim.clone(), args, dtype: p.avals[v as usize].dtype });
     }
-    // outputs: group values read by an equation outside it or by the program
-    let inside = |k: usize| eqns.binary_search(&k).is_ok();
+    // outputs: group values read after the group's last equation or by
+    // the program (an equation between its first and last that reads one
+    // of its values would have closed it, see `grouped`)
+    let end = *eqns.last().expect("a group has equations");
     let mut outs = Vec::new();
     let mut outputs = Vec::new();
     for &k in &eqns {
         let v = p.eqns[k].outputs[0];
-        let read_outside = p.outputs.contains(&Atom::Var(v))
-            || p.eqns.iter().enumerate().any(|(j, e)| !inside(j) && e.inputs.contains(&Atom::Var(v)));
-        if read_outside {
+        if last_read[v.0 as usize] > end {
             outs.push(v.0);
             outputs.push(local[&v.0]);
         }
@@ -258,8 +282,7 @@ enum Scratch {
 
 impl Scratch {
     /// A tile of scratch of dtype `d`: one this thread used before, or a
-    /// new one (a replay of a small plan would otherwise spend more time
-    /// allocating and zeroing scratch than computing).
+    /// new one.
     fn new(d: DType) -> Scratch {
         let reused = SPARE.with(|s| {
             let mut s = s.borrow_mut();
@@ -394,7 +417,7 @@ impl Fused {
                 .map(|j| donors.get(j).copied().flatten().and_then(|i| ins[i as usize].donor))
                 .collect();
             run_fused(&dtypes, &dests, &self.shape, cost, TILE, |r, o| self.body(ins, r, o))
-        })?
+        })
         .flatten()
         .ok_or_else(|| Error::invalid("jit", "a fused step got an operand it was not planned for (internal error)"))?;
         Ok(outs

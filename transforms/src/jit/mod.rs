@@ -133,8 +133,7 @@ pub struct Jitted<S, X, Y, F> {
 /// multiply-add (which rounds once and so can differ from eager execution
 /// in the last bit); nor does it reassociate or otherwise rewrite
 /// arithmetic. Each op applies the element function its eager kernel
-/// applies, so fused results are bit-identical to eager ones (a compiler
-/// left to its defaults may contract: NVRTC's `--fmad=true`, for one).
+/// applies, so fused results are bit-identical to eager ones.
 ///
 /// ```
 /// use xform_ops::Tensor;
@@ -245,6 +244,19 @@ impl<X: Tree, Y: Tree, F: Fn(&(), &X) -> Y> Jitted<(), X, Y, F> {
     /// assert_eq!(p.to_vec::<f32>(), vec![2.0, 2.25]);
     /// // the first call traced; each call wrote its result over `p`
     /// assert_eq!(step.entries()[0].in_place_writes, 3);
+    /// ```
+    ///
+    /// A donated argument cannot be used afterwards:
+    ///
+    /// ```compile_fail,E0382
+    /// use xform_ops::Tensor;
+    /// use xform_transforms::{jitted, JitOptions};
+    ///
+    /// let step = jitted(|p: &Tensor| p * 0.5, JitOptions::default());
+    /// let p = Tensor::from_vec(vec![2.0f32], [1]);
+    /// let q = step.call_donated(p);
+    /// drop(q);
+    /// let _ = p.sum(); // error: p was moved into the call
     /// ```
     ///
     /// # Panics

@@ -9,16 +9,14 @@
 //! compiled: the program was staged at these exact abstract values), no
 //! operand lists built from tensors beyond a borrow per operand. A value
 //! is dropped right after its last reader (its buffer goes back to the
-//! pool, where the next allocation of its size finds it warm), so a replay
-//! holds no more buffers than eager execution. Constants are read in
+//! pool, where the next allocation of its size finds it). Constants are read in
 //! place, not copied into slots.
 //!
 //! NOTE: [buffer planning] Three ways a replay avoids allocating:
 //! - Dead buffers are reused: a value is dropped at its last reader (the
 //!   `free` list of that step), so its buffer returns to the size-keyed
 //!   pool (`xform_kernels::pool`) and the next allocation of that size
-//!   takes it, warm in cache, without calling the allocator. A replay holds
-//!   at most the buffers eager execution holds.
+//!   takes it without calling the allocator.
 //! - In-place updates: an elementwise step (a fused group, or a single
 //!   elementwise equation, which then runs as a fused step of one op)
 //!   whose operand has the shape and dtype of a result and is read last
@@ -108,7 +106,8 @@ impl Plan {
         }
         let slots = p.avals.len();
         // the plan's order: equations, and fused groups of them
-        let items = fuse::group(p);
+        let last_read = fuse::last_reads(p);
+        let items = fuse::grouped(p, cfg!(feature = "cuda"), &last_read);
         let reads = |it: &Item| -> SmallVec<[Atom; 4]> {
             match it {
                 Item::Eqn(k) => p.eqns[*k].inputs.iter().copied().collect(),
@@ -153,12 +152,7 @@ impl Plan {
                     if reuse_pairs(p, &e.inputs, &outs, k, &last, &view).is_empty() {
                         it
                     } else {
-                        let mut single = fuse::make_group(p, vec![j]);
-                        if single.len() == 1 {
-                            single.pop().expect("one item")
-                        } else {
-                            it
-                        }
+                        fuse::make_group(p, vec![j], &last_read).pop().unwrap_or(it)
                     }
                 }
                 it => it,

@@ -5,46 +5,17 @@ use super::{grid_1d, launch, same_device, too_many_dims, Arg};
 use crate::cuda::buffer::CudaBuffer;
 use crate::cuda::error::{CudaError, Result};
 use crate::dtype::DType;
-use crate::layout::Layout;
+use crate::layout::{coalesce_into, Layout, Strides};
 
 /// The iteration parameters of a fused kernel (`XfFused`).
 pub(super) type FusedParams = super::IterParamsOf<MAX_FUSED_INPUTS>;
 
-/// Operands of one shape, simplified for iteration like `Coalesced`
-/// (size-1 axes dropped, adjacent axes merged where every operand allows),
-/// for any number of operands.
+/// Operands of one shape, simplified for iteration as the map kernels'
+/// (`layout::coalesce_into`), for any number of operands.
 fn coalesce(shape: &[usize], layouts: &[&Layout]) -> (Vec<usize>, Vec<Vec<isize>>) {
-    let mut dims: Vec<usize> = Vec::new();
-    let mut strides: Vec<Vec<isize>> = vec![Vec::new(); layouts.len()];
-    for (d, &n) in shape.iter().enumerate() {
-        if n == 1 {
-            continue;
-        }
-        let mergeable = !dims.is_empty()
-            && layouts
-                .iter()
-                .zip(&strides)
-                .all(|(l, s)| *s.last().expect("a merged axis") == l.strides[d] * n as isize);
-        if mergeable {
-            *dims.last_mut().expect("a merged axis") *= n;
-            for (l, s) in layouts.iter().zip(strides.iter_mut()) {
-                *s.last_mut().expect("a merged axis") = l.strides[d];
-            }
-        } else {
-            dims.push(n);
-            for (l, s) in layouts.iter().zip(strides.iter_mut()) {
-                s.push(l.strides[d]);
-            }
-        }
-    }
-    if dims.is_empty() {
-        dims.push(1);
-        for s in &mut strides {
-            s.clear();
-            s.push(1);
-        }
-    }
-    (dims, strides)
+    let mut strides = vec![Strides::new(); layouts.len()];
+    let dims = coalesce_into(shape, |k, d| layouts[k].strides[d], &mut strides);
+    (dims.to_vec(), strides.into_iter().map(|s| s.to_vec()).collect())
 }
 
 /// Runs the fused kernel `kernel`, generated for inputs of dtypes `in_dtypes`
