@@ -422,6 +422,47 @@ fn fused_chains_are_bit_identical_to_eager() {
     }
 }
 
+/// `jit(jacrev)` of an elementwise op after a linear map contracts the
+/// identity seed, scaled, with the map: the `diagonal` pass computes it as
+/// a scaling. Equal to eager values (bit for bit but for the sign of a
+/// zero) where the cotangent is finite, and where it is not (the guard
+/// falls back to the product): `sqrt` at 0 has an infinite derivative,
+/// at a negative argument a NaN one. `jacrev` of the transposed map
+/// (the seed on the other side of the product) too.
+#[test]
+fn jacrev_seed_products_are_scalings() {
+    let n = 48;
+    let a = Key::new(21).normal([n, n], DType::F32) * 0.2;
+    let values = |got: &Tensor, want: &Tensor, what: &str| {
+        assert_eq!(got.shape(), want.shape(), "{what}");
+        for (k, (g, w)) in v(got).iter().zip(v(want)).enumerate() {
+            let same = g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()) || (*g == 0.0 && w == 0.0);
+            assert!(same, "{what}: element {k}: jit {g}, eager {w}");
+        }
+    };
+    let g = |x: &Tensor| a.matmul(x).tanh();
+    let h = |x: &Tensor| a.matmul(x).sqrt();
+    let ht = |x: &Tensor| x.matmul(&a).sqrt();
+    let x = Key::new(22).normal([n], DType::F32);
+    for program in [
+        jitted(jacrev(g), JitOptions::default()).program(&(), &x).unwrap(),
+        jitted(jacrev(ht), JitOptions::default()).program(&(), &x).unwrap(),
+    ] {
+        assert!(program.to_string().contains("cond"), "the product was not rewritten:\n{program}");
+        let products = program.eqns.iter().filter(|e| format!("{:?}", e.prim).contains("DotGeneral")).count();
+        assert_eq!(products, 1, "only the forward map is a product:\n{program}");
+    }
+    values(&jit(jacrev(g))(&x), &jacrev(g)(&x), "jacrev(tanh(A x))");
+    let zero_at_3 = Tensor::from_vec((0..n).map(|i| if i == 3 { 0.0f32 } else { 1.0 }).collect::<Vec<_>>(), [n]);
+    let x0 = Tensor::zeros([n], DType::F32);
+    for (what, x) in [("finite", x.abs() + 1.0), ("zero", x0), ("one zero", zero_at_3), ("negative", -x.abs() - 1.0)] {
+        // sqrt(A x): A x = 0 where x = 0; the columns of A are mixed
+        // where only one x is 0 (finite but for rows where A x = 0)
+        values(&jit(jacrev(h))(&x), &jacrev(h)(&x), &format!("jacrev(sqrt(A x)), x {what}"));
+        values(&jit(jacrev(ht))(&x), &jacrev(ht)(&x), &format!("jacrev(sqrt(x A)), x {what}"));
+    }
+}
+
 /// The address of a CPU tensor's f32 buffer.
 fn buffer_addr(t: &Tensor) -> usize {
     let a = t.array().expect("concrete");

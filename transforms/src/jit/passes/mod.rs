@@ -8,6 +8,9 @@
 //!   transpose, a chain of reshapes, identity reshapes, transposes and
 //!   broadcasts);
 //! - [`fold`]: equations whose operands are all constants, evaluated once;
+//! - [`diagonal`]: a product with a diagonal matrix made from a basis
+//!   (`jacrev`'s identity seed times a broadcast cotangent) computed as a
+//!   scaling, guarded by a finiteness check that falls back to the product;
 //! - [`cse`]: equations with the same primitive, parameters and operands,
 //!   computed once;
 //! - [`dce`]: equations no output depends on, and constants no equation
@@ -21,6 +24,7 @@
 
 pub mod cse;
 pub mod dce;
+pub mod diagonal;
 pub mod fold;
 pub mod simplify;
 
@@ -32,8 +36,13 @@ pub type Pass = fn(&Program) -> Result<Program>;
 
 /// The passes `jit` runs, in order (the pipeline runs until a round
 /// removes no equation, at most [`MAX_ROUNDS`] rounds).
-pub const PIPELINE: &[(&str, Pass)] =
-    &[("simplify", simplify::run), ("fold", fold::run), ("cse", cse::run), ("dce", dce::run)];
+pub const PIPELINE: &[(&str, Pass)] = &[
+    ("simplify", simplify::run),
+    ("fold", fold::run),
+    ("diagonal", diagonal::run),
+    ("cse", cse::run),
+    ("dce", dce::run),
+];
 
 /// The most rounds of [`PIPELINE`] one optimization runs.
 pub const MAX_ROUNDS: usize = 3;
