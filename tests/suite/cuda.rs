@@ -126,6 +126,41 @@ fn cuda_jit_chain_is_one_fused_cuda_group() {
     }
 }
 
+/// Which plans replay as CUDA graphs (no device needed: the programs are
+/// traced on the CPU and their values moved to `cuda:0`): the chain's plan
+/// waits for its second call; a plan with a gather (whose index check
+/// reads the device) is refused, naming it; `JitOptions::cuda_graphs`
+/// off disables it; a CPU plan has no CUDA graph status.
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_graph_capture_eligibility() {
+    use xform::core::jit::plan::Plan;
+    use xform::{Device, Tensor};
+    let on_cuda = |mut p: xform::Program| {
+        for a in &mut p.avals {
+            a.device = Device::Cuda(0);
+        }
+        p
+    };
+    let xs = vec![
+        Tensor::zeros([37, 29], xform::DType::F32),
+        Tensor::zeros([37, 29], xform::DType::F32),
+        Tensor::zeros([29], xform::DType::F32),
+    ];
+    let cpu = xform::trace(chain, &xs);
+    assert_eq!(Plan::compile(&cpu).unwrap().cuda_graph(), None);
+    let p = on_cuda(cpu);
+    let mut plan = Plan::compile(&p).unwrap();
+    assert_eq!(plan.cuda_graph().as_deref(), Some("not captured yet"));
+    plan.disable_cuda_graph();
+    assert_eq!(plan.cuda_graph().as_deref(), Some("not captured: disabled"));
+    let gather = |xs: &Vec<Tensor>| vec![xs[0].take(&xs[1], 0)];
+    let ins = vec![Tensor::zeros([5, 3], xform::DType::F32), Tensor::zeros([4], xform::DType::I64)];
+    let p = on_cuda(xform::trace(gather, &ins));
+    let status = Plan::compile(&p).unwrap().cuda_graph().unwrap();
+    assert!(status.starts_with("not captured: ") && status.contains("cannot be captured"), "{status}");
+}
+
 #[cfg(feature = "cuda")]
 mod nvrtc {
     use xform::core::kernels::cuda::{compile, CudaError, Kernel};
@@ -485,5 +520,64 @@ mod device {
         let t = Tensor::from_vec((0..6).map(|v| v as f32).collect::<Vec<_>>(), [2, 3]).to_device(DEV);
         t.slice_axis(1, 1, 3, 1).copy_(&Tensor::from_vec(vec![10.0f32, 11.0, 12.0, 13.0], [2, 2]).to_device(DEV));
         assert_eq!(t.to_vec::<f32>(), vec![0.0, 10.0, 11.0, 3.0, 12.0, 13.0]);
+    }
+
+    /// jit on `cuda:0` replays as a CUDA graph from the second call
+    /// (`JitEntry::cuda_graph`), with results bit for bit those of the
+    /// step-by-step replay (`cuda_graphs` off) on new argument values each
+    /// call; a result stays valid after later calls (each is copied out
+    /// of the graph's memory); calls from two threads; a plan with a
+    /// gather runs step by step and says why.
+    #[test]
+    #[ignore = "needs a CUDA device; run scripts/cuda_device_run.sh"]
+    fn cuda_jit_replays_as_a_cuda_graph() {
+        require_device();
+        use xform::{jitted, JitOptions, Key};
+        let (n, d_in, h) = (16, 24, 32);
+        let key = Key::new(3);
+        let w1 = key.fold_in(1).normal([d_in, h], DType::F32).to_device(DEV);
+        let w2 = key.fold_in(2).normal([h], DType::F32).to_device(DEV);
+        let loss = move |x: &Tensor| (x.matmul(&w1).tanh().matmul(&w2) + x.sum()).sin();
+        let f = move |xs: &Tensor| vmap(grad(loss.clone()))(xs);
+        let graphed = jitted(f.clone(), JitOptions::default());
+        let plain = jitted(f, JitOptions { cuda_graphs: false, ..JitOptions::default() });
+        let batch = |seed: u64| key.fold_in(10 + seed as u32).normal([n, d_in], DType::F32).to_device(DEV);
+        let mut kept = Vec::new();
+        for call in 0..4u64 {
+            let x = batch(call);
+            let got = graphed.call(&x);
+            assert_bits(&format!("call {call}"), std::slice::from_ref(&got), &[plain.call(&x)]);
+            kept.push((x, got));
+            let status = graphed.entries()[0].cuda_graph.clone();
+            let want = if call == 0 { "not captured yet" } else { "captured" };
+            assert_eq!(status.as_deref(), Some(want), "after call {call}");
+        }
+        for (call, (x, got)) in kept.iter().enumerate() {
+            assert_bits(
+                &format!("call {call}, read after the later calls"),
+                std::slice::from_ref(got),
+                &[plain.call(x)],
+            );
+        }
+        assert_eq!(plain.entries()[0].cuda_graph.as_deref(), Some("not captured: disabled"));
+        std::thread::scope(|s| {
+            for t in 0..2u64 {
+                let (graphed, plain) = (&graphed, &plain);
+                s.spawn(move || {
+                    for k in 0..8 {
+                        let x = batch(100 + 10 * t + k);
+                        assert_bits("threads", &[graphed.call(&x)], &[plain.call(&x)]);
+                    }
+                });
+            }
+        });
+        let table = Tensor::from_vec((0..15).map(|v| v as f32).collect::<Vec<_>>(), [5, 3]).to_device(DEV);
+        let take = jitted(move |i: &Tensor| table.take(i, 0) * 2.0, JitOptions::default());
+        let idx = Tensor::from_vec(vec![4i64, 0, 2], [3]).to_device(DEV);
+        for _ in 0..3 {
+            assert_eq!(take.call(&idx).to_vec::<f32>(), vec![24.0, 26.0, 28.0, 0.0, 2.0, 4.0, 12.0, 14.0, 16.0]);
+        }
+        let status = take.entries()[0].cuda_graph.clone().unwrap();
+        assert!(status.starts_with("not captured: "), "{status}");
     }
 }

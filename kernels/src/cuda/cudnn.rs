@@ -211,6 +211,12 @@ unsafe impl Send for Handle {}
 fn handle(dev: &CudaDevice) -> Result<Arc<Mutex<Handle>>> {
     static HANDLES: OnceLock<Mutex<HashMap<usize, Arc<Mutex<Handle>>>>> = OnceLock::new();
     let mut map = HANDLES.get_or_init(|| Mutex::new(HashMap::new())).lock().unwrap_or_else(|e| e.into_inner());
+    // the handle is bound to the device's stream: not usable inside a
+    // graph capture (NOTE: [capture stream]), whose work is recorded on
+    // another stream
+    if super::device::CudaDevice::capturing_ordinal().is_some() {
+        return Err(CudaError::unsupported("cuDNN inside a CUDA graph capture"));
+    }
     if let Some(h) = map.get(&dev.ordinal()) {
         return Ok(h.clone());
     }
@@ -221,7 +227,7 @@ fn handle(dev: &CudaDevice) -> Result<Arc<Mutex<Handle>>> {
     // stream is the device's live stream.
     unsafe {
         status("cudnnCreate", sys::cudnnCreate(&mut raw))?;
-        status("cudnnSetStream", sys::cudnnSetStream(raw, dev.stream().cu_stream() as sys::cudaStream_t))?;
+        status("cudnnSetStream", sys::cudnnSetStream(raw, dev.main_stream().cu_stream() as sys::cudaStream_t))?;
     }
     let h = Arc::new(Mutex::new(Handle(raw)));
     map.insert(dev.ordinal(), h.clone());

@@ -19,6 +19,7 @@ pub mod cudnn;
 mod device;
 mod error;
 pub mod exec;
+pub mod graph;
 /// The kernel sources (compiled without the feature too; see [`crate::cuda_source`]).
 pub use crate::cuda_source as source;
 

@@ -46,6 +46,11 @@ pub struct JitEntry {
     /// Results the replays wrote over an operand's buffer (see NOTE:
     /// [buffer planning]), over all calls.
     pub in_place_writes: u64,
+    /// On CUDA, whether the signature replays as a CUDA graph: "captured",
+    /// "not captured yet" (before its second call), or "not captured: "
+    /// and why (a step that cannot be captured, `JitOptions::cuda_graphs`
+    /// off, a failed capture); `None` off CUDA.
+    pub cuda_graph: Option<String>,
 }
 
 /// One compiled signature: its key, and what the call needs.

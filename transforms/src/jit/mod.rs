@@ -46,6 +46,7 @@
 mod cache;
 pub mod fuse;
 pub mod fuse_cuda;
+pub mod graph;
 pub mod passes;
 pub mod plan;
 
@@ -69,11 +70,15 @@ pub struct JitOptions {
     /// Run the passes of [`passes::PIPELINE`] on the traced program
     /// (default true); without them the program is replayed as traced.
     pub optimize: bool,
+    /// On CUDA, replay a signature as a captured CUDA graph from its
+    /// second call, when every step can be captured (default true; NOTE:
+    /// [cuda graph replay] in `jit/graph.rs`).
+    pub cuda_graphs: bool,
 }
 
 impl Default for JitOptions {
     fn default() -> Self {
-        JitOptions { cache_size: 64, optimize: true }
+        JitOptions { cache_size: 64, optimize: true, cuda_graphs: true }
     }
 }
 
@@ -334,6 +339,7 @@ where
                 plan_steps: s.compiled.plan.as_ref().map_or(0, |p| p.steps.len()),
                 fused_steps: s.compiled.plan.as_ref().map_or(0, Plan::fused_steps),
                 in_place_writes: s.compiled.plan.as_ref().map_or(0, Plan::in_place_writes),
+                cuda_graph: s.compiled.plan.as_ref().and_then(Plan::cuda_graph),
             })
             .collect()
     }
@@ -414,7 +420,15 @@ fn compile<S, X: Tree, Y: Tree>(
         })
     })?;
     let program = if opts.optimize { passes::optimize(&traced)? } else { passes::dce::run(&traced)? };
-    let plan = if program.consts.iter().any(Tensor::is_tracer) { None } else { Some(Plan::compile(&program)?) };
+    let plan = if program.consts.iter().any(Tensor::is_tracer) {
+        None
+    } else {
+        let mut plan = Plan::compile(&program)?;
+        if !opts.cuda_graphs {
+            plan.disable_cuda_graph();
+        }
+        Some(plan)
+    };
     Ok(Compiled { traced_eqns: traced.eqns.len(), program, plan, template, n_out, mutated })
 }
 

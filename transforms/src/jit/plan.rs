@@ -33,11 +33,11 @@
 //!   refuses the caller's tensors.
 //!
 //! [`Plan::in_place_writes`] counts the results written over an operand.
-//! A CUDA graph capture of the loop would attach here, once per
-//! signature; it does not exist yet (ARCHITECTURE.md, "jit", says what it
-//! needs first: a capturable stream per device).
+//! On CUDA the loop is captured into a CUDA graph at the second call and
+//! replayed as one launch (NOTE: [cuda graph replay] in `jit/graph.rs`).
 
 use super::fuse::{self, Fused, Item};
+use super::graph::GraphReplay;
 use smallvec::SmallVec;
 use std::sync::Arc;
 use xform_ops::interp::lower_checked;
@@ -93,6 +93,8 @@ pub struct Plan {
     pub consts: Vec<Tensor>,
     /// Results written over an operand's buffer, over all runs.
     in_place: std::sync::atomic::AtomicU64,
+    /// The CUDA graph replay (NOTE: [cuda graph replay]).
+    graph: GraphReplay,
 }
 
 impl Plan {
@@ -205,7 +207,9 @@ impl Plan {
                 (*a, copy)
             })
             .collect();
+        let graph = GraphReplay::new(p, &steps);
         Ok(Plan {
+            graph,
             slots,
             inputs: p.inputs.iter().map(|v| v.0).collect(),
             unused_inputs: p.inputs.iter().map(|v| last[v.0 as usize].is_none()).collect(),
@@ -234,6 +238,9 @@ impl Plan {
     /// What a lowering returns (out of memory, a CUDA failure), or a tracer
     /// argument (an internal error: the caller replays concrete inputs only).
     pub fn run(&self, args: &[Tensor]) -> Result<Vec<Tensor>> {
+        if let Some(r) = self.graph.run(self, args) {
+            return r;
+        }
         self.run_with(args.iter().cloned())
     }
 
@@ -245,10 +252,31 @@ impl Plan {
     /// # Errors
     /// As [`Plan::run`].
     pub fn run_donated(&self, args: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        if let Some(r) = self.graph.run(self, &args) {
+            return r;
+        }
         self.run_with(args)
     }
 
+    /// On CUDA: whether the plan replays as a CUDA graph ("captured", "not
+    /// captured yet", or "not captured: " and why); `None` elsewhere.
+    pub fn cuda_graph(&self) -> Option<String> {
+        self.graph.status()
+    }
+
+    /// Replays step by step even on CUDA (`JitOptions::cuda_graphs` off).
+    pub fn disable_cuda_graph(&mut self) {
+        self.graph.disable();
+    }
+
     fn run_with(&self, args: impl IntoIterator<Item = Tensor>) -> Result<Vec<Tensor>> {
+        let outs = self.run_raw(args)?;
+        outs.into_iter().zip(&self.outputs).map(|(t, (_, copy))| if *copy { copy_of(&t) } else { Ok(t) }).collect()
+    }
+
+    /// The steps on `args`: the results as the slots (or constants) hold
+    /// them, not copied.
+    pub(crate) fn run_raw(&self, args: impl IntoIterator<Item = Tensor>) -> Result<Vec<Tensor>> {
         let mut slots: SmallVec<[Option<Tensor>; 32]> = SmallVec::from_elem(None, self.slots);
         for ((slot, a), unused) in self.inputs.iter().zip(args).zip(&self.unused_inputs) {
             if !unused {
@@ -302,12 +330,11 @@ impl Plan {
             }
         }
         let mut results = Vec::with_capacity(self.outputs.len());
-        for (s, copy) in &self.outputs {
-            let t = match s {
+        for (s, _) in &self.outputs {
+            results.push(match s {
                 Atom::Var(v) => slots[v.0 as usize].clone().expect("output defined"),
                 Atom::Const(i) => self.consts[*i].clone(),
-            };
-            results.push(if *copy { copy_of(&t)? } else { t });
+            });
         }
         Ok(results)
     }
@@ -345,7 +372,7 @@ fn reuse_pairs(
 }
 
 /// A fresh copy of a concrete tensor.
-fn copy_of(t: &Tensor) -> Result<Tensor> {
+pub(crate) fn copy_of(t: &Tensor) -> Result<Tensor> {
     let v = t.value();
     let Value::Array(a) = &*v else { return Err(Error::invalid("jit", "copy of a tracer (internal error)")) };
     let mut outs = lower_checked(&Prim::Elementwise(ElementwiseOp::Copy), &[a])?;
