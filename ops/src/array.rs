@@ -305,6 +305,32 @@ impl Array {
         crate::prim::Prim::cuda_catalog()
     }
 
+    /// Writes `src` (same shape and dtype, same device, any layout) into
+    /// this array's storage, in place, whatever transforms are active: the
+    /// array itself is written, not a tensor holding it (jit's CUDA graph
+    /// replay writes its arguments into the buffers the graph reads this
+    /// way).
+    ///
+    /// # Errors
+    /// A shape, dtype or device mismatch, a target whose elements share
+    /// memory (a broadcast view), a source overlapping it, or a device
+    /// failure.
+    pub fn overwrite_with(&self, src: &Array) -> Result<()> {
+        if self.shape() != src.shape() || self.dtype != src.dtype {
+            return Err(crate::Error::invalid(
+                "overwrite_with",
+                format!(
+                    "writing {}{} into {}{}",
+                    src.dtype.short_name(),
+                    src.shape(),
+                    self.dtype.short_name(),
+                    self.shape()
+                ),
+            ));
+        }
+        crate::mutation::write_array("overwrite_with", self, src)
+    }
+
     /// A copy on `device` (this array itself if it is there already).
     pub fn to_device(&self, device: Device) -> Result<Array> {
         if device == self.device() {

@@ -41,6 +41,11 @@ impl<T: DeviceRepr> DeviceVec<T> {
     }
 
     pub(super) fn upload(device: &Arc<CudaDevice>, host: &[T]) -> Result<DeviceVec<T>> {
+        // a copy from pageable host memory cannot be recorded (NOTE:
+        // [capture stream]): the capture fails here, cleanly
+        if CudaDevice::capturing_ordinal().is_some() {
+            return Err(CudaError::unsupported("copying host memory to the device inside a CUDA graph capture"));
+        }
         let mut v = DeviceVec::alloc(device, host.len())?;
         if !host.is_empty() {
             let mut view = v.slice.slice_mut(0..host.len());
@@ -55,6 +60,9 @@ impl<T: DeviceRepr> DeviceVec<T> {
     {
         if n == 0 {
             return Ok(Vec::new());
+        }
+        if CudaDevice::capturing_ordinal().is_some() {
+            return Err(CudaError::unsupported("reading device memory inside a CUDA graph capture"));
         }
         let view = self.slice.slice(start..start + n);
         let mut out = vec![T::default(); n];

@@ -64,6 +64,8 @@ impl Drop for Graph {
         unsafe {
             let _ = cudarc::driver::result::graph::exec_destroy(self.exec);
             let _ = cudarc::driver::result::graph::destroy(self.graph);
+            // give the graph memory pool's unused memory back to the device
+            let _ = sys::cuDeviceGraphMemTrim(self.device.context().cu_device());
         }
     }
 }
@@ -190,11 +192,26 @@ pub fn capture<T, E>(ordinal: usize, f: impl FnOnce() -> std::result::Result<T, 
     }
 }
 
-/// Waits for the work queued on device `ordinal`'s stream.
-///
-/// # Errors
-/// No device, or a driver failure.
-pub fn synchronize(ordinal: usize) -> Result<()> {
-    let dev = device(ordinal)?;
-    dev.main_stream().synchronize().map_err(|e| CudaError::driver("synchronizing", e))
+/// Drops `value`, which holds buffers a graph of device `ordinal` made
+/// (freed on the capture stream), after the work queued on the device's
+/// stream (the graph's launches, the copies out of its memory) and while
+/// no other thread captures there (its capture would record the frees).
+/// Inside a capture of this thread the value is leaked instead.
+pub fn release<T>(ordinal: usize, value: T) {
+    let Ok(dev) = device(ordinal) else {
+        std::mem::forget(value);
+        return;
+    };
+    if CudaDevice::capturing_ordinal().is_some() {
+        std::mem::forget(value);
+        return;
+    }
+    let _ = dev.main_stream().synchronize();
+    match dev.capture_stream() {
+        Ok(cap) => {
+            let _busy = cap.busy.lock().unwrap_or_else(|e| e.into_inner());
+            drop(value);
+        }
+        Err(_) => drop(value),
+    }
 }

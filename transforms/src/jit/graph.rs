@@ -24,7 +24,9 @@
 //!   says why. Replays are serialized per plan (one set of staged buffers).
 //!
 //! Results are those of the step-by-step replay: the same kernels on the
-//! same operands. With `JitOptions::cuda_graphs` off, or without the
+//! same operands (cuBLAS, through the capture stream's handle with its
+//! fixed workspace, may choose another GEMM algorithm: equal within
+//! rounding then). With `JitOptions::cuda_graphs` off, or without the
 //! `cuda` feature, nothing here runs.
 
 use super::plan::Plan;
@@ -104,7 +106,8 @@ impl GraphReplay {
 mod imp {
     use super::super::plan::{copy_of, Plan, Step, StepOp};
     use std::sync::Mutex;
-    use xform_kernels::cuda::graph::{capture, synchronize, Captured, Graph};
+    use xform_kernels::cuda::graph::{capture, release, Captured, Graph};
+    use xform_ops::prim::ShapeOp;
     use xform_ops::{Device, Error, Prim, Program, Result, Tensor};
 
     pub(super) const NOT_CUDA: &str = "not a CUDA program";
@@ -136,10 +139,10 @@ mod imp {
         fn drop(&mut self) {
             let outs = std::mem::take(&mut self.outs);
             if self.launched {
-                // the graph's memory is freed on the capture stream: wait
-                // for the last launch and the copies out of it first
-                let _ = synchronize(self.graph.ordinal());
-                drop(outs);
+                // the graph's memory is freed on the capture stream, after
+                // the last launch and the copies out of it, and not while
+                // another thread captures there
+                release(self.graph.ordinal(), outs);
             } else {
                 // never launched: the graph's buffers never existed, and
                 // freeing them would fail
@@ -163,7 +166,8 @@ mod imp {
         }
         for s in steps {
             if let StepOp::Prim(prim) = &s.op {
-                let ok = matches!(
+                let ok = !matches!(prim, Prim::Shape(ShapeOp::Iota { .. })) // made on the host
+                    && matches!(
                     prim,
                     Prim::Unary(_)
                         | Prim::Binary(_)
@@ -220,6 +224,10 @@ mod imp {
             .map_err(|e| format!("staging the inputs: {e}"))?;
         let inputs: Vec<Tensor> =
             staged.iter().zip(args).map(|(s, a)| s.clone().unwrap_or_else(|| a.clone())).collect();
+        // once more step by step on the staged (contiguous) inputs, which
+        // may take other kernels than the first call's arguments did: what
+        // they compile and load is then loaded before the capture
+        plan.run_raw(inputs.iter().cloned()).map_err(|e| format!("the run before the capture: {e}"))?;
         match capture(ordinal, || plan.run_raw(inputs)) {
             Captured::Graph(graph, outs) => Ok(CapturedPlan { staged, outs, launched: false, graph }),
             Captured::Failed(e) => Err(e.to_string()),
@@ -231,7 +239,12 @@ mod imp {
         fn replay(&mut self, args: &[Tensor]) -> Result<Vec<Tensor>> {
             for (staged, arg) in self.staged.iter().zip(args) {
                 if let Some(s) = staged {
-                    s.try_copy_(arg)?;
+                    // into the staged array itself (a tensor write would be
+                    // functionalized under an active transform)
+                    let (Some(dst), Some(src)) = (s.array(), arg.array()) else {
+                        return Err(Error::invalid("jit", "a CUDA graph replay of a tracer (internal error)"));
+                    };
+                    dst.overwrite_with(&src)?;
                 }
             }
             self.graph.launch().map_err(|e| Error::device("jit", e.to_string()))?;
