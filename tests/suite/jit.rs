@@ -455,6 +455,16 @@ fn jacrev_seed_products_are_scalings() {
     values(&jit(jacrev(g))(&x), &jacrev(g)(&x), "jacrev(tanh(A x))");
     let zero_at_3 = Tensor::from_vec((0..n).map(|i| if i == 3 { 0.0f32 } else { 1.0 }).collect::<Vec<_>>(), [n]);
     let x0 = Tensor::zeros([n], DType::F32);
+    // composed: vmap of it, and grad through it (the cond's rules)
+    let xs = Key::new(23).normal([3, n], DType::F32);
+    let close = |got: &Tensor, want: &Tensor, what: &str| {
+        for (k, (g, w)) in v(got).iter().zip(v(want)).enumerate() {
+            assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{what}: element {k}: jit {g}, eager {w}");
+        }
+    };
+    close(&vmap(jit(jacrev(g)))(&xs), &vmap(jacrev(g))(&xs), "vmap(jit(jacrev))");
+    let s = |x: &Tensor| jit(jacrev(g))(x).sum();
+    close(&grad(s)(&x), &grad(|x: &Tensor| jacrev(g)(x).sum())(&x), "grad(jit(jacrev))");
     for (what, x) in [("finite", x.abs() + 1.0), ("zero", x0), ("one zero", zero_at_3), ("negative", -x.abs() - 1.0)] {
         // sqrt(A x): A x = 0 where x = 0; the columns of A are mixed
         // where only one x is 0 (finite but for rows where A x = 0)
