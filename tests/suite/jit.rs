@@ -428,7 +428,8 @@ fn fused_chains_are_bit_identical_to_eager() {
 /// zero) where the cotangent is finite, and where it is not (the guard
 /// falls back to the product): `sqrt` at 0 has an infinite derivative,
 /// at a negative argument a NaN one. `jacrev` of the transposed map
-/// (the seed on the other side of the product) too.
+/// (the seed on the other side of the product) too, and of relu (a
+/// select of diagonals: scaled without a guard).
 #[test]
 fn jacrev_seed_products_are_scalings() {
     let n = 48;
@@ -444,6 +445,12 @@ fn jacrev_seed_products_are_scalings() {
     let h = |x: &Tensor| a.matmul(x).sqrt();
     let ht = |x: &Tensor| x.matmul(&a).sqrt();
     let x = Key::new(22).normal([n], DType::F32);
+    // relu's cotangent is a select of diagonals: a plain scaling
+    let relu = |x: &Tensor| a.matmul(x).relu();
+    let program = jitted(jacrev(relu), JitOptions::default()).program(&(), &x).unwrap();
+    let products = program.eqns.iter().filter(|e| format!("{:?}", e.prim).contains("DotGeneral")).count();
+    assert_eq!(products, 1, "only the forward map is a product:\n{program}");
+    values(&jit(jacrev(relu))(&x), &jacrev(relu)(&x), "jacrev(relu(A x))");
     for program in [
         jitted(jacrev(g), JitOptions::default()).program(&(), &x).unwrap(),
         jitted(jacrev(ht), JitOptions::default()).program(&(), &x).unwrap(),

@@ -9,12 +9,13 @@
 //!
 //! ```text
 //! g = mul(D, broadcast_in_dim(v))     D a constant [n, n], zero off its diagonal
-//!     (or mul(broadcast_in_dim(v), D), or div(D, broadcast_in_dim(v)))
+//!     (or mul(broadcast_in_dim(v), D), div(D, broadcast_in_dim(v)), or
+//!     select(broadcast_in_dim(p), D1, D2): relu's)
 //! h = dot_general(O, g)               (or (g, O)): one contracted axis, no batch axes
 //! ```
 //!
 //! and computes `h` as the scaling of `O` along its contracted axis by
-//! `s = diag(D) op v`: `h[a, b] = O[a, b] * s[b]` (transposed as the axes
+//! `s = diag(D) op v` (`select(p, diag(D1), diag(D2))`): `h[a, b] = O[a, b] * s[b]` (transposed as the axes
 //! say). That is the GEMM's result when every other term of its sums is a
 //! zero, `O[a, k] * (0 op v[k'])`: the one term that is not is the same
 //! product, and adding zeros to it leaves it unchanged (only the sign of
@@ -24,8 +25,10 @@
 //! finite. The rewrite is guarded: `h` becomes a `cond` on
 //! `sum(0 op v) [+ sum(O * 0)] == 0` (NaN exactly when a term is not a
 //! zero) between the original product (taken then, so infinities and NaNs
-//! spread as they did) and the scaling. A constant `O` that is not finite
-//! is not rewritten.
+//! spread as they did) and the scaling. A `select` is zero off its
+//! diagonal whatever `p` is, so only a variable `O` is checked, and with a
+//! constant `O` the scaling replaces the product outright. A constant `O`
+//! that is not finite is not rewritten.
 //!
 //! Only on the CPU (on CUDA the predicate would be read on the host: a
 //! synchronization per call), for f32 and f64, and for products of at
@@ -36,7 +39,9 @@ use super::Rebuild;
 use smallvec::{smallvec, SmallVec};
 use std::collections::HashMap;
 use std::sync::Arc;
-use xform_ops::prim::{Axes, BinaryOp, Body, CompareOp, ControlOp, LinalgOp, ReduceOp, Reduction, ShapeOp};
+use xform_ops::prim::{
+    Axes, BinaryOp, Body, CompareOp, ControlOp, ElementwiseOp, LinalgOp, ReduceOp, Reduction, ShapeOp,
+};
 use xform_ops::{Atom, Aval, DType, Device, Prim, Program, ProgramBuilder, Result, Shape, Tensor, Var};
 
 /// The fewest multiply-adds (`m * n * k`) of a product this pass rewrites.
@@ -46,21 +51,46 @@ pub const MIN_WORK: usize = 1 << 15;
 /// finite).
 const MAX_INSPECTED: usize = 1 << 22;
 
-/// A diagonal matrix `g = op(D, broadcast_in_dim(v))` (or `mul(b, D)`).
+/// An operand of the op that makes a diagonal matrix.
+#[derive(Clone)]
+enum Operand {
+    /// A constant diagonal matrix `D`, and its diagonal.
+    Diagonal { matrix: Tensor, d: Tensor },
+    /// `broadcast_in_dim(v)`.
+    Broadcast,
+}
+
+/// A diagonal matrix `g = prim(operands)`: `mul(D, b)`, `mul(b, D)`,
+/// `div(D, b)` or `select(b, D1, D2)` with `b = broadcast_in_dim(v)`.
 #[derive(Clone)]
 struct Diagonal {
-    /// The diagonal of `D`, `[n]`.
-    d: Tensor,
-    /// `D` itself.
-    matrix: Tensor,
-    /// `mul` or `div`.
-    op: BinaryOp,
-    /// True if `D` is the first operand of `op`.
-    d_first: bool,
+    prim: Prim,
+    operands: SmallVec<[Operand; 3]>,
     /// The vector `v`, an atom of the old program.
     v: Atom,
     /// The broadcast that made `broadcast_in_dim(v)`.
     broadcast: Prim,
+}
+
+impl Diagonal {
+    /// Does a finite product need `0 op v` checked? (`select` picks one of
+    /// two zeros off the diagonal whatever `v` is.)
+    fn guards_v(&self) -> bool {
+        !matches!(self.prim, Prim::Elementwise(ElementwiseOp::Select))
+    }
+
+    /// `prim` on the operands with each diagonal matrix replaced by
+    /// `diag(D)` (`Some`) or zeros (`None`), and the broadcast by `v`.
+    fn on_vectors(&self, b: &mut dyn FnMut(&Tensor) -> Atom, v: Atom, diagonal: bool) -> SmallVec<[Atom; 4]> {
+        self.operands
+            .iter()
+            .map(|o| match o {
+                Operand::Diagonal { d, .. } if diagonal => b(d),
+                Operand::Diagonal { d, .. } => b(&Tensor::zeros(d.shape().to_vec(), d.dtype())),
+                Operand::Broadcast => v,
+            })
+            .collect()
+    }
 }
 
 /// `p` with its products by diagonal matrices turned into guarded scalings.
@@ -88,34 +118,52 @@ fn find_diagonals(p: &Program) -> HashMap<Var, Diagonal> {
     let mut broadcasts: HashMap<Var, (Atom, Prim)> = HashMap::new();
     let mut found = HashMap::new();
     for e in &p.eqns {
-        match (&e.prim, e.inputs.as_slice()) {
-            (Prim::Shape(ShapeOp::BroadcastInDim { shape, dims }), &[v]) => {
-                let from = p.atom_aval(v);
-                let square = shape.len() == 2 && shape[0] == shape[1];
-                if square && from.shape.len() == 1 && from.shape[0] == shape[0] && dims.len() == 1 {
-                    broadcasts.insert(e.outputs[0], (v, e.prim.clone()));
+        if let (Prim::Shape(ShapeOp::BroadcastInDim { shape, dims }), &[v]) = (&e.prim, e.inputs.as_slice()) {
+            let from = p.atom_aval(v);
+            let square = shape.len() == 2 && shape[0] == shape[1];
+            if square && from.shape.len() == 1 && from.shape[0] == shape[0] && dims.len() == 1 {
+                broadcasts.insert(e.outputs[0], (v, e.prim.clone()));
+            }
+            continue;
+        }
+        // which operand positions are the broadcast (one) and diagonal constants
+        let layout: &[bool] = match (&e.prim, e.inputs.len()) {
+            (Prim::Binary(BinaryOp::Mul), 2) => {
+                if matches!(e.inputs[0], Atom::Const(_)) {
+                    &[false, true]
+                } else {
+                    &[true, false]
                 }
             }
-            (Prim::Binary(op @ (BinaryOp::Mul | BinaryOp::Div)), &[x, y]) => {
-                let out = p.aval(e.outputs[0]);
-                if !on_cpu_float(out) {
-                    continue;
+            // x / D is not diagonal (x / 0)
+            (Prim::Binary(BinaryOp::Div), 2) => &[false, true],
+            (Prim::Elementwise(ElementwiseOp::Select), 3) => &[true, false, false],
+            _ => continue,
+        };
+        let out = p.aval(e.outputs[0]);
+        if !on_cpu_float(out) {
+            continue;
+        }
+        let mut v = None;
+        let operands: Option<SmallVec<[Operand; 3]>> = e
+            .inputs
+            .iter()
+            .zip(layout)
+            .map(|(a, &is_broadcast)| match (a, is_broadcast) {
+                (Atom::Var(bv), true) => {
+                    v = Some(broadcasts.get(bv)?.clone());
+                    Some(Operand::Broadcast)
                 }
-                let pick = |c: Atom, b: Atom, d_first: bool| -> Option<Diagonal> {
-                    let Atom::Const(i) = c else { return None };
-                    let Atom::Var(bv) = b else { return None };
-                    let (v, broadcast) = broadcasts.get(&bv)?.clone();
-                    let matrix = p.consts[i].clone();
+                (Atom::Const(i), false) => {
+                    let matrix = p.consts[*i].clone();
                     let d = diagonal_of(&matrix, out.dtype)?;
-                    Some(Diagonal { d, matrix, op: *op, d_first, v, broadcast })
-                };
-                // x / D is not diagonal (x / 0)
-                let second = || if *op == BinaryOp::Mul { pick(y, x, false) } else { None };
-                if let Some(d) = pick(x, y, true).or_else(second) {
-                    found.insert(e.outputs[0], d);
+                    Some(Operand::Diagonal { matrix, d })
                 }
-            }
-            _ => {}
+                _ => None,
+            })
+            .collect();
+        if let (Some(operands), Some((v, broadcast))) = (operands, v) {
+            found.insert(e.outputs[0], Diagonal { prim: e.prim.clone(), operands, v, broadcast });
         }
     }
     found
@@ -199,52 +247,51 @@ fn rewrite_of(p: &Program, e: &xform_ops::Eqn, diagonals: &HashMap<Var, Diagonal
 }
 
 /// Emits, for the product `e`, the finiteness predicate and the `cond`
-/// between the original product (branch 0) and the scaling (branch 1).
+/// between the original product (branch 0) and the scaling (branch 1);
+/// the scaling alone when nothing needs checking (a `select` of
+/// diagonals against a constant).
 fn emit_guarded(r: &mut Rebuild<'_>, p: &Program, e: &xform_ops::Eqn, rw: &Rewrite) {
     let v = r.atom(rw.diag.v);
     let other = r.atom(rw.other);
     let other_is_var = matches!(other, Atom::Var(_));
     let v_aval = r.new_aval(v);
     let other_aval = r.new_aval(other);
-    // pred = sum(0 op v) [+ sum(other * 0)] == 0
-    let mut total = nan_unless_zero(r, rw.diag.op, v, &v_aval);
-    if other_is_var {
-        let t = nan_unless_zero(r, BinaryOp::Mul, other, &other_aval);
-        let scalar = Aval { shape: Shape::from(Vec::<usize>::new()), ..v_aval.clone() };
-        total = Atom::Var(r.emit_new(Prim::Binary(BinaryOp::Add), smallvec![total, t], scalar));
+    let out_aval = p.aval(e.outputs[0]).clone();
+    let vector = Aval { shape: v_aval.shape.clone(), ..out_aval.clone() };
+    let scalar = Aval { shape: Shape::from(Vec::<usize>::new()), ..out_aval.clone() };
+    // sum(prim(0, v)) [+ sum(other * 0)]: NaN when a term of the product
+    // off the diagonal is not a zero
+    let mut total = None;
+    if rw.diag.guards_v() {
+        let ins = rw.diag.on_vectors(&mut |t| r.constant(t), v, false);
+        let t = r.emit_new(rw.diag.prim.clone(), ins, vector.clone());
+        total = Some(sum_all(r, Atom::Var(t), &vector));
     }
-    let zero = r.constant(&Tensor::zeros(Shape::from(Vec::<usize>::new()), v_aval.dtype));
-    let pred_aval = Aval { shape: Shape::from(Vec::<usize>::new()), dtype: DType::Bool, device: v_aval.device };
-    let pred = r.emit_new(Prim::Compare(CompareOp::Eq), smallvec![total, zero], pred_aval);
+    if other_is_var {
+        let zeros = r.constant(&Tensor::zeros(other_aval.shape.clone(), other_aval.dtype));
+        let z = r.emit_new(Prim::Binary(BinaryOp::Mul), smallvec![other, zeros], other_aval.clone());
+        let t = sum_all(r, Atom::Var(z), &other_aval);
+        total = Some(match total {
+            Some(s) => Atom::Var(r.emit_new(Prim::Binary(BinaryOp::Add), smallvec![s, t], scalar.clone())),
+            None => t,
+        });
+    }
     // the branches take (v, other) when other is a variable, else (v)
     let mut in_avals = vec![v_aval.clone()];
     if other_is_var {
         in_avals.push(other_aval.clone());
     }
-    let out_aval = p.aval(e.outputs[0]).clone();
     let const_other = if other_is_var { None } else { r.const_value(other).cloned() };
-    let product = branch(&in_avals, const_other.as_ref(), |b, v, o| {
-        let n = rw.diag.d.numel();
-        let square = Aval { shape: Shape::from([n, n]), ..v_aval.clone() };
-        let bc = push(b, rw.diag.broadcast.clone(), &[v], square.clone());
-        let m = b.constant(&rw.diag.matrix);
-        let g = push(b, Prim::Binary(rw.diag.op), &if rw.diag.d_first { [m, bc] } else { [bc, m] }, square);
-        push(b, e.prim.clone(), &if rw.diag_lhs { [g, o] } else { [o, g] }, out_aval.clone())
-    });
     let scaling = branch(&in_avals, const_other.as_ref(), |b, v, o| {
-        let d = b.constant(&rw.diag.d);
-        let s = push(b, Prim::Binary(rw.diag.op), &if rw.diag.d_first { [d, v] } else { [v, d] }, v_aval.clone());
+        let ins = rw.diag.on_vectors(&mut |t| b.constant(t), v, true);
+        let s = push(b, rw.diag.prim.clone(), &ins, vector.clone());
         // the other operand scaled along its contracted axis (read in its
         // own layout), then transposed if that axis is not where the
         // diagonal's free axis is in the result (last when the diagonal
         // is the rhs)
         let axis: Axes = smallvec![rw.other_axis];
-        let sb = push(
-            b,
-            Prim::Shape(ShapeOp::BroadcastInDim { shape: other_aval.shape.clone(), dims: axis }),
-            &[s],
-            other_aval.clone(),
-        );
+        let bcast = Prim::Shape(ShapeOp::BroadcastInDim { shape: other_aval.shape.clone(), dims: axis });
+        let sb = push(b, bcast, &[s], other_aval.clone());
         let scaled =
             push(b, Prim::Binary(BinaryOp::Mul), &if rw.diag_lhs { [sb, o] } else { [o, sb] }, other_aval.clone());
         let want_axis = if rw.diag_lhs { 0 } else { 1 };
@@ -254,6 +301,28 @@ fn emit_guarded(r: &mut Rebuild<'_>, p: &Program, e: &xform_ops::Eqn, rw: &Rewri
             push(b, Prim::Shape(ShapeOp::Transpose { perm: smallvec![1, 0] }), &[scaled], out_aval.clone())
         }
     });
+    let Some(total) = total else {
+        inline(r, &scaling, &[v], e.outputs[0]);
+        return;
+    };
+    let zero = r.constant(&Tensor::zeros(Shape::from(Vec::<usize>::new()), out_aval.dtype));
+    let pred_aval = Aval { shape: Shape::from(Vec::<usize>::new()), dtype: DType::Bool, device: out_aval.device };
+    let pred = r.emit_new(Prim::Compare(CompareOp::Eq), smallvec![total, zero], pred_aval);
+    let product = branch(&in_avals, const_other.as_ref(), |b, v, o| {
+        let n = v_aval.shape[0];
+        let bc = push(b, rw.diag.broadcast.clone(), &[v], Aval { shape: Shape::from([n, n]), ..v_aval.clone() });
+        let ins: SmallVec<[Atom; 4]> = rw
+            .diag
+            .operands
+            .iter()
+            .map(|op| match op {
+                Operand::Diagonal { matrix, .. } => b.constant(matrix),
+                Operand::Broadcast => bc,
+            })
+            .collect();
+        let g = push(b, rw.diag.prim.clone(), &ins, Aval { shape: Shape::from([n, n]), ..out_aval.clone() });
+        push(b, e.prim.clone(), &if rw.diag_lhs { [g, o] } else { [o, g] }, out_aval.clone())
+    });
     let branches: Arc<[Body]> = vec![Body::new(product), Body::new(scaling)].into();
     let mut ins: SmallVec<[Atom; 4]> = smallvec![Atom::Var(pred), v];
     if other_is_var {
@@ -262,14 +331,28 @@ fn emit_guarded(r: &mut Rebuild<'_>, p: &Program, e: &xform_ops::Eqn, rw: &Rewri
     r.emit(Prim::Control(ControlOp::Cond { branches }), ins, &e.outputs);
 }
 
-/// `sum(0 op x)` over every axis: a zero if every `0 op x` is a zero (for
-/// `mul`, `x` finite; for `div`, `x` neither zero nor NaN), else NaN.
-fn nan_unless_zero(r: &mut Rebuild<'_>, op: BinaryOp, x: Atom, aval: &Aval) -> Atom {
-    let zeros = r.constant(&Tensor::zeros(aval.shape.clone(), aval.dtype));
-    let z = r.emit_new(Prim::Binary(op), smallvec![zeros, x], aval.clone());
+/// The sum of every element of `x`.
+fn sum_all(r: &mut Rebuild<'_>, x: Atom, aval: &Aval) -> Atom {
     let axes: Axes = (0..aval.shape.len()).collect();
     let scalar = Aval { shape: Shape::from(Vec::<usize>::new()), ..aval.clone() };
-    Atom::Var(r.emit_new(Prim::Reduce(Reduction::Reduce { op: ReduceOp::Sum, axes }), smallvec![Atom::Var(z)], scalar))
+    Atom::Var(r.emit_new(Prim::Reduce(Reduction::Reduce { op: ReduceOp::Sum, axes }), smallvec![x], scalar))
+}
+
+/// Emits the equations of the one-output program `body` on `ins`, its
+/// output renamed to the old variable `out`.
+fn inline(r: &mut Rebuild<'_>, body: &Program, ins: &[Atom], out: Var) {
+    let mut map: HashMap<Var, Atom> = body.inputs.iter().copied().zip(ins.iter().copied()).collect();
+    let atom = |a: Atom, r: &mut Rebuild<'_>, map: &HashMap<Var, Atom>| match a {
+        Atom::Var(v) => map[&v],
+        Atom::Const(i) => r.constant(&body.consts[i]),
+    };
+    for e in &body.eqns {
+        let new_ins: SmallVec<[Atom; 4]> = e.inputs.iter().map(|a| atom(*a, r, &map)).collect();
+        let v = r.emit_new(e.prim.clone(), new_ins, body.aval(e.outputs[0]).clone());
+        map.insert(e.outputs[0], Atom::Var(v));
+    }
+    let result = atom(body.outputs[0], r, &map);
+    r.set(out, result);
 }
 
 /// A branch body on inputs `in_avals` (`v`, then the other operand when it
@@ -449,6 +532,68 @@ mod tests {
             }
         }
         assert_eq!(cases, 192);
+    }
+
+    /// relu's jacrev: `select(broadcast(p), D1, D2)` of two diagonal
+    /// constants is diagonal whatever `p` is: with a constant other operand
+    /// the scaling replaces the product (no `cond`), with an input one the
+    /// guard checks that operand; equal values either way, with infinities
+    /// and NaNs in the input operand too.
+    #[test]
+    fn selects_of_diagonals_are_scalings() {
+        for (other_input, diag_lhs) in [(false, false), (false, true), (true, false), (true, true)] {
+            let dtype = DType::F32;
+            let other = matrix(M, N, 0.4, dtype);
+            let (d1, d2) = (diag_matrix(false, dtype), diag_matrix(true, dtype));
+            let p_vec = Tensor::from_vec((0..N).map(|i| i % 3 == 0).collect::<Vec<_>>(), [N]);
+            let mut inputs = vec![p_vec.clone()];
+            if other_input {
+                inputs.push(other.clone());
+            }
+            let p = build(&inputs, |b, ins| {
+                let sq = |d: DType| Aval { shape: Shape::from([N, N]), dtype: d, device: Device::Cpu };
+                let dims: Axes = smallvec![1];
+                let bc = push(
+                    b,
+                    Prim::Shape(ShapeOp::BroadcastInDim { shape: Shape::from([N, N]), dims }),
+                    &[ins[0]],
+                    sq(DType::Bool),
+                );
+                let (c1, c2) = (b.constant(&d1), b.constant(&d2));
+                let g = push(b, Prim::Elementwise(ElementwiseOp::Select), &[bc, c1, c2], sq(dtype));
+                let o = if other_input { ins[1] } else { b.constant(&other) };
+                // other [M, N] contracted on axis 1
+                let (dims, ins, out) = if diag_lhs {
+                    (
+                        DotDims { lhs_contract: smallvec![1], rhs_contract: smallvec![1], ..Default::default() },
+                        [g, o],
+                        [N, M],
+                    )
+                } else {
+                    (
+                        DotDims { lhs_contract: smallvec![1], rhs_contract: smallvec![0], ..Default::default() },
+                        [o, g],
+                        [M, N],
+                    )
+                };
+                let out = Aval { shape: Shape::from(out), dtype, device: Device::Cpu };
+                vec![push(b, Prim::Linalg(LinalgOp::DotGeneral(dims)), &ins, out)]
+            });
+            let q = super::super::dce::run(&run(&p).unwrap()).unwrap();
+            assert!(!has_dot(&q), "not rewritten:\n{q}");
+            assert_eq!(has_cond(&q), other_input, "{q}");
+            let mut args = vec![p_vec.clone()];
+            if other_input {
+                args.push(other.clone());
+            }
+            assert_equal_values(&p, &q, &args, &format!("select, other input {other_input}, lhs {diag_lhs}"));
+            if other_input {
+                let mut o = other.to_vec_f64();
+                (o[3], o[N + 1]) = (f64::INFINITY, f64::NAN);
+                let o = Tensor::from_vec(o, [M, N]).cast(dtype);
+                assert_equal_values(&p, &q, &[p_vec.clone(), o], "select, other with inf and NaN");
+            }
+        }
     }
 
     /// The finite path is the scaling: on finite inputs the results are
