@@ -19,9 +19,10 @@
 //!   copied out into a fresh buffer, which the caller gets: the graph's
 //!   memory is reused by its next launch.
 //! - A capture that fails (a step that synchronizes with the host after
-//!   all, a driver without stream-ordered allocation) is discarded; the
-//!   plan then replays step by step for good and [`GraphReplay::status`]
-//!   says why. Replays are serialized per plan (one set of staged buffers).
+//!   all, a driver without stream-ordered allocation), or a replay that
+//!   fails, drops the graph; the plan then replays step by step for good
+//!   (raising the error again if it was not the graph's) and
+//!   [`GraphReplay::status`] says why. Replays are serialized per plan (one set of staged buffers).
 //!
 //! Results are those of the step-by-step replay: the same kernels on the
 //! same operands (cuBLAS, through the capture stream's handle with its
@@ -201,17 +202,30 @@ mod imp {
                 None
             }
             State::Warm => match capture_plan(ordinal, plan, args) {
-                Ok(c) => {
-                    *st = State::Captured(Box::new(c));
-                    let State::Captured(c) = &mut *st else { unreachable!("just set") };
-                    Some(c.replay(args))
-                }
+                Ok(mut c) => match c.replay(args) {
+                    Ok(outs) => {
+                        *st = State::Captured(Box::new(c));
+                        Some(Ok(outs))
+                    }
+                    Err(e) => {
+                        *st = State::Refused(format!("the first replay failed: {e}"));
+                        None
+                    }
+                },
                 Err(why) => {
                     *st = State::Refused(why);
                     None
                 }
             },
-            State::Captured(c) => Some(c.replay(args)),
+            State::Captured(c) => match c.replay(args) {
+                Ok(outs) => Some(Ok(outs)),
+                // a launch or staging failure: step by step from now on
+                // (which raises the error again if it is not the graph's)
+                Err(e) => {
+                    *st = State::Refused(format!("a replay failed: {e}"));
+                    None
+                }
+            },
         }
     }
 
