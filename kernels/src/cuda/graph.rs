@@ -102,15 +102,21 @@ impl CaptureScope<'_> {
     }
 }
 
+/// Destroys a captured graph that will not be instantiated (null: none).
+fn discard(graph: Result<sys::CUgraph>) {
+    if let Ok(g) = graph {
+        if !g.is_null() {
+            // SAFETY: a graph the driver returned from a capture, owned by
+            // the caller and destroyed once.
+            let _ = unsafe { cudarc::driver::result::graph::destroy(g) };
+        }
+    }
+}
+
 impl Drop for CaptureScope<'_> {
     fn drop(&mut self) {
         if self.open {
-            if let Ok(g) = self.end() {
-                if !g.is_null() {
-                    // SAFETY: a graph just returned by the driver, owned here.
-                    let _ = unsafe { cudarc::driver::result::graph::destroy(g) };
-                }
-            }
+            discard(self.end());
             // frees of buffers allocated in the abandoned capture failed;
             // their recorded error must not fail the next call
             let _ = self.dev.context().check_err();
@@ -139,7 +145,6 @@ pub fn capture<T, E>(ordinal: usize, f: impl FnOnce() -> std::result::Result<T, 
         Err(why) => return Captured::Refused(CudaError::unsupported(format!("no capture stream: {why}"))),
     };
     let _busy = cap.busy.lock().unwrap_or_else(|e| e.into_inner());
-    // the capture must see everything queued before it on the device
     if let Err(e) = dev.context().bind_to_thread() {
         return Captured::Refused(CudaError::driver("binding the context", e));
     }
@@ -159,12 +164,7 @@ pub fn capture<T, E>(ordinal: usize, f: impl FnOnce() -> std::result::Result<T, 
     let out = match out {
         Ok(t) => t,
         Err(e) => {
-            if let Ok(g) = graph {
-                if !g.is_null() {
-                    // SAFETY: a graph just returned by the driver, owned here.
-                    let _ = unsafe { cudarc::driver::result::graph::destroy(g) };
-                }
-            }
+            discard(graph);
             return Captured::Failed(e);
         }
     };
@@ -184,8 +184,7 @@ pub fn capture<T, E>(ordinal: usize, f: impl FnOnce() -> std::result::Result<T, 
     match unsafe { cudarc::driver::result::graph::instantiate(graph, flags) } {
         Ok(exec) => Captured::Graph(Graph { exec, graph, device: dev.clone() }, out),
         Err(e) => {
-            // SAFETY: as above; not instantiated, destroyed once.
-            let _ = unsafe { cudarc::driver::result::graph::destroy(graph) };
+            discard(Ok(graph));
             std::mem::forget(out);
             Captured::Refused(CudaError::driver("instantiating a CUDA graph", e))
         }

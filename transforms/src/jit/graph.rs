@@ -6,11 +6,13 @@
 //! gather or scatter, whose index check reads the device; no convolution,
 //! whose cuDNN handle is bound to the device's stream; no control flow,
 //! which reads its predicate) is replayed as a CUDA graph from its second
-//! call (the first runs step by step, so kernels are compiled and loaded
-//! and cuBLAS is set up before anything is recorded):
+//! call (the first runs step by step: a signature called once never pays
+//! for a capture):
 //!
 //! - Capture: the arguments are copied into buffers of the plan's own
-//!   (*staged*), then the steps run on the staged inputs inside
+//!   (*staged*), the steps run once step by step on them (whatever kernels
+//!   their layouts take are compiled and loaded then, not while recorded),
+//!   then again on the staged inputs inside
 //!   `xform_kernels::cuda::graph::capture` (NOTE: [capture stream]), which
 //!   records every launch, allocation and free rather than running it.
 //!   The results are tensors over the graph's own memory.
@@ -22,7 +24,8 @@
 //!   all, a driver without stream-ordered allocation), or a replay that
 //!   fails, drops the graph; the plan then replays step by step for good
 //!   (raising the error again if it was not the graph's) and
-//!   [`GraphReplay::status`] says why. Replays are serialized per plan (one set of staged buffers).
+//!   [`GraphReplay::status`] says why. Replays are serialized per plan
+//!   (one set of staged buffers).
 //!
 //! Results are those of the step-by-step replay: the same kernels on the
 //! same operands (cuBLAS, through the capture stream's handle with its
@@ -37,7 +40,8 @@ use xform_ops::{Program, Result, Tensor};
 #[derive(Debug)]
 pub struct GraphReplay {
     /// The device every value of the plan is on, when every step can be
-    /// captured.
+    /// captured and graphs are on (checked without the lock, so that a
+    /// plan that never replays as a graph takes none).
     #[cfg(feature = "cuda")]
     device: Option<usize>,
     #[cfg(feature = "cuda")]
@@ -50,7 +54,8 @@ impl GraphReplay {
         #[cfg(feature = "cuda")]
         {
             let (device, state) = match imp::capturable(p, steps) {
-                Ok(d) => (Some(d), imp::State::Warmup),
+                Ok(Some(d)) => (Some(d), imp::State::Warmup),
+                Ok(None) => (None, imp::State::NotCuda),
                 Err(why) => (None, imp::State::Refused(why)),
             };
             GraphReplay { device, state: std::sync::Mutex::new(state) }
@@ -78,7 +83,7 @@ impl GraphReplay {
         {
             let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
             match &*st {
-                imp::State::Refused(why) if why.as_str() == imp::NOT_CUDA => None,
+                imp::State::NotCuda => None,
                 imp::State::Refused(why) => Some(format!("not captured: {why}")),
                 imp::State::Warmup | imp::State::Warm => Some("not captured yet".into()),
                 imp::State::Captured(_) => Some("captured".into()),
@@ -111,10 +116,10 @@ mod imp {
     use xform_ops::prim::ShapeOp;
     use xform_ops::{Device, Error, Prim, Program, Result, Tensor};
 
-    pub(super) const NOT_CUDA: &str = "not a CUDA program";
-
     #[derive(Debug)]
     pub(super) enum State {
+        /// Not a program on one CUDA device.
+        NotCuda,
         /// Not called yet.
         Warmup,
         /// Called once, step by step: the next call captures.
@@ -152,15 +157,16 @@ mod imp {
         }
     }
 
-    /// The device `p` runs on when its plan can be captured, or why not.
-    pub(super) fn capturable(p: &Program, steps: &[Step]) -> std::result::Result<usize, String> {
+    /// The CUDA device `p` runs on when its plan can be captured (`None`:
+    /// not a program on one CUDA device), or why it cannot.
+    pub(super) fn capturable(p: &Program, steps: &[Step]) -> std::result::Result<Option<usize>, String> {
         let mut devices = p.avals.iter().map(|a| a.device).chain(p.consts.iter().map(|c| c.device()));
         let ordinal = match devices.next() {
             Some(Device::Cuda(k)) => k,
-            _ => return Err(NOT_CUDA.into()),
+            _ => return Ok(None),
         };
         if devices.any(|d| d != Device::Cuda(ordinal)) {
-            return Err(NOT_CUDA.into());
+            return Ok(None);
         }
         if steps.is_empty() {
             return Err("no steps".into());
@@ -185,7 +191,7 @@ mod imp {
                 }
             }
         }
-        Ok(ordinal)
+        Ok(Some(ordinal))
     }
 
     pub(super) fn run(
@@ -196,7 +202,7 @@ mod imp {
     ) -> Option<Result<Vec<Tensor>>> {
         let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
         match &mut *st {
-            State::Refused(_) => None,
+            State::NotCuda | State::Refused(_) => None,
             State::Warmup => {
                 *st = State::Warm;
                 None

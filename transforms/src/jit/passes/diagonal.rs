@@ -15,8 +15,8 @@
 //! ```
 //!
 //! and computes `h` as the scaling of `O` along its contracted axis by
-//! `s = diag(D) op v` (`select(p, diag(D1), diag(D2))`): `h[a, b] = O[a, b] * s[b]` (transposed as the axes
-//! say). That is the GEMM's result when every other term of its sums is a
+//! `s = diag(D) op v` (`select(p, diag(D1), diag(D2))`):
+//! `h[a, b] = O[a, b] * s[b]` (transposed as the axes say). That is the GEMM's result when every other term of its sums is a
 //! zero, `O[a, k] * (0 op v[k'])`: the one term that is not is the same
 //! product, and adding zeros to it leaves it unchanged (only the sign of
 //! a zero result may differ: the GEMM adds signed zeros in its own
@@ -32,8 +32,8 @@
 //!
 //! Only on the CPU (on CUDA the predicate would be read on the host: a
 //! synchronization per call), for f32 and f64, and for products of at
-//! least [`MIN_WORK`] multiply-adds (below, the GEMM costs less than the
-//! predicate and the `cond`).
+//! least [`MIN_WORK`] multiply-adds (a small GEMM is left as it is: the
+//! predicate and the `cond` are steps of their own).
 
 use super::Rebuild;
 use smallvec::{smallvec, SmallVec};
@@ -79,8 +79,9 @@ impl Diagonal {
         !matches!(self.prim, Prim::Elementwise(ElementwiseOp::Select))
     }
 
-    /// `prim` on the operands with each diagonal matrix replaced by
-    /// `diag(D)` (`Some`) or zeros (`None`), and the broadcast by `v`.
+    /// `prim` on the operands with each diagonal matrix replaced by its
+    /// diagonal (`diagonal`) or by zeros (not), and the broadcast by `v`;
+    /// `b` enters a constant.
     fn on_vectors(&self, b: &mut dyn FnMut(&Tensor) -> Atom, v: Atom, diagonal: bool) -> SmallVec<[Atom; 4]> {
         self.operands
             .iter()

@@ -6,7 +6,7 @@
 //! - [`simplify`]: exact algebraic identities (`x*1`, `x+0`, `x-0`,
 //!   `neg(neg(x))`, a conversion to the same dtype, a transpose of a
 //!   transpose, a chain of reshapes, identity reshapes, transposes and
-//!   broadcasts);
+//!   broadcasts, a unit-step slice of the whole operand);
 //! - [`fold`]: equations whose operands are all constants, evaluated once;
 //! - [`diagonal`]: a product with a diagonal matrix made from a basis
 //!   (`jacrev`'s identity seed times a broadcast cotangent) computed as a

@@ -12,8 +12,8 @@
 //!   permutation, or `x` when it is the identity; an identity transpose
 //!   -> its operand;
 //! - `reshape(reshape(x))` -> one reshape, or `x` when the shapes agree; a
-//!   reshape to the operand's own shape, and a broadcast that adds no axis,
-//!   -> the operand.
+//!   reshape to the operand's own shape, a broadcast that adds no axis,
+//!   and a unit-step slice of the whole operand -> the operand.
 //!
 //! Not here, on purpose: `x * 0 -> 0` (`inf * 0` and `NaN * 0` are NaN),
 //! `x - x -> 0` (NaN, inf), reassociation (rounding).
