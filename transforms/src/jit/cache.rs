@@ -43,6 +43,9 @@ pub struct JitEntry {
     pub plan_steps: usize,
     /// Fused steps among them.
     pub fused_steps: usize,
+    /// Sink steps among them, which may run on a helper thread (NOTE:
+    /// [parallel sinks]; 0 with `JitOptions::parallel_sinks` off).
+    pub sink_steps: usize,
     /// Results the replays wrote over an operand's buffer (see NOTE:
     /// [buffer planning]), over all calls.
     pub in_place_writes: u64,

@@ -49,6 +49,7 @@ pub mod fuse_cuda;
 pub mod graph;
 pub mod passes;
 pub mod plan;
+mod sinks;
 
 use crate::functionalize::write_back;
 use crate::tree::Tree;
@@ -74,11 +75,16 @@ pub struct JitOptions {
     /// second call, when every step can be captured (default true; NOTE:
     /// [cuda graph replay] in `jit/graph.rs`).
     pub cuda_graphs: bool,
+    /// On the CPU, run sink steps (results that are only returned, such as
+    /// per-sample weight gradients) on a second thread of the rayon pool
+    /// while the replay goes on (default true; NOTE: [parallel sinks] in
+    /// `jit/sinks.rs`). Off, every step runs on the calling thread.
+    pub parallel_sinks: bool,
 }
 
 impl Default for JitOptions {
     fn default() -> Self {
-        JitOptions { cache_size: 64, optimize: true, cuda_graphs: true }
+        JitOptions { cache_size: 64, optimize: true, cuda_graphs: true, parallel_sinks: true }
     }
 }
 
@@ -338,6 +344,7 @@ where
                 hits: s.hits,
                 plan_steps: s.compiled.plan.as_ref().map_or(0, |p| p.steps.len()),
                 fused_steps: s.compiled.plan.as_ref().map_or(0, Plan::fused_steps),
+                sink_steps: s.compiled.plan.as_ref().map_or(0, Plan::sink_steps),
                 in_place_writes: s.compiled.plan.as_ref().map_or(0, Plan::in_place_writes),
                 cuda_graph: s.compiled.plan.as_ref().and_then(Plan::cuda_graph),
             })
@@ -424,6 +431,9 @@ fn compile<S, X: Tree, Y: Tree>(
         None
     } else {
         let mut plan = Plan::compile(&program)?;
+        if !opts.parallel_sinks {
+            plan.disable_sinks();
+        }
         if !opts.cuda_graphs {
             plan.disable_cuda_graph();
         }

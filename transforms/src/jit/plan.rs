@@ -33,11 +33,14 @@
 //!   refuses the caller's tensors.
 //!
 //! [`Plan::in_place_writes`] counts the results written over an operand.
+//! Steps whose results are only returned may run on a helper thread while
+//! the replay goes on (NOTE: [parallel sinks] in `jit/sinks.rs`).
 //! On CUDA the loop is captured into a CUDA graph at the second call and
 //! replayed as one launch (NOTE: [cuda graph replay] in `jit/graph.rs`).
 
 use super::fuse::{self, Fused, Item};
 use super::graph::GraphReplay;
+use super::sinks::{self, Sinks};
 use smallvec::SmallVec;
 use std::sync::Arc;
 use xform_ops::interp::lower_checked;
@@ -72,6 +75,9 @@ pub struct Step {
     /// dtype, read last here); taken at run time when the slot alone holds
     /// its buffer (NOTE: [buffer planning]).
     pub reuse: SmallVec<[(u8, u8); 2]>,
+    /// A sink's primitive: the step may run on a helper thread (NOTE:
+    /// [parallel sinks]).
+    pub sink: Option<Arc<Prim>>,
 }
 
 /// A compiled program for concrete inputs of its signature.
@@ -95,6 +101,9 @@ pub struct Plan {
     in_place: std::sync::atomic::AtomicU64,
     /// The CUDA graph replay (NOTE: [cuda graph replay]).
     graph: GraphReplay,
+    /// Whether sink steps may run on a helper thread (NOTE: [parallel
+    /// sinks]; `JitOptions::parallel_sinks`).
+    sinks: bool,
 }
 
 impl Plan {
@@ -125,6 +134,9 @@ impl Plan {
                 }
             }
         }
+        // read by some step (before outputs are marked: a sink's results
+        // are returned, never read)
+        let read: Vec<bool> = last.iter().map(Option::is_some).collect();
         for a in &p.outputs {
             if let Atom::Var(v) = a {
                 last[v.0 as usize] = Some(usize::MAX);
@@ -145,6 +157,10 @@ impl Plan {
         }
         let mut steps = Vec::with_capacity(items.len());
         for (k, it) in items.into_iter().enumerate() {
+            let sink = match &it {
+                Item::Eqn(j) => sink_prim(p, *j, &read),
+                Item::Group { .. } => None,
+            };
             // an elementwise equation alone that reads an operand last runs
             // as a fused step of one op, so that it may write over it
             let it = match it {
@@ -194,7 +210,17 @@ impl Plan {
                     free.push(*v);
                 }
             }
-            steps.push(Step { op, ins: ins.iter().copied().collect(), outs, free, reuse });
+            steps.push(Step { op, ins: ins.iter().copied().collect(), outs, free, reuse, sink });
+        }
+        // a sink hands off only where steps after it give the main thread
+        // work to overlap with
+        let mut later_work = false;
+        for step in steps.iter_mut().rev() {
+            if step.sink.is_none() {
+                later_work = true;
+            } else if !later_work {
+                step.sink = None;
+            }
         }
         let outputs = p
             .outputs
@@ -217,6 +243,7 @@ impl Plan {
             outputs,
             consts: p.consts.clone(),
             in_place: Default::default(),
+            sinks: true,
         })
     }
 
@@ -264,6 +291,21 @@ impl Plan {
         self.graph.status()
     }
 
+    /// The steps that may run on a helper thread (NOTE: [parallel sinks]).
+    pub fn sink_steps(&self) -> usize {
+        if self.sinks {
+            self.steps.iter().filter(|s| s.sink.is_some()).count()
+        } else {
+            0
+        }
+    }
+
+    /// Runs every step on the replaying thread (`JitOptions::parallel_sinks`
+    /// off).
+    pub fn disable_sinks(&mut self) {
+        self.sinks = false;
+    }
+
     /// Replays step by step even on CUDA (`JitOptions::cuda_graphs` off).
     pub fn disable_cuda_graph(&mut self) {
         self.graph.disable();
@@ -283,7 +325,10 @@ impl Plan {
                 slots[*slot as usize] = Some(a);
             }
         }
-        for step in &self.steps {
+        // sinks go to a helper where the pool has another thread
+        let offload = self.sinks && xform_kernels::cpu::threads() > 1;
+        let mut sinks = Sinks::default();
+        for (si, step) in self.steps.iter().enumerate() {
             let outs = {
                 let mut vals: SmallVec<[xform_ops::ValueRef<'_>; 4]> = SmallVec::new();
                 for s in &step.ins {
@@ -301,9 +346,16 @@ impl Plan {
                         }
                     }
                 }
-                match &step.op {
-                    StepOp::Prim(prim) => lower_checked(prim, &arrays)?,
-                    StepOp::Fused(f) => {
+                match (&step.op, &step.sink) {
+                    (_, Some(sink)) if offload => {
+                        // results come back at the join below
+                        let (prim, ins): (_, SmallVec<[xform_ops::Array; 4]>) =
+                            (sink.clone(), arrays.iter().map(|a| (*a).clone()).collect());
+                        sinks.post(si, move || sinks::lower_sink(&prim, &ins));
+                        SmallVec::new()
+                    }
+                    (StepOp::Prim(prim), _) => lower_checked(prim, &arrays)?,
+                    (StepOp::Fused(f), _) => {
                         let mut donors: SmallVec<[Option<u32>; 4]> = SmallVec::from_elem(None, step.outs.len());
                         for &(i, j) in &step.reuse {
                             let owned = match step.ins[i as usize] {
@@ -329,6 +381,14 @@ impl Plan {
                 slots[*slot as usize] = None;
             }
         }
+        for (si, arrays) in sinks.join()? {
+            let step = &self.steps[si];
+            for (slot, a) in step.outs.iter().zip(arrays) {
+                if !step.free.contains(slot) {
+                    slots[*slot as usize] = Some(Tensor::from_array(a));
+                }
+            }
+        }
         let mut results = Vec::with_capacity(self.outputs.len());
         for (s, _) in &self.outputs {
             results.push(match s {
@@ -338,6 +398,17 @@ impl Plan {
         }
         Ok(results)
     }
+}
+
+/// Equation `j`'s primitive if it is a sink (NOTE: [parallel sinks]): a
+/// heavy primitive on the CPU whose results no equation reads and that
+/// writes at least `SINK_MIN_ELEMS` elements.
+fn sink_prim(p: &Program, j: usize, read: &[bool]) -> Option<Arc<Prim>> {
+    let e = &p.eqns[j];
+    let on_cpu = e.inputs.iter().all(|a| p.atom_aval(*a).device == xform_ops::Device::Cpu);
+    let unread = e.outputs.iter().all(|v| !read[v.0 as usize]);
+    let elems: usize = e.outputs.iter().map(|v| p.avals[v.0 as usize].shape.numel()).sum();
+    (sinks::heavy(&e.prim) && on_cpu && unread && elems >= sinks::SINK_MIN_ELEMS).then(|| Arc::new(e.prim.clone()))
 }
 
 /// The (operand, output) pairs of a fused step at plan position `k` whose

@@ -1,0 +1,320 @@
+//! Sink steps of a CPU replay run on a second core.
+//!
+//! NOTE: [parallel sinks] A *sink* is a step whose results no later step
+//! reads: they are only returned. `vmap(grad)`'s per-sample weight
+//! gradients are sinks (each layer's outer products, written once and
+//! handed back), and they are most of W1's memory traffic. Nothing waits
+//! for a sink until the replay ends, so the plan hands it to a helper
+//! (a rayon task) and goes on with the steps after it; the results are
+//! collected when the step list is done. Interpreting op by op cannot do
+//! this: it does not know whether a value will be read.
+//!
+//! A step is a sink when it runs one heavy primitive (dot_general, conv,
+//! a reduction, a window op or an indexing op) on the CPU, writes at
+//! least [`SINK_MIN_ELEMS`] elements, and some later step is not a sink
+//! (the main thread has work to overlap; offloading the last step would
+//! only add a hand-off).
+//!
+//! The hand-off never makes the replay wait for a thread that has not
+//! started: a posted job sits in a queue, a spawned rayon task takes jobs
+//! from its front, and at the end the main thread takes what is left
+//! itself. It waits only for jobs a helper already runs (spinning briefly,
+//! then on a condition variable), so a busy or sleeping pool costs at
+//! worst the sequential time. Results are the same bits whichever thread
+//! computes them (the lowerings are deterministic); the helper's arrays
+//! become tensors on the replaying thread, which owns them as it owns its
+//! other results. A panic in a helper is caught there and resumed on the
+//! replaying thread, as if the step had run there.
+
+use smallvec::SmallVec;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use xform_ops::interp::lower_checked;
+use xform_ops::{Array, Prim, Result};
+
+/// The fewest result elements worth a hand-off: W1 small's smallest outer
+/// product (64 x 64 x 10) is 40960; a hand-off costs about a microsecond,
+/// an element store about 0.05 ns.
+pub const SINK_MIN_ELEMS: usize = 1 << 14;
+
+/// Whether a primitive may run on a helper thread as a sink: a pure CPU
+/// lowering with no thread-bound state (not control flow, whose bodies
+/// run interpreters), heavy enough to be worth it (not elementwise, which
+/// the plan fuses, nor a view).
+pub fn heavy(prim: &Prim) -> bool {
+    matches!(prim, Prim::Linalg(_) | Prim::Conv(_) | Prim::Reduce(_) | Prim::Window(_) | Prim::Index(_))
+}
+
+/// How long a helper that ran out of jobs spins for the next post: W1
+/// small posts its outer products a few microseconds apart.
+const HELPER_LINGER: std::time::Duration = std::time::Duration::from_micros(30);
+
+/// What a helper returns: the step's arrays, its error, or its panic.
+type Outcome = std::thread::Result<Result<SmallVec<[Array; 2]>>>;
+
+/// What a sink computes: its results' arrays.
+type Work = Box<dyn FnOnce() -> Result<SmallVec<[Array; 2]>> + Send>;
+
+/// A posted sink: the step's index and its work.
+struct Job {
+    step: usize,
+    work: Work,
+}
+
+impl Job {
+    /// Runs the step here, catching a panic to resume on the replaying
+    /// thread.
+    fn run(self) -> (usize, Outcome) {
+        (self.step, std::panic::catch_unwind(std::panic::AssertUnwindSafe(self.work)))
+    }
+}
+
+/// `prim` on `ins` through its lowering, as arrays (a tensor belongs to
+/// the thread that made it; the replaying thread wraps them).
+pub fn lower_sink(prim: &Prim, ins: &[Array]) -> Result<SmallVec<[Array; 2]>> {
+    let refs: SmallVec<[&Array; 4]> = ins.iter().collect();
+    let outs = lower_checked(prim, &refs)?;
+    Ok(outs.iter().map(|t| t.array().expect("a lowering returns concrete arrays")).collect())
+}
+
+/// A replay's jobs and results, shared with its helper.
+#[derive(Default)]
+struct Shared {
+    /// Posted jobs no thread took yet.
+    queue: Mutex<VecDeque<Job>>,
+    /// Jobs a helper finished.
+    results: Mutex<Vec<(usize, Outcome)>>,
+    /// Jobs a helper took and has not finished.
+    running: AtomicUsize,
+    /// The replay ended (or failed): helpers take no more jobs.
+    closed: AtomicBool,
+    /// Jobs posted so far.
+    posted: AtomicUsize,
+    /// Helper tasks spawned and not yet left (at most one).
+    helpers: AtomicUsize,
+    /// Signalled (under the queue's lock) when a helper finishes a job.
+    finished: Condvar,
+}
+
+impl Shared {
+    /// Takes the next job, counting it as running.
+    fn take(&self) -> Option<Job> {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let job = q.pop_front()?;
+        self.running.fetch_add(1, Ordering::AcqRel);
+        Some(job)
+    }
+
+    /// A helper's loop: jobs from the front until none is left, waiting a
+    /// little for the next post before leaving (a later post then needs no
+    /// new task, whose wake-up costs microseconds).
+    fn help(&self) {
+        loop {
+            while !self.closed.load(Ordering::Acquire) {
+                let Some(job) = self.take() else { break };
+                let done = job.run();
+                self.results.lock().unwrap_or_else(|e| e.into_inner()).push(done);
+                // the count drops under the queue's lock, which a waiter
+                // holds while it checks the count: the notification cannot
+                // be missed
+                let _q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+                self.running.fetch_sub(1, Ordering::AcqRel);
+                self.finished.notify_all();
+            }
+            // spin on the counters, not the queue's lock, which posts take
+            let (idle, seen) = (std::time::Instant::now(), self.posted.load(Ordering::Acquire));
+            while self.posted.load(Ordering::Acquire) == seen
+                && !self.closed.load(Ordering::Acquire)
+                && idle.elapsed() < HELPER_LINGER
+            {
+                std::hint::spin_loop();
+            }
+            if self.has_work() {
+                continue;
+            }
+            // leave; a post that saw this helper still here spawned no
+            // other, so look once more after leaving and come back for its
+            // job unless a new helper took over
+            self.helpers.fetch_sub(1, Ordering::SeqCst);
+            if !self.has_work() || self.helpers.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Open with jobs queued.
+    fn has_work(&self) -> bool {
+        !self.closed.load(Ordering::Acquire) && !self.queue.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+    }
+}
+
+/// The sinks of one replay.
+#[derive(Default)]
+pub struct Sinks {
+    shared: Option<Arc<Shared>>,
+}
+
+impl Sinks {
+    /// Queues step `step`'s work and spawns a helper for it unless one is
+    /// there.
+    pub fn post(&mut self, step: usize, work: impl FnOnce() -> Result<SmallVec<[Array; 2]>> + Send + 'static) {
+        let shared = self.shared.get_or_insert_with(Default::default).clone();
+        let work: Work = Box::new(work);
+        shared.queue.lock().unwrap_or_else(|e| e.into_inner()).push_back(Job { step, work });
+        shared.posted.fetch_add(1, Ordering::Release);
+        // one helper at a time: a lingering one takes this job
+        if shared.helpers.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+            rayon::spawn(move || shared.help());
+        }
+    }
+
+    /// Runs the jobs no helper took, waits for those they run, and returns
+    /// every posted step's arrays (in no particular order).
+    ///
+    /// # Errors
+    /// The first failed step's error; a helper's panic is resumed here.
+    pub fn join(&mut self) -> Result<Vec<(usize, SmallVec<[Array; 2]>)>> {
+        let Some(shared) = self.shared.take() else { return Ok(Vec::new()) };
+        shared.closed.store(true, Ordering::Release);
+        let mut mine = Vec::new();
+        while let Some(job) = {
+            let mut q = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+            q.pop_front()
+        } {
+            mine.push(job.run());
+        }
+        // a helper's job usually ends within microseconds: spin for it
+        // before sleeping (waking a sleeping thread costs tens of them)
+        let start = std::time::Instant::now();
+        while shared.running.load(Ordering::Acquire) > 0 && start.elapsed() < std::time::Duration::from_micros(200) {
+            std::hint::spin_loop();
+        }
+        let mut q = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+        while shared.running.load(Ordering::Acquire) > 0 {
+            q = shared.finished.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+        drop(q);
+        let mut all = std::mem::take(&mut *shared.results.lock().unwrap_or_else(|e| e.into_inner()));
+        all.extend(mine);
+        all.sort_by_key(|(step, _)| *step);
+        let mut out = Vec::with_capacity(all.len());
+        for (step, outcome) in all {
+            match outcome {
+                Ok(r) => out.push((step, r?)),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Drop for Sinks {
+    /// A replay that failed before joining: helpers take no more of its
+    /// jobs (those running finish and drop their results).
+    fn drop(&mut self) {
+        if let Some(s) = &self.shared {
+            s.closed.store(true, Ordering::Release);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xform_ops::{Error, Tensor};
+
+    fn array(x: f32) -> SmallVec<[Array; 2]> {
+        smallvec::smallvec![Tensor::from_vec(vec![x], [1]).array().unwrap()]
+    }
+
+    fn value(a: &Array) -> f32 {
+        Tensor::from_array(a.clone()).item::<f32>()
+    }
+
+    /// Every posted job's result comes back once, in step order, whoever
+    /// ran it (slow jobs make the helper and the joining thread share them).
+    #[test]
+    fn join_returns_every_result_in_step_order() {
+        for round in 0..20 {
+            let mut sinks = Sinks::default();
+            for step in [3usize, 7, 8, 12] {
+                sinks.post(step, move || {
+                    std::thread::sleep(std::time::Duration::from_micros(50 * (round % 3)));
+                    Ok(array(step as f32))
+                });
+            }
+            let got: Vec<(usize, f32)> = sinks.join().unwrap().iter().map(|(s, a)| (*s, value(&a[0]))).collect();
+            assert_eq!(got, vec![(3, 3.0), (7, 7.0), (8, 8.0), (12, 12.0)]);
+        }
+        assert!(Sinks::default().join().unwrap().is_empty());
+    }
+
+    /// A failed job's error is the join's (the first by step); the other
+    /// jobs still ran.
+    #[test]
+    fn an_error_is_returned_by_the_join() {
+        let ran = Arc::new(AtomicUsize::new(0));
+        let mut sinks = Sinks::default();
+        for step in 0..4usize {
+            let ran = ran.clone();
+            sinks.post(step, move || {
+                ran.fetch_add(1, Ordering::SeqCst);
+                if step >= 2 {
+                    Err(Error::invalid("sink", format!("step {step} failed")))
+                } else {
+                    Ok(array(0.0))
+                }
+            });
+        }
+        let err = sinks.join().unwrap_err();
+        assert!(err.to_string().contains("step 2 failed"), "{err}");
+        assert_eq!(ran.load(Ordering::SeqCst), 4);
+    }
+
+    /// A job's panic unwinds out of the join, on the joining thread, with
+    /// its payload.
+    #[test]
+    fn a_panic_is_resumed_by_the_join() {
+        let mut sinks = Sinks::default();
+        sinks.post(0, || Ok(array(1.0)));
+        sinks.post(1, || panic!("sink step panicked"));
+        let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sinks.join())).unwrap_err();
+        assert_eq!(payload.downcast_ref::<&str>(), Some(&"sink step panicked"));
+    }
+
+    /// A replay that fails before its join drops its sinks: helpers take
+    /// none of the jobs left (nothing waits for them, nothing hangs).
+    #[test]
+    fn dropped_sinks_close_the_queue() {
+        let ran = Arc::new(AtomicUsize::new(0));
+        let mut sinks = Sinks::default();
+        let gate = Arc::new(AtomicBool::new(false));
+        {
+            let (ran, gate) = (ran.clone(), gate.clone());
+            sinks.post(0, move || {
+                while !gate.load(Ordering::SeqCst) {
+                    std::hint::spin_loop();
+                }
+                ran.fetch_add(1, Ordering::SeqCst);
+                Ok(array(0.0))
+            });
+        }
+        for step in 1..4 {
+            let ran = ran.clone();
+            sinks.post(step, move || {
+                ran.fetch_add(1, Ordering::SeqCst);
+                Ok(array(0.0))
+            });
+        }
+        let shared = sinks.shared.clone().unwrap();
+        drop(sinks);
+        gate.store(true, Ordering::SeqCst);
+        let start = std::time::Instant::now();
+        while shared.running.load(Ordering::SeqCst) > 0 && start.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::yield_now();
+        }
+        // the job a helper had taken (if one had) ran; the others did not
+        assert!(ran.load(Ordering::SeqCst) <= 1, "{} jobs ran after the drop", ran.load(Ordering::SeqCst));
+    }
+}
