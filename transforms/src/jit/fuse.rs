@@ -9,7 +9,9 @@
 //! written to full buffers; the intermediates never materialize.
 //! Broadcasts feeding the group stay what they are eagerly, views: the
 //! fused loop reads such an operand through its strides (stride 0 on
-//! broadcast axes), so a broadcast never materializes either.
+//! broadcast axes), so a broadcast never materializes either; one along
+//! leading axes whose block divides the tile (a bias row) holds the same
+//! elements in every tile and is gathered at a range's first tile only.
 //!
 //! Results are bit-identical to eager execution: each op applies the very
 //! element function its eager CPU lowering maps (`Prim::cpu_tile`), and
@@ -390,6 +392,18 @@ fn gather<T: Copy>(data: &[T], shape: &[usize], strides: &[isize], offset: usize
     }
 }
 
+/// Whether element `e` of `layout` (row-major order) depends on `e` modulo
+/// a period that divides `TILE` only: every axis before the innermost run
+/// of axes with nonzero strides has stride 0 (a broadcast along leading
+/// axes), and that run's size divides `TILE`. Tiles start at multiples of
+/// `TILE`, so each then holds the same elements (a shorter last tile, a
+/// prefix of them).
+fn tile_periodic(layout: &xform_kernels::Layout) -> bool {
+    let lead = layout.strides.iter().position(|s| *s != 0).unwrap_or(layout.shape.len());
+    let period: usize = layout.shape[lead..].iter().product();
+    lead > 0 && period > 0 && TILE.is_multiple_of(period)
+}
+
 impl Fused {
     /// Runs the fused loop on the step's operands (CPU arrays of the
     /// planned shapes and dtypes). Output `j` with `donors[j] = Some(i)` is
@@ -454,12 +468,20 @@ impl Fused {
                 })
             })
             .collect();
+        // operands whose every tile reads the same elements (a broadcast
+        // along leading axes of a block that divides the tile): gathered
+        // at the first tile only
+        let same_tiles: SmallVec<[bool; 8]> =
+            ins.iter().map(|i| i.donor.is_none() && tile_periodic(i.layout)).collect();
         let mut scratch: SmallVec<[Scratch; 8]> = self.ops.iter().map(|o| Scratch::new(o.dtype)).collect();
         let mut t = r.start;
         while t < r.end {
             let n = TILE.min(r.end - t);
-            for ((inp, g), c) in ins.iter().zip(gathered.iter_mut()).zip(&direct) {
+            for (((inp, g), c), same) in ins.iter().zip(gathered.iter_mut()).zip(&direct).zip(&same_tiles) {
                 let (Some(g), None) = (g, c) else { continue };
+                if *same && t > r.start {
+                    continue;
+                }
                 if let Some(base) = inp.donor {
                     // SAFETY: the donor's elements t..t+n are initialized (a
                     // whole array) and in bounds (contiguous, the group's
@@ -735,5 +757,48 @@ mod tests {
             let plan = check(&p, &[x, y, col]);
             assert_eq!(fused_steps(&plan), vec![3]);
         }
+    }
+
+    /// Broadcasts along leading axes whose block divides the tile (a row of
+    /// 64, a [4, 8] block, a scalar) are gathered at a range's first tile
+    /// only; results stay bit-identical, with a shorter last tile and with
+    /// a block that does not divide the tile (gathered every tile).
+    #[test]
+    fn tile_periodic_broadcasts() {
+        for (lead, block) in [(70usize, vec![64usize]), (100, vec![4, 8]), (33, vec![]), (50, vec![3, 7])] {
+            let inner: usize = block.iter().product();
+            let full: Vec<usize> = std::iter::once(lead).chain(block.iter().copied()).collect();
+            let x = values(lead * inner, 21, DType::F64).reshape_to(full.clone());
+            let row = values(inner, 22, DType::F64).reshape_to(block.clone());
+            let p = build(&[x.clone(), row.clone()], |b, ins| {
+                let bc = push1(
+                    b,
+                    Prim::Shape(ShapeOp::BroadcastInDim {
+                        shape: Shape::from(full.clone()),
+                        dims: (1..full.len()).collect(),
+                    }),
+                    &[ins[1]],
+                    Some(aval(&full, DType::F64)),
+                );
+                let e = push1(b, Prim::Unary(UnaryOp::Exp), &[ins[0]], None);
+                vec![push1(b, Prim::Binary(BinaryOp::Mul), &[e, bc], None)]
+            });
+            let plan = check(&p, &[x, row]);
+            assert_eq!(fused_steps(&plan), vec![2]);
+        }
+        let periodic = |shape: &[usize], strides: &[isize]| {
+            tile_periodic(&xform_kernels::Layout {
+                shape: Shape::from(shape.to_vec()),
+                strides: strides.iter().copied().collect(),
+                offset: 0,
+            })
+        };
+        assert!(periodic(&[70, 64], &[0, 1]));
+        assert!(periodic(&[9, 4, 8], &[0, 8, 1]));
+        assert!(periodic(&[9, 4, 8], &[0, 1, 0]));
+        assert!(periodic(&[5, 5], &[0, 0]));
+        assert!(!periodic(&[70, 64], &[64, 1]), "not a broadcast");
+        assert!(!periodic(&[70, 3, 7], &[0, 7, 1]), "21 does not divide the tile");
+        assert!(!periodic(&[70, 64], &[1, 0]), "a column broadcast varies along the tile");
     }
 }

@@ -76,7 +76,7 @@ pub struct JitOptions {
     /// [cuda graph replay] in `jit/graph.rs`).
     pub cuda_graphs: bool,
     /// On the CPU, run sink steps (results that are only returned, such as
-    /// per-sample weight gradients) on a second thread of the rayon pool
+    /// per-sample weight gradients) on a helper thread
     /// while the replay goes on (default true; NOTE: [parallel sinks] in
     /// `jit/sinks.rs`). Off, every step runs on the calling thread.
     pub parallel_sinks: bool,

@@ -5,9 +5,10 @@
 //! gradients are sinks (each layer's outer products, written once and
 //! handed back), and they are most of W1's memory traffic. Nothing waits
 //! for a sink until the replay ends, so the plan hands it to a helper
-//! (a rayon task) and goes on with the steps after it; the results are
-//! collected when the step list is done. Interpreting op by op cannot do
-//! this: it does not know whether a value will be read.
+//! thread (one per process, `xform-jit-sinks`) and goes on with the steps
+//! after it; the results are collected when the step list is done.
+//! Interpreting op by op cannot do this: it does not know whether a value
+//! will be read.
 //!
 //! A step is a sink when it runs one heavy primitive (dot_general, conv,
 //! a reduction, a window op or an indexing op) on the CPU, writes at
@@ -15,16 +16,20 @@
 //! (the main thread has work to overlap; offloading the last step would
 //! only add a hand-off).
 //!
-//! The hand-off never makes the replay wait for a thread that has not
-//! started: a posted job sits in a queue, a spawned rayon task takes jobs
-//! from its front, and at the end the main thread takes what is left
-//! itself. It waits only for jobs a helper already runs (spinning briefly,
-//! then on a condition variable), so a busy or sleeping pool costs at
-//! worst the sequential time. Results are the same bits whichever thread
-//! computes them (the lowerings are deterministic); the helper's arrays
-//! become tensors on the replaying thread, which owns them as it owns its
-//! other results. A panic in a helper is caught there and resumed on the
-//! replaying thread, as if the step had run there.
+//! The hand-off never makes the replay wait for a thread that is not
+//! running its job: a posted job sits in the replay's queue, the helper
+//! takes jobs from its front, and at the end the replaying thread takes
+//! what is left itself. It waits only for a job the helper already runs
+//! (spinning briefly, then on a condition variable), so a helper that is
+//! asleep, or busy with another replay's jobs, costs at worst the
+//! sequential time. The helper serves registered replays in order, spins
+//! for `HELPER_SPIN` for the next one (a replay in a loop posts again
+//! within microseconds, and waking a sleeping thread costs tens of them
+//! on a virtual machine), then sleeps. Results are the same bits whichever
+//! thread computes them (the lowerings are deterministic); the helper's
+//! arrays become tensors on the replaying thread, which owns them as it
+//! owns its other results. A panic in a job is caught there and resumed
+//! on the replaying thread, as if the step had run there.
 
 use smallvec::SmallVec;
 use std::collections::VecDeque;
@@ -45,10 +50,6 @@ pub const SINK_MIN_ELEMS: usize = 1 << 14;
 pub fn heavy(prim: &Prim) -> bool {
     matches!(prim, Prim::Linalg(_) | Prim::Conv(_) | Prim::Reduce(_) | Prim::Window(_) | Prim::Index(_))
 }
-
-/// How long a helper that ran out of jobs spins for the next post: W1
-/// small posts its outer products a few microseconds apart.
-const HELPER_LINGER: std::time::Duration = std::time::Duration::from_micros(30);
 
 /// What a helper returns: the step's arrays, its error, or its panic.
 type Outcome = std::thread::Result<Result<SmallVec<[Array; 2]>>>;
@@ -89,9 +90,7 @@ struct Shared {
     running: AtomicUsize,
     /// The replay ended (or failed): helpers take no more jobs.
     closed: AtomicBool,
-    /// Jobs posted so far.
-    posted: AtomicUsize,
-    /// Helper tasks spawned and not yet left (at most one).
+    /// 1 while the helper serves this replay (or is registered to).
     helpers: AtomicUsize,
     /// Signalled (under the queue's lock) when a helper finishes a job.
     finished: Condvar,
@@ -106,9 +105,8 @@ impl Shared {
         Some(job)
     }
 
-    /// A helper's loop: jobs from the front until none is left, waiting a
-    /// little for the next post before leaving (a later post then needs no
-    /// new task, whose wake-up costs microseconds).
+    /// The helper's loop over this replay: jobs from the front until none
+    /// is left.
     fn help(&self) {
         loop {
             while !self.closed.load(Ordering::Acquire) {
@@ -122,20 +120,9 @@ impl Shared {
                 self.running.fetch_sub(1, Ordering::AcqRel);
                 self.finished.notify_all();
             }
-            // spin on the counters, not the queue's lock, which posts take
-            let (idle, seen) = (std::time::Instant::now(), self.posted.load(Ordering::Acquire));
-            while self.posted.load(Ordering::Acquire) == seen
-                && !self.closed.load(Ordering::Acquire)
-                && idle.elapsed() < HELPER_LINGER
-            {
-                std::hint::spin_loop();
-            }
-            if self.has_work() {
-                continue;
-            }
-            // leave; a post that saw this helper still here spawned no
-            // other, so look once more after leaving and come back for its
-            // job unless a new helper took over
+            // leave; a post that saw the helper still here registered the
+            // replay no more, so look once more after leaving and stay for
+            // its job unless that post registered it again
             self.helpers.fetch_sub(1, Ordering::SeqCst);
             if !self.has_work() || self.helpers.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst).is_err() {
                 return;
@@ -149,6 +136,71 @@ impl Shared {
     }
 }
 
+/// How long the helper thread spins for the next replay's jobs before it
+/// sleeps: a replay in a loop posts again within tens of microseconds,
+/// and waking a sleeping thread costs about as much.
+const HELPER_SPIN: std::time::Duration = std::time::Duration::from_micros(200);
+
+/// The process's helper thread: replays with jobs for it wait in its
+/// inbox, in order.
+#[derive(Default)]
+struct Helper {
+    inbox: Mutex<Inbox>,
+    /// Replays registered so far (what the spinning helper watches).
+    registered: AtomicUsize,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct Inbox {
+    replays: VecDeque<Arc<Shared>>,
+    /// The helper waits on `wake` (set and read under the lock).
+    asleep: bool,
+}
+
+/// The helper thread, started at the first post (`None` if it could not
+/// be started: then the replaying thread runs every sink).
+fn helper() -> Option<&'static Helper> {
+    static HELPER: std::sync::OnceLock<Option<&'static Helper>> = std::sync::OnceLock::new();
+    *HELPER.get_or_init(|| {
+        let h: &'static Helper = Box::leak(Box::default());
+        std::thread::Builder::new().name("xform-jit-sinks".into()).spawn(move || h.serve()).ok().map(|_| h)
+    })
+}
+
+impl Helper {
+    fn register(&self, replay: Arc<Shared>) {
+        let mut inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
+        inbox.replays.push_back(replay);
+        self.registered.fetch_add(1, Ordering::Release);
+        if inbox.asleep {
+            self.wake.notify_one();
+        }
+    }
+
+    /// The thread's loop: serve registered replays; without one, spin for
+    /// a while, then sleep until the next.
+    fn serve(&self) {
+        loop {
+            let next = self.inbox.lock().unwrap_or_else(|e| e.into_inner()).replays.pop_front();
+            if let Some(replay) = next {
+                replay.help();
+                continue;
+            }
+            let (idle, seen) = (std::time::Instant::now(), self.registered.load(Ordering::Acquire));
+            while self.registered.load(Ordering::Acquire) == seen && idle.elapsed() < HELPER_SPIN {
+                std::hint::spin_loop();
+            }
+            let mut inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
+            while inbox.replays.is_empty() {
+                inbox.asleep = true;
+                inbox = self.wake.wait(inbox).unwrap_or_else(|e| e.into_inner());
+                inbox.asleep = false;
+            }
+        }
+    }
+}
+
 /// The sinks of one replay.
 #[derive(Default)]
 pub struct Sinks {
@@ -156,16 +208,19 @@ pub struct Sinks {
 }
 
 impl Sinks {
-    /// Queues step `step`'s work and spawns a helper for it unless one is
-    /// there.
+    /// Queues step `step`'s work and registers the replay with the helper
+    /// thread unless it is there.
     pub fn post(&mut self, step: usize, work: impl FnOnce() -> Result<SmallVec<[Array; 2]>> + Send + 'static) {
         let shared = self.shared.get_or_insert_with(Default::default).clone();
         let work: Work = Box::new(work);
         shared.queue.lock().unwrap_or_else(|e| e.into_inner()).push_back(Job { step, work });
-        shared.posted.fetch_add(1, Ordering::Release);
         // one helper at a time: a lingering one takes this job
         if shared.helpers.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
-            rayon::spawn(move || shared.help());
+            match helper() {
+                Some(h) => h.register(shared),
+                // no helper thread: the join runs the jobs
+                None => shared.helpers.store(0, Ordering::SeqCst),
+            }
         }
     }
 
