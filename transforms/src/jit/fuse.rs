@@ -325,16 +325,6 @@ impl Scratch {
         }
     }
 
-    /// Copies `src` into the front of the scratch.
-    fn copy_from(&mut self, src: &Tile<'_>) {
-        match (self, src) {
-            (Scratch::F32(d), Tile::F32(s)) => d[..s.len()].copy_from_slice(s),
-            (Scratch::F64(d), Tile::F64(s)) => d[..s.len()].copy_from_slice(s),
-            (Scratch::Bool(d), Tile::Bool(s)) => d[..s.len()].copy_from_slice(s),
-            _ => unreachable!("a donor's scratch has its dtype"),
-        }
-    }
-
     fn tile_mut(&mut self, n: usize) -> TileMut<'_> {
         match self {
             Scratch::F32(v) => TileMut::F32(&mut v[..n]),
@@ -448,8 +438,9 @@ impl Fused {
     }
 
     /// Elements `r` of every output, tile by tile: the operands' tiles are
-    /// read (donors' copied into scratch first), the ops applied, then the
-    /// outputs' tiles written.
+    /// read (a donor's in place: its tile of the output is written only
+    /// after every op of the tile ran), the ops applied into scratch, then
+    /// the outputs' tiles written.
     fn body(&self, ins: &[FusedIn<'_>], r: std::ops::Range<usize>, outs: &[OutBase]) {
         let direct: SmallVec<[Option<usize>; 8]> = ins
             .iter()
@@ -459,7 +450,7 @@ impl Fused {
             .iter()
             .zip(&direct)
             .map(|(i, c)| {
-                c.is_none().then(|| {
+                (c.is_none() && i.donor.is_none()).then(|| {
                     Scratch::new(match i.data {
                         Tile::F32(_) => DType::F32,
                         Tile::F64(_) => DType::F64,
@@ -482,16 +473,6 @@ impl Fused {
                 if *same && t > r.start {
                     continue;
                 }
-                if let Some(base) = inp.donor {
-                    // SAFETY: the donor's elements t..t+n are initialized (a
-                    // whole array) and in bounds (contiguous, the group's
-                    // shape); this tile of the output that reuses the buffer
-                    // is written only after this copy, and other threads
-                    // handle other ranges.
-                    let src = unsafe { base.tile(t..t + n) };
-                    g.copy_from(&src);
-                    continue;
-                }
                 let l = inp.layout;
                 let (shape, strides, off) = (&l.shape[..], &l.strides[..], l.offset);
                 match (inp.data, g) {
@@ -506,6 +487,13 @@ impl Fused {
                 .zip(&gathered)
                 .zip(&direct)
                 .map(|((inp, g), c)| match (c, g) {
+                    // SAFETY: the donor's elements t..t+n are initialized (a
+                    // whole array) and in bounds (contiguous, the group's
+                    // shape); the output tile over them is written only
+                    // after the last use of this view (the ops below; the
+                    // tiles are dropped before the outputs are written),
+                    // and other threads handle other ranges.
+                    _ if inp.donor.is_some() => unsafe { inp.donor.expect("a donor").tile(t..t + n) },
                     (Some(s), _) => match inp.data {
                         Tile::F32(d) => Tile::F32(&d[s + t..s + t + n]),
                         Tile::F64(d) => Tile::F64(&d[s + t..s + t + n]),
@@ -528,10 +516,12 @@ impl Fused {
                 let applied = op.prim.cpu_tile(&args, rest[0].tile_mut(n));
                 assert!(applied, "a fused op was planned for these dtypes");
             }
+            // no view of a donor's tile lives on while the outputs are written
+            drop(tiles);
             for (base, &j) in outs.iter().zip(&self.outputs) {
                 // SAFETY: elements t..t+n lie in the output (this task's
-                // range); no other view of them is alive (donor tiles were
-                // copied above; other tasks write other ranges).
+                // range); no other view of them is alive (the donor views
+                // were dropped above; other tasks write other ranges).
                 let mut view = unsafe { base.range(t..t + n) };
                 view.put(0, &scratch[j as usize].tile(n));
             }
