@@ -462,8 +462,7 @@ impl Fused {
         // operands whose every tile reads the same elements (a broadcast
         // along leading axes of a block that divides the tile): gathered
         // at the first tile only
-        let same_tiles: SmallVec<[bool; 8]> =
-            ins.iter().map(|i| i.donor.is_none() && tile_periodic(i.layout)).collect();
+        let same_tiles: SmallVec<[bool; 8]> = ins.iter().map(|i| tile_periodic(i.layout)).collect();
         let mut scratch: SmallVec<[Scratch; 8]> = self.ops.iter().map(|o| Scratch::new(o.dtype)).collect();
         let mut t = r.start;
         while t < r.end {
@@ -486,21 +485,21 @@ impl Fused {
                 .iter()
                 .zip(&gathered)
                 .zip(&direct)
-                .map(|((inp, g), c)| match (c, g) {
+                .map(|((inp, g), c)| match (inp.donor, c, g) {
                     // SAFETY: the donor's elements t..t+n are initialized (a
                     // whole array) and in bounds (contiguous, the group's
                     // shape); the output tile over them is written only
                     // after the last use of this view (the ops below; the
                     // tiles are dropped before the outputs are written),
                     // and other threads handle other ranges.
-                    _ if inp.donor.is_some() => unsafe { inp.donor.expect("a donor").tile(t..t + n) },
-                    (Some(s), _) => match inp.data {
+                    (Some(base), _, _) => unsafe { base.tile(t..t + n) },
+                    (None, Some(s), _) => match inp.data {
                         Tile::F32(d) => Tile::F32(&d[s + t..s + t + n]),
                         Tile::F64(d) => Tile::F64(&d[s + t..s + t + n]),
                         Tile::Bool(d) => Tile::Bool(&d[s + t..s + t + n]),
                     },
-                    (None, Some(g)) => g.tile(n),
-                    (None, None) => unreachable!("a strided operand has gather scratch"),
+                    (None, None, Some(g)) => g.tile(n),
+                    (None, None, None) => unreachable!("a strided operand has gather scratch"),
                 })
                 .collect();
             for (j, op) in self.ops.iter().enumerate() {

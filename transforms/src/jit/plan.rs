@@ -75,9 +75,9 @@ pub struct Step {
     /// dtype, read last here); taken at run time when the slot alone holds
     /// its buffer (NOTE: [buffer planning]).
     pub reuse: SmallVec<[(u8, u8); 2]>,
-    /// A sink's primitive: the step may run on a helper thread (NOTE:
-    /// [parallel sinks]).
-    pub sink: Option<Arc<Prim>>,
+    /// A sink: the step (a `StepOp::Prim`) may run on a helper thread
+    /// (NOTE: [parallel sinks]).
+    pub sink: bool,
 }
 
 /// A compiled program for concrete inputs of its signature.
@@ -157,10 +157,7 @@ impl Plan {
         }
         let mut steps = Vec::with_capacity(items.len());
         for (k, it) in items.into_iter().enumerate() {
-            let sink = match &it {
-                Item::Eqn(j) => sink_prim(p, *j, &read),
-                Item::Group { .. } => None,
-            };
+            let sink = matches!(it, Item::Eqn(j) if is_sink(p, j, &read));
             // an elementwise equation alone that reads an operand last runs
             // as a fused step of one op, so that it may write over it
             let it = match it {
@@ -216,11 +213,8 @@ impl Plan {
         // work to overlap with
         let mut later_work = false;
         for step in steps.iter_mut().rev() {
-            if step.sink.is_none() {
-                later_work = true;
-            } else if !later_work {
-                step.sink = None;
-            }
+            step.sink &= later_work;
+            later_work |= !step.sink;
         }
         let outputs = p
             .outputs
@@ -294,7 +288,7 @@ impl Plan {
     /// The steps that may run on a helper thread (NOTE: [parallel sinks]).
     pub fn sink_steps(&self) -> usize {
         if self.sinks {
-            self.steps.iter().filter(|s| s.sink.is_some()).count()
+            self.steps.iter().filter(|s| s.sink).count()
         } else {
             0
         }
@@ -346,16 +340,16 @@ impl Plan {
                         }
                     }
                 }
-                match (&step.op, &step.sink) {
-                    (_, Some(sink)) if offload => {
+                match &step.op {
+                    StepOp::Prim(prim) if step.sink && offload => {
                         // results come back at the join below
-                        let (prim, ins): (_, SmallVec<[xform_ops::Array; 4]>) =
-                            (sink.clone(), arrays.iter().map(|a| (*a).clone()).collect());
+                        let (prim, ins): (Prim, SmallVec<[xform_ops::Array; 4]>) =
+                            (prim.clone(), arrays.iter().map(|a| (*a).clone()).collect());
                         sinks.post(si, move || sinks::lower_sink(&prim, &ins));
                         SmallVec::new()
                     }
-                    (StepOp::Prim(prim), _) => lower_checked(prim, &arrays)?,
-                    (StepOp::Fused(f), _) => {
+                    StepOp::Prim(prim) => lower_checked(prim, &arrays)?,
+                    StepOp::Fused(f) => {
                         let mut donors: SmallVec<[Option<u32>; 4]> = SmallVec::from_elem(None, step.outs.len());
                         for &(i, j) in &step.reuse {
                             let owned = match step.ins[i as usize] {
@@ -400,15 +394,15 @@ impl Plan {
     }
 }
 
-/// Equation `j`'s primitive if it is a sink (NOTE: [parallel sinks]): a
-/// heavy primitive on the CPU whose results no equation reads and that
-/// writes at least `SINK_MIN_ELEMS` elements.
-fn sink_prim(p: &Program, j: usize, read: &[bool]) -> Option<Arc<Prim>> {
+/// Whether equation `j` is a sink (NOTE: [parallel sinks]): a heavy
+/// primitive on the CPU whose results no equation reads and that writes
+/// at least `SINK_MIN_ELEMS` elements.
+fn is_sink(p: &Program, j: usize, read: &[bool]) -> bool {
     let e = &p.eqns[j];
     let on_cpu = e.inputs.iter().all(|a| p.atom_aval(*a).device == xform_ops::Device::Cpu);
     let unread = e.outputs.iter().all(|v| !read[v.0 as usize]);
     let elems: usize = e.outputs.iter().map(|v| p.avals[v.0 as usize].shape.numel()).sum();
-    (sinks::heavy(&e.prim) && on_cpu && unread && elems >= sinks::SINK_MIN_ELEMS).then(|| Arc::new(e.prim.clone()))
+    sinks::heavy(&e.prim) && on_cpu && unread && elems >= sinks::SINK_MIN_ELEMS
 }
 
 /// The (operand, output) pairs of a fused step at plan position `k` whose

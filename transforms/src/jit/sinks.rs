@@ -23,7 +23,7 @@
 //! (spinning briefly, then on a condition variable), so a helper that is
 //! asleep, or busy with another replay's jobs, costs at worst the
 //! sequential time. The helper serves registered replays in order, spins
-//! for `HELPER_SPIN` for the next one (a replay in a loop posts again
+//! for `SPIN` for the next one (a replay in a loop posts again
 //! within microseconds, and waking a sleeping thread costs tens of them
 //! on a virtual machine), then sleeps. Results are the same bits whichever
 //! thread computes them (the lowerings are deterministic); the helper's
@@ -38,9 +38,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use xform_ops::interp::lower_checked;
 use xform_ops::{Array, Prim, Result};
 
-/// The fewest result elements worth a hand-off: W1 small's smallest outer
-/// product (64 x 64 x 10) is 40960; a hand-off costs about a microsecond,
-/// an element store about 0.05 ns.
+/// The fewest result elements worth a hand-off (a post took about a
+/// microsecond in W1 small's replay, as long as storing some 2^14
+/// elements); W1 small's smallest outer product (64 x 64 x 10) has 40960.
 pub const SINK_MIN_ELEMS: usize = 1 << 14;
 
 /// Whether a primitive may run on a helper thread as a sink: a pure CPU
@@ -82,25 +82,34 @@ pub fn lower_sink(prim: &Prim, ins: &[Array]) -> Result<SmallVec<[Array; 2]>> {
 /// A replay's jobs and results, shared with its helper.
 #[derive(Default)]
 struct Shared {
-    /// Posted jobs no thread took yet.
-    queue: Mutex<VecDeque<Job>>,
-    /// Jobs a helper finished.
-    results: Mutex<Vec<(usize, Outcome)>>,
-    /// Jobs a helper took and has not finished.
+    state: Mutex<State>,
+    /// Jobs the helper took and has not finished (read without the lock
+    /// while the joining thread spins; changed under it).
     running: AtomicUsize,
-    /// The replay ended (or failed): helpers take no more jobs.
+    /// The replay ended (or failed): the helper takes no more jobs.
     closed: AtomicBool,
     /// 1 while the helper serves this replay (or is registered to).
     helpers: AtomicUsize,
-    /// Signalled (under the queue's lock) when a helper finishes a job.
+    /// Signalled (under the lock) when the helper finishes a job.
     finished: Condvar,
 }
 
+#[derive(Default)]
+struct State {
+    /// Posted jobs no thread took yet.
+    queue: VecDeque<Job>,
+    /// Jobs the helper finished.
+    results: Vec<(usize, Outcome)>,
+}
+
 impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Takes the next job, counting it as running.
     fn take(&self) -> Option<Job> {
-        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        let job = q.pop_front()?;
+        let job = self.lock().queue.pop_front()?;
         self.running.fetch_add(1, Ordering::AcqRel);
         Some(job)
     }
@@ -112,12 +121,13 @@ impl Shared {
             while !self.closed.load(Ordering::Acquire) {
                 let Some(job) = self.take() else { break };
                 let done = job.run();
-                self.results.lock().unwrap_or_else(|e| e.into_inner()).push(done);
-                // the count drops under the queue's lock, which a waiter
-                // holds while it checks the count: the notification cannot
-                // be missed
-                let _q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+                // the count drops under the lock, which a waiter holds
+                // while it checks the count: the notification cannot be
+                // missed
+                let mut state = self.lock();
+                state.results.push(done);
                 self.running.fetch_sub(1, Ordering::AcqRel);
+                drop(state);
                 self.finished.notify_all();
             }
             // leave; a post that saw the helper still here registered the
@@ -132,14 +142,15 @@ impl Shared {
 
     /// Open with jobs queued.
     fn has_work(&self) -> bool {
-        !self.closed.load(Ordering::Acquire) && !self.queue.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+        !self.closed.load(Ordering::Acquire) && !self.lock().queue.is_empty()
     }
 }
 
-/// How long the helper thread spins for the next replay's jobs before it
-/// sleeps: a replay in a loop posts again within tens of microseconds,
-/// and waking a sleeping thread costs about as much.
-const HELPER_SPIN: std::time::Duration = std::time::Duration::from_micros(200);
+/// How long a thread spins for the other before it sleeps: the helper for
+/// the next replay's jobs (a replay in a loop posts again within tens of
+/// microseconds), the joining thread for the helper's job. Waking a
+/// sleeping thread costs about as much here (25-50 us on the 2-core VM).
+const SPIN: std::time::Duration = std::time::Duration::from_micros(200);
 
 /// The process's helper thread: replays with jobs for it wait in its
 /// inbox, in order.
@@ -188,7 +199,7 @@ impl Helper {
                 continue;
             }
             let (idle, seen) = (std::time::Instant::now(), self.registered.load(Ordering::Acquire));
-            while self.registered.load(Ordering::Acquire) == seen && idle.elapsed() < HELPER_SPIN {
+            while self.registered.load(Ordering::Acquire) == seen && idle.elapsed() < SPIN {
                 std::hint::spin_loop();
             }
             let mut inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
@@ -213,7 +224,7 @@ impl Sinks {
     pub fn post(&mut self, step: usize, work: impl FnOnce() -> Result<SmallVec<[Array; 2]>> + Send + 'static) {
         let shared = self.shared.get_or_insert_with(Default::default).clone();
         let work: Work = Box::new(work);
-        shared.queue.lock().unwrap_or_else(|e| e.into_inner()).push_back(Job { step, work });
+        shared.lock().queue.push_back(Job { step, work });
         // one helper at a time: a lingering one takes this job
         if shared.helpers.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
             match helper() {
@@ -233,24 +244,19 @@ impl Sinks {
         let Some(shared) = self.shared.take() else { return Ok(Vec::new()) };
         shared.closed.store(true, Ordering::Release);
         let mut mine = Vec::new();
-        while let Some(job) = {
-            let mut q = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
-            q.pop_front()
-        } {
+        while let Some(job) = shared.lock().queue.pop_front() {
             mine.push(job.run());
         }
-        // a helper's job usually ends within microseconds: spin for it
-        // before sleeping (waking a sleeping thread costs tens of them)
         let start = std::time::Instant::now();
-        while shared.running.load(Ordering::Acquire) > 0 && start.elapsed() < std::time::Duration::from_micros(200) {
+        while shared.running.load(Ordering::Acquire) > 0 && start.elapsed() < SPIN {
             std::hint::spin_loop();
         }
-        let mut q = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = shared.lock();
         while shared.running.load(Ordering::Acquire) > 0 {
-            q = shared.finished.wait(q).unwrap_or_else(|e| e.into_inner());
+            state = shared.finished.wait(state).unwrap_or_else(|e| e.into_inner());
         }
-        drop(q);
-        let mut all = std::mem::take(&mut *shared.results.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut all = std::mem::take(&mut state.results);
+        drop(state);
         all.extend(mine);
         all.sort_by_key(|(step, _)| *step);
         let mut out = Vec::with_capacity(all.len());
@@ -336,6 +342,36 @@ mod tests {
         sinks.post(1, || panic!("sink step panicked"));
         let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sinks.join())).unwrap_err();
         assert_eq!(payload.downcast_ref::<&str>(), Some(&"sink step panicked"));
+    }
+
+    /// A replay whose helper is busy with another replay's job does not
+    /// wait for it: its join runs its own jobs (the other job is held
+    /// until this join has returned).
+    #[test]
+    fn a_busy_helper_costs_no_wait() {
+        let gate = Arc::new(AtomicBool::new(false));
+        let mut first = Sinks::default();
+        let g = gate.clone();
+        first.post(0, move || {
+            while !g.load(Ordering::SeqCst) {
+                std::hint::spin_loop();
+            }
+            Ok(array(1.0))
+        });
+        let shared = first.shared.clone().unwrap();
+        let start = std::time::Instant::now();
+        while shared.running.load(Ordering::SeqCst) == 0 && start.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::yield_now();
+        }
+        assert_eq!(shared.running.load(Ordering::SeqCst), 1, "the helper took the first replay's job");
+        let mut second = Sinks::default();
+        for step in 0..3usize {
+            second.post(step, move || Ok(array(step as f32)));
+        }
+        let got: Vec<f32> = second.join().unwrap().iter().map(|(_, a)| value(&a[0])).collect();
+        assert_eq!(got, vec![0.0, 1.0, 2.0]);
+        gate.store(true, Ordering::SeqCst);
+        assert_eq!(value(&first.join().unwrap()[0].1[0]), 1.0);
     }
 
     /// A replay that fails before its join drops its sinks: helpers take
