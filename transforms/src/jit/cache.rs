@@ -46,8 +46,9 @@ pub struct JitEntry {
     /// Sink steps among them, which may run on a helper thread (NOTE:
     /// [parallel sinks]; 0 with `JitOptions::parallel_sinks` off).
     pub sink_steps: usize,
-    /// Results the replays wrote over an operand's buffer (see NOTE:
-    /// [buffer planning]), over all calls.
+    /// Results the step-by-step replays wrote over an operand's buffer
+    /// (see NOTE: [buffer planning]), over all calls (a captured CUDA
+    /// graph's replays are not counted).
     pub in_place_writes: u64,
     /// On CUDA, whether the signature replays as a CUDA graph: "captured",
     /// "not captured yet" (before its second call), or "not captured: "
