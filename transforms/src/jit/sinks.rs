@@ -107,10 +107,16 @@ impl Shared {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Takes the next job, counting it as running.
+    /// Takes the next job, counting it as running in the same critical
+    /// section: a join that then finds the queue empty sees the job
+    /// running and waits for its result. (Counted after the lock was
+    /// released, a join blocked on the lock could run in between, find
+    /// neither, and return without the job's result.)
     fn take(&self) -> Option<Job> {
-        let job = self.lock().queue.pop_front()?;
+        let mut state = self.lock();
+        let job = state.queue.pop_front()?;
         self.running.fetch_add(1, Ordering::AcqRel);
+        drop(state);
         Some(job)
     }
 
@@ -309,6 +315,27 @@ mod tests {
             assert_eq!(got, vec![(3, 3.0), (7, 7.0), (8, 8.0), (12, 12.0)]);
         }
         assert!(Sinks::default().join().unwrap().is_empty());
+    }
+
+    /// A join right after the posts, many times: every job's result comes
+    /// back even when the helper takes a job as the join closes the queue
+    /// (a job taken is counted as running in the same critical section
+    /// that takes it, so the join cannot miss it).
+    #[test]
+    fn a_join_racing_the_helper_misses_no_job() {
+        for round in 0..200_000usize {
+            let mut sinks = Sinks::default();
+            for step in 0..1 + round % 8 {
+                sinks.post(step, move || Ok(array(step as f32)));
+            }
+            // join at varying moments of the helper's take
+            let start = std::time::Instant::now();
+            while start.elapsed() < std::time::Duration::from_nanos((round % 16) as u64 * 100) {
+                std::hint::spin_loop();
+            }
+            let got = sinks.join().unwrap();
+            assert_eq!(got.len(), 1 + round % 8, "round {round}: a job's result was lost");
+        }
     }
 
     /// A failed job's error is the join's (the first by step); the other
