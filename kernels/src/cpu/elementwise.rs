@@ -6,6 +6,8 @@
 //! tight loop, unit-stride where the layouts allow.
 
 use super::{assume_init, for_run_chunks, Par};
+#[cfg(target_arch = "x86_64")]
+use super::{avx2, avx512};
 use crate::layout::{Coalesced, Layout};
 use crate::pool::alloc_uninit;
 use std::mem::MaybeUninit;
@@ -99,22 +101,6 @@ fn line_head<T>(x: &[T]) -> usize {
         return 0;
     }
     super::to_line(x.as_ptr())
-}
-
-/// True if the CPU has the AVX-512 subsets the compiler vectorizes with
-/// (cached by std).
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn avx512() -> bool {
-    use std::arch::is_x86_feature_detected as has;
-    has!("avx512f") && has!("avx512dq") && has!("avx512bw") && has!("avx512vl") && avx2()
-}
-
-/// True if the CPU has AVX2 and FMA (cached by std).
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn avx2() -> bool {
-    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
 }
 
 /// `out[i] = f(x[i])` over the logical elements of `x`.

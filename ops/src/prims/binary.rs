@@ -81,7 +81,7 @@ macro_rules! binary_table {
         /// dtype: the very expression `float_kernel` maps, for the jit's
         /// fused loops. `false` where `op` has no float kernel.
         #[allow(unreachable_code)]
-        pub(crate) fn float_slice<T: Float<Compute = R>, R: Real>(op: BinaryOp, a: &[T], b: &[T], out: &mut [T]) -> bool {
+        pub(crate) fn float_slice<T: Float<Compute = R>, R: Real>(op: BinaryOp, a: &[T], b: &[T], out: &mut [std::mem::MaybeUninit<T>]) -> bool {
             match op {
                 $( BinaryOp::$v => {
                     $(

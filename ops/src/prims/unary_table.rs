@@ -180,7 +180,7 @@ macro_rules! unary_table {
         /// very expression `float_kernel` maps, for the jit's fused loops.
         /// `false` where `op` has no float kernel.
         #[allow(unused_variables, unreachable_code)]
-        pub(crate) fn float_slice<T: Float<Compute = R>, R: Real>(op: UnaryOp, x: &[T], out: &mut [T]) -> bool {
+        pub(crate) fn float_slice<T: Float<Compute = R>, R: Real>(op: UnaryOp, x: &[T], out: &mut [std::mem::MaybeUninit<T>]) -> bool {
             match op {
                 $( UnaryOp::$v $(($p))? => {
                     $(

@@ -6,12 +6,15 @@
 //! fused step: one pass over memory, tile by tile (`TILE` elements), each
 //! op applied to the tile in a small scratch buffer, and only the group's
 //! outputs (values read after the group or returned by the program)
-//! written to full buffers; the intermediates never materialize.
-//! Broadcasts feeding the group stay what they are eagerly, views: the
-//! fused loop reads such an operand through its strides (stride 0 on
-//! broadcast axes), so a broadcast never materializes either; one along
-//! leading axes whose block divides the tile (a bias row) holds the same
-//! elements in every tile and is gathered at a range's first tile only.
+//! written to full buffers (an op whose value is a fresh output writes
+//! its tile there directly, and later ops read it back from there); the
+//! intermediates never materialize. Broadcasts feeding the group stay
+//! what they are eagerly, views: the fused loop reads such an operand
+//! through its strides (stride 0 on broadcast axes), so a broadcast never
+//! materializes either; one along leading axes repeats a block, gathered
+//! once and then doubled (`gather`), and where the block divides the tile
+//! (a bias row) every tile holds the same elements: gathered at a range's
+//! first tile only.
 //!
 //! Results are bit-identical to eager execution: each op applies the very
 //! element function its eager CPU lowering maps (`Prim::cpu_tile`), and
@@ -129,11 +132,10 @@ pub(crate) fn fusable(p: &Program, k: usize, cuda: bool) -> Option<(Shape, Devic
         }
         ins.push(empty(av.dtype));
     }
-    let (mut f, mut d, mut b) = ([0f32; 0], [0f64; 0], [false; 0]);
     let probe = match out.dtype {
-        DType::F32 => TileMut::F32(&mut f),
-        DType::F64 => TileMut::F64(&mut d),
-        _ => TileMut::Bool(&mut b),
+        DType::F32 => TileMut::F32(&mut []),
+        DType::F64 => TileMut::F64(&mut []),
+        _ => TileMut::Bool(&mut []),
     };
     e.prim.cpu_tile(&ins, probe).then(|| (out.shape.clone(), Device::Cpu))
 }
@@ -275,7 +277,9 @@ thread_local! {
     static SPARE: std::cell::RefCell<Vec<Scratch>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Scratch storage for one tile of one dtype.
+/// Scratch storage for one tile of one dtype: `TILE` elements from the
+/// first 64-byte line boundary of a slightly longer buffer (vector stores
+/// that split lines cost about a quarter more).
 enum Scratch {
     F32(Vec<f32>),
     F64(Vec<f64>),
@@ -292,9 +296,9 @@ impl Scratch {
             Some(s.swap_remove(at))
         });
         reused.unwrap_or_else(|| match d {
-            DType::F32 => Scratch::F32(vec![0.0; TILE]),
-            DType::F64 => Scratch::F64(vec![0.0; TILE]),
-            _ => Scratch::Bool(vec![false; TILE]),
+            DType::F32 => Scratch::F32(vec![0.0; TILE + LINE]),
+            DType::F64 => Scratch::F64(vec![0.0; TILE + LINE]),
+            _ => Scratch::Bool(vec![false; TILE + LINE]),
         })
     }
 
@@ -319,19 +323,57 @@ impl Scratch {
 
     fn tile(&self, n: usize) -> Tile<'_> {
         match self {
-            Scratch::F32(v) => Tile::F32(&v[..n]),
-            Scratch::F64(v) => Tile::F64(&v[..n]),
-            Scratch::Bool(v) => Tile::Bool(&v[..n]),
+            Scratch::F32(v) => Tile::F32(&v[lined(v)..][..n]),
+            Scratch::F64(v) => Tile::F64(&v[lined(v)..][..n]),
+            Scratch::Bool(v) => Tile::Bool(&v[lined(v)..][..n]),
         }
     }
 
     fn tile_mut(&mut self, n: usize) -> TileMut<'_> {
         match self {
-            Scratch::F32(v) => TileMut::F32(&mut v[..n]),
-            Scratch::F64(v) => TileMut::F64(&mut v[..n]),
-            Scratch::Bool(v) => TileMut::Bool(&mut v[..n]),
+            Scratch::F32(v) => TileMut::F32(writable(lined_mut(v, n))),
+            Scratch::F64(v) => TileMut::F64(writable(lined_mut(v, n))),
+            Scratch::Bool(v) => TileMut::Bool(writable(lined_mut(v, n))),
         }
     }
+
+    /// The tile to gather an operand into.
+    fn gather_into(&mut self, n: usize) -> GatherDst<'_> {
+        match self {
+            Scratch::F32(v) => GatherDst::F32(lined_mut(v, n)),
+            Scratch::F64(v) => GatherDst::F64(lined_mut(v, n)),
+            Scratch::Bool(v) => GatherDst::Bool(lined_mut(v, n)),
+        }
+    }
+}
+
+/// Slack elements a scratch buffer holds to start its tile on a line.
+const LINE: usize = 64;
+
+/// Elements of `v` before its first 64-byte line boundary.
+fn lined<T>(v: &[T]) -> usize {
+    (64 - v.as_ptr() as usize % 64) % 64 / std::mem::size_of::<T>().max(1)
+}
+
+/// `n` elements of `v` from its first line boundary.
+fn lined_mut<T>(v: &mut [T], n: usize) -> &mut [T] {
+    let at = lined(v);
+    &mut v[at..at + n]
+}
+
+/// `v` as a tile an op writes.
+fn writable<T>(v: &mut [T]) -> &mut [std::mem::MaybeUninit<T>] {
+    // SAFETY: MaybeUninit<T> has the layout of T, and the view is only
+    // written with initialized values (`Prim::cpu_tile` writes results),
+    // so `v` stays initialized for its later reads.
+    unsafe { &mut *(v as *mut [T] as *mut [std::mem::MaybeUninit<T>]) }
+}
+
+/// A scratch tile an operand is gathered into.
+enum GatherDst<'a> {
+    F32(&'a mut [f32]),
+    F64(&'a mut [f64]),
+    Bool(&'a mut [bool]),
 }
 
 /// Copies elements `start..start + out.len()` (row-major order) of a
@@ -342,6 +384,21 @@ fn gather<T: Copy>(data: &[T], shape: &[usize], strides: &[isize], offset: usize
     let rank = shape.len();
     if rank == 0 || strides.iter().all(|s| *s == 0) {
         out.fill(data[offset]);
+        return;
+    }
+    // A broadcast along leading axes (a bias row) repeats a block of
+    // `period` elements: gather one block, then double the filled prefix
+    // (one copy per doubling, not one per short row).
+    let lead = strides.iter().position(|s| *s != 0).unwrap_or(rank);
+    let period: usize = shape[lead..].iter().product();
+    if lead > 0 && period > 0 && out.len() >= 2 * period {
+        gather(data, shape, strides, offset, start, &mut out[..period]);
+        let mut filled = period;
+        while filled < out.len() {
+            let more = filled.min(out.len() - filled);
+            out.copy_within(..more, filled);
+            filled += more;
+        }
         return;
     }
     let mut idx: SmallVec<[usize; 6]> = SmallVec::from_elem(0, rank);
@@ -416,11 +473,19 @@ impl Fused {
             is_donor[*i as usize] = true;
         }
         let cost = 2 * self.ops.len();
+        // the output each op writes in place of its scratch: a fresh one
+        // (one written over a donor waits for the tile's last read of it)
+        let mut direct: SmallVec<[Option<usize>; 8]> = SmallVec::from_elem(None, self.ops.len());
+        for (k, &j) in self.outputs.iter().enumerate() {
+            if donors.get(k).copied().flatten().is_none() && direct[j as usize].is_none() {
+                direct[j as usize] = Some(k);
+            }
+        }
         let outs = with_fused_inputs(arrays, &is_donor, |ins| {
             let dests: SmallVec<[Option<OutBase>; 4]> = (0..dtypes.len())
                 .map(|j| donors.get(j).copied().flatten().and_then(|i| ins[i as usize].donor))
                 .collect();
-            run_fused(&dtypes, &dests, &self.shape, cost, TILE, |r, o| self.body(ins, r, o))
+            run_fused(&dtypes, &dests, &self.shape, cost, TILE, |r, o| self.body(ins, &direct, r, o))
         })
         .flatten()
         .ok_or_else(|| Error::invalid("jit", "a fused step got an operand it was not planned for (internal error)"))?;
@@ -439,9 +504,11 @@ impl Fused {
 
     /// Elements `r` of every output, tile by tile: the operands' tiles are
     /// read (a donor's in place: its tile of the output is written only
-    /// after every op of the tile ran), the ops applied into scratch, then
-    /// the outputs' tiles written.
-    fn body(&self, ins: &[FusedIn<'_>], r: std::ops::Range<usize>, outs: &[OutBase]) {
+    /// after every op of the tile ran), the ops applied, each into scratch
+    /// or, for an op whose result is a fresh output (`to_out[op]`), into
+    /// that output's tile directly; then the other outputs' tiles are
+    /// copied out of scratch.
+    fn body(&self, ins: &[FusedIn<'_>], to_out: &[Option<usize>], r: std::ops::Range<usize>, outs: &[OutBase]) {
         let direct: SmallVec<[Option<usize>; 8]> = ins
             .iter()
             .map(|i| if i.donor.is_some() { None } else { i.layout.contiguous_range().map(|c| c.start) })
@@ -463,7 +530,8 @@ impl Fused {
         // along leading axes of a block that divides the tile): gathered
         // at the first tile only
         let same_tiles: SmallVec<[bool; 8]> = ins.iter().map(|i| tile_periodic(i.layout)).collect();
-        let mut scratch: SmallVec<[Scratch; 8]> = self.ops.iter().map(|o| Scratch::new(o.dtype)).collect();
+        let mut scratch: SmallVec<[Option<Scratch>; 8]> =
+            self.ops.iter().zip(to_out).map(|(o, d)| d.is_none().then(|| Scratch::new(o.dtype))).collect();
         let mut t = r.start;
         while t < r.end {
             let n = TILE.min(r.end - t);
@@ -474,10 +542,10 @@ impl Fused {
                 }
                 let l = inp.layout;
                 let (shape, strides, off) = (&l.shape[..], &l.strides[..], l.offset);
-                match (inp.data, g) {
-                    (Tile::F32(d), Scratch::F32(s)) => gather(d, shape, strides, off, t, &mut s[..n]),
-                    (Tile::F64(d), Scratch::F64(s)) => gather(d, shape, strides, off, t, &mut s[..n]),
-                    (Tile::Bool(d), Scratch::Bool(s)) => gather(d, shape, strides, off, t, &mut s[..n]),
+                match (inp.data, g.gather_into(n)) {
+                    (Tile::F32(d), GatherDst::F32(s)) => gather(d, shape, strides, off, t, s),
+                    (Tile::F64(d), GatherDst::F64(s)) => gather(d, shape, strides, off, t, s),
+                    (Tile::Bool(d), GatherDst::Bool(s)) => gather(d, shape, strides, off, t, s),
                     _ => unreachable!("gather scratch has its operand's dtype"),
                 }
             }
@@ -509,24 +577,44 @@ impl Fused {
                     .iter()
                     .map(|a| match a {
                         Reg::In(i) => tiles[*i as usize],
-                        Reg::Op(m) => done[*m as usize].tile(n),
+                        Reg::Op(m) => match (&done[*m as usize], to_out[*m as usize]) {
+                            (Some(s), _) => s.tile(n),
+                            // SAFETY: op m wrote elements t..t+n of this
+                            // fresh output above (this task's range), and
+                            // its view of them is gone; no op writes them
+                            // again.
+                            (None, Some(k)) => unsafe { outs[k].tile(t..t + n) },
+                            (None, None) => unreachable!("an op without scratch writes an output"),
+                        },
                     })
                     .collect();
-                let applied = op.prim.cpu_tile(&args, rest[0].tile_mut(n));
+                let dst = match (&mut rest[0], to_out[j]) {
+                    (Some(s), _) => s.tile_mut(n),
+                    // SAFETY: elements t..t+n lie in this fresh output (this
+                    // task's range); only this op writes them, and no view
+                    // of them is alive (later ops read them after this one).
+                    (None, Some(k)) => unsafe { outs[k].range(t..t + n) },
+                    (None, None) => unreachable!("an op without scratch writes an output"),
+                };
+                let applied = op.prim.cpu_tile(&args, dst);
                 assert!(applied, "a fused op was planned for these dtypes");
             }
             // no view of a donor's tile lives on while the outputs are written
             drop(tiles);
-            for (base, &j) in outs.iter().zip(&self.outputs) {
+            for (k, (base, &j)) in outs.iter().zip(&self.outputs).enumerate() {
+                let Some(s) = &scratch[j as usize] else { continue };
+                if to_out[j as usize] == Some(k) {
+                    continue;
+                }
                 // SAFETY: elements t..t+n lie in the output (this task's
                 // range); no other view of them is alive (the donor views
                 // were dropped above; other tasks write other ranges).
                 let mut view = unsafe { base.range(t..t + n) };
-                view.put(0, &scratch[j as usize].tile(n));
+                view.put(0, &s.tile(n));
             }
             t += n;
         }
-        for g in gathered.into_iter().flatten().chain(scratch) {
+        for g in gathered.into_iter().chain(scratch).flatten() {
             g.recycle();
         }
     }
@@ -789,5 +877,48 @@ mod tests {
         assert!(!periodic(&[70, 64], &[64, 1]), "not a broadcast");
         assert!(!periodic(&[70, 3, 7], &[0, 7, 1]), "21 does not divide the tile");
         assert!(!periodic(&[70, 64], &[1, 0]), "a column broadcast varies along the tile");
+    }
+
+    /// A broadcast along leading axes whose block does not divide the tile
+    /// (W1's [64, 10] logits plus a bias of 10) is gathered one block, then
+    /// by doubling copies, at every phase of the block against the tile;
+    /// an output that later ops of the group read (written straight to
+    /// the output's tile) reads back what was written. Bitwise as eager.
+    #[test]
+    fn broadcast_blocks_are_gathered_by_doubling() {
+        for (lead, block, dims) in [
+            (64usize, vec![10usize], vec![1usize]),
+            (9, vec![300], vec![1]),
+            (5, vec![700], vec![1]),
+            (7, vec![3, 50], vec![1, 2]),
+            (4, vec![3, 130], vec![2]),
+        ] {
+            let full: Vec<usize> = std::iter::once(lead).chain(block.iter().copied()).collect();
+            let src: Vec<usize> = dims.iter().map(|&d| full[d]).collect();
+            let n: usize = full.iter().product();
+            let x = values(n, 31, DType::F32).reshape_to(full.clone());
+            let row = values(src.iter().product(), 32, DType::F32).reshape_to(src.clone());
+            let p = build(&[x.clone(), row.clone()], |b, ins| {
+                let shape = Shape::from(full.clone());
+                let bc = push1(
+                    b,
+                    Prim::Shape(ShapeOp::BroadcastInDim { shape, dims: dims.iter().copied().collect() }),
+                    &[ins[1]],
+                    Some(aval(&full, DType::F32)),
+                );
+                let s = push1(b, Prim::Binary(BinaryOp::Add), &[ins[0], bc], None);
+                let t = push1(b, Prim::Unary(UnaryOp::Tanh), &[s], None);
+                let tt = push1(b, Prim::Binary(BinaryOp::Mul), &[t, t], None);
+                vec![t, push1(b, Prim::Binary(BinaryOp::Sub), &[tt, bc], None)]
+            });
+            let plan = check(&p, &[x, row]);
+            assert_eq!(fused_steps(&plan), vec![4], "{full:?}");
+        }
+        let mut out = vec![0.0f32; 32];
+        let data: Vec<f32> = (0..7).map(|i| i as f32).collect();
+        // a [5, 7] row broadcast from element 3 of the block on
+        gather(&data, &[5, 7], &[0, 1], 0, 3, &mut out);
+        let want: Vec<f32> = (3..35).map(|e| (e % 7) as f32).collect();
+        assert_eq!(out, want);
     }
 }
