@@ -3,7 +3,10 @@
 //!
 //! Parallelism is an explicit [`Par`] argument that the caller picks with
 //! [`Par::for_work`]; kernels never decide on their own, and a kernel that
-//! runs a rayon loop never calls faer with `Par::rayon` inside it.
+//! runs a rayon loop never calls faer with `Par::rayon` inside it. The one
+//! exception is a thread the caller lends ([`pair::lend`]): then a few
+//! kernels below rayon's threshold split in two halves (NOTE: [paired
+//! halves]).
 
 pub mod conv;
 #[cfg(test)]
@@ -13,6 +16,7 @@ pub mod elementwise;
 pub mod indexing;
 pub mod matmul;
 pub mod outer;
+pub mod pair;
 pub mod random;
 pub mod reduce;
 pub mod shape;
@@ -122,12 +126,21 @@ pub unsafe fn assume_init<T>(v: Vec<MaybeUninit<T>>) -> Vec<T> {
 }
 
 /// Calls `body(range)` for ranges of `0..n` that start at multiples of
-/// `step` and cover it: one range under `Par::Seq`, up to four per thread
-/// under `Par::Rayon`, in parallel (for loops that write disjoint ranges
-/// of their outputs through raw addresses, such as the jit's fused loops).
-pub fn for_ranges(n: usize, step: usize, par: Par, body: impl Fn(std::ops::Range<usize>) + Sync) {
-    let steps = n.div_ceil(step.max(1));
-    let tasks = match par {
+/// `step` and cover it, for a loop of `cost` per element (as for
+/// [`Par::for_work`]): one range on this thread, two halves where a pair
+/// is lent and the work is worth it (NOTE: [paired halves]), or up to four
+/// ranges per thread over rayon's pool, in parallel (for loops that write
+/// disjoint ranges of their outputs through raw addresses, such as the
+/// jit's fused loops).
+pub fn for_ranges(n: usize, step: usize, cost: usize, body: impl Fn(std::ops::Range<usize>) + Sync) {
+    let step = step.max(1);
+    let steps = n.div_ceil(step);
+    let tasks = match Par::for_work(n, cost) {
+        Par::Seq if steps >= 2 && pair::worth(n.saturating_mul(cost)) => {
+            let half = (steps / 2) * step;
+            pair::join(|| body(0..half), || body(half..n));
+            return;
+        }
         Par::Seq => 1,
         Par::Rayon => (threads() * 4).min(steps),
     };
@@ -136,7 +149,7 @@ pub fn for_ranges(n: usize, step: usize, par: Par, body: impl Fn(std::ops::Range
         return;
     }
     use rayon::prelude::*;
-    let per = steps.div_ceil(tasks) * step.max(1);
+    let per = steps.div_ceil(tasks) * step;
     (0..tasks).into_par_iter().for_each(|t| {
         let start = (t * per).min(n);
         body(start..(start + per).min(n));

@@ -5,7 +5,7 @@
 //! is the stores'. faer routes k = 1 to its rank-one update, one call per
 //! product with AVX2 stores. Here one call writes every product: each row
 //! with 16-lane (f32) or 8-lane (f64) AVX-512 stores aligned to 64-byte
-//! lines, its lines prefetched ahead. A product with fewer
+//! lines, its lines prefetched ahead when the output is large. A product with fewer
 //! columns than lanes is written as its flat `m * n` run: a group of `L`
 //! rows is `n` full vectors, each a lane permutation of `2 L` values of `a`
 //! times a repetition of `c` (the permutations depend only on `n` and the
@@ -125,6 +125,13 @@ impl<I> NarrowPattern<I> {
 /// no better (f64 medium 45.6-46.6 ms).
 const PREFETCH_AHEAD: usize = 1024;
 
+/// The smallest output (bytes) whose stores are prefetched. A smaller one
+/// is most likely a buffer the pool handed back warm (last call's result of
+/// the same size, still in L2 or L3), where the prefetches only take issue
+/// slots: W1 small (1.77 MB in three products), replays interleaved in one
+/// process, p10 64.6 -> 61.6 us and median 80.2 -> 75.2 without them.
+const PREFETCH_MIN_BYTES: usize = 8 << 20;
+
 /// Prefetches the lines `PREFETCH_AHEAD` bytes past the `len` bytes at `p`
 /// (a hint: addresses past the buffer are harmless).
 #[cfg(target_arch = "x86_64")]
@@ -144,7 +151,8 @@ fn prefetch_ahead(p: *const u8, len: usize) {
 /// and the element's `OuterElem` impl.
 macro_rules! outer_kernel {
     ($name:ident, $t:ty, $lanes:expr, $mask:ty, $set1:ident, $mul:ident, $loadu:ident, $storeu:ident,
-     $maskz_loadu:ident, $mask_storeu:ident, $permute:ident, $permute2:ident, $zero:ident, $load_idx:expr) => {
+     $maskz_loadu:ident, $mask_loadu:ident, $blend:ident, $mask_storeu:ident, $permute:ident, $permute2:ident,
+     $zero:ident, $load_idx:expr) => {
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = "avx512f")]
         unsafe fn $name(
@@ -160,35 +168,70 @@ macro_rules! outer_kernel {
             const L: usize = $lanes;
             let mask = |len: usize| ((1u32 << len) - 1) as $mask;
             let out = dst.as_mut_ptr() as *mut $t;
+            let prefetch = std::mem::size_of_val(dst) >= PREFETCH_MIN_BYTES;
             // Every store is to whole, aligned 64-byte lines where it can be:
             // large buffers come from malloc 16 bytes past a page boundary,
             // and a line-splitting 64-byte store costs ~30% here.
             if n >= L {
+                // Wide: the block's flat run in aligned vectors (a row's
+                // edges fall mid-line unless n is a multiple of L and the
+                // block starts on a line: per row, masked edge stores would
+                // write the line they share twice); a vector across two
+                // rows takes its last lanes from the next row. Each lane is
+                // still one product a[i] * c[j].
                 for (b, (&ao, &co)) in a_offs.iter().zip(c_offs).enumerate() {
                     // SAFETY (whole block): the caller checked that rows
                     // ao..ao + m of a, columns co..co + n of c and the
-                    // m * n block of product b lie in their slices; masked
-                    // accesses touch only their first lanes, inside the row.
+                    // m * n block of product b lie in their slices. A vector
+                    // at run position p inside row i reads columns
+                    // p - i n.. of c; one crossing into row i + 1 (which
+                    // exists: its lanes lie inside the run) reads that
+                    // row's first columns through a masked load whose
+                    // masked-off lanes, below column 0, are not accessed
+                    // (AVX-512 masked loads touch only their enabled lanes).
+                    // Stores stay inside the run: full vectors end by it,
+                    // the last one is masked.
                     unsafe {
                         let (pa, pc) = (a.as_ptr().offset(ao), c.as_ptr().offset(co));
                         let block = out.add(b * m * n);
+                        let run = m * n;
+                        // before the first line: part of row 0 (start < L <= n)
+                        let start = super::to_line(block).min(run);
+                        if start > 0 {
+                            let s0 = $set1(*pa);
+                            $mask_storeu(block, mask(start), $mul(s0, $maskz_loadu(mask(start), pc)));
+                        }
+                        let mut p = start;
                         for i in 0..m {
+                            let row = i * n;
+                            if prefetch {
+                                prefetch_ahead(block.add(row) as *const u8, n * std::mem::size_of::<$t>());
+                            }
                             let s = $set1(*pa.add(i));
-                            let row = block.add(i * n);
-                            prefetch_ahead(row as *const u8, n * std::mem::size_of::<$t>());
-                            let head = super::to_line(row).min(n);
-                            if head > 0 {
-                                $mask_storeu(row, mask(head), $mul(s, $maskz_loadu(mask(head), pc)));
+                            while p + L <= row + n {
+                                $storeu(block.add(p), $mul(s, $loadu(pc.add(p - row))));
+                                p += L;
                             }
-                            let mut j = head;
-                            while j + L <= n {
-                                $storeu(row.add(j), $mul(s, $loadu(pc.add(j))));
-                                j += L;
+                            if p == row + n {
+                                continue;
                             }
-                            if j < n {
-                                let rest = mask(n - j);
-                                $mask_storeu(row.add(j), rest, $mul(s, $maskz_loadu(rest, pc.add(j))));
+                            // lanes ..first from this row, first..len from the next
+                            let (first, len) = (row + n - p, L.min(run - p));
+                            let lo = mask(first);
+                            let mut cv = $maskz_loadu(lo, pc.add(p - row));
+                            let mut av = s;
+                            if len > first {
+                                let hi = mask(len) & !lo;
+                                cv = $mask_loadu(cv, hi, pc.wrapping_sub(first));
+                                av = $blend(hi, s, $set1(*pa.add(i + 1)));
                             }
+                            let v = $mul(av, cv);
+                            if len == L {
+                                $storeu(block.add(p), v);
+                            } else {
+                                $mask_storeu(block.add(p), mask(len), v);
+                            }
+                            p += len;
                         }
                     }
                 }
@@ -225,7 +268,9 @@ macro_rules! outer_kernel {
                         for g in 0..groups {
                             let (lo, hi) = load_rows(g * L);
                             let run = block.add(start + g * L * n);
-                            prefetch_ahead(run as *const u8, L * n * std::mem::size_of::<$t>());
+                            if prefetch {
+                                prefetch_ahead(run as *const u8, L * n * std::mem::size_of::<$t>());
+                            }
                             for k in 0..n {
                                 $storeu(run.add(k * L), $mul($permute2(lo, pat.rows[k], hi), c_rep[k]));
                             }
@@ -279,6 +324,8 @@ outer_kernel!(
     _mm512_loadu_ps,
     _mm512_storeu_ps,
     _mm512_maskz_loadu_ps,
+    _mm512_mask_loadu_ps,
+    _mm512_mask_blend_ps,
     _mm512_mask_storeu_ps,
     _mm512_permutexvar_ps,
     _mm512_permutex2var_ps,
@@ -301,6 +348,8 @@ outer_kernel!(
     _mm512_loadu_pd,
     _mm512_storeu_pd,
     _mm512_maskz_loadu_pd,
+    _mm512_mask_loadu_pd,
+    _mm512_mask_blend_pd,
     _mm512_mask_storeu_pd,
     _mm512_permutexvar_pd,
     _mm512_permutex2var_pd,
@@ -328,6 +377,9 @@ mod tests {
             (2, 40, 3),
             (3, 7, 15),
             (2, 31, 8),
+            (2, 5, 17),
+            (3, 3, 31),
+            (1, 2, 100),
         ] {
             // Offsets with gaps, so every product reads its own vectors.
             let a: Vec<T> = (0..batch * (m + 3)).map(|i| from(i as f64 * 0.25 - 3.0)).collect();
@@ -352,8 +404,10 @@ mod tests {
                             // SAFETY: the call above wrote every element.
                             let got: f64 = unsafe { dst[(b * m + i) * n + j].assume_init() }.into();
                             let want: f64 = a[a_offs[b] as usize + i].into() * c[c_offs[b] as usize + j].into();
+                            // bits: a zero's sign too
                             assert_eq!(
-                                got, want,
+                                got.to_bits(),
+                                want.to_bits(),
                                 "batch {batch} m {m} n {n} skip {skip} portable {portable}: [{b}, {i}, {j}]"
                             );
                         }

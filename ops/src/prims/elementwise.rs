@@ -730,7 +730,7 @@ pub fn run_fused(
         })
         .collect();
     // each range is written by one task only
-    xform_kernels::cpu::for_ranges(n, tile, Par::for_work(n, cost), |r| body(r, &bases));
+    xform_kernels::cpu::for_ranges(n, tile, cost, |r| body(r, &bases));
     // SAFETY: the ranges cover 0..n, and `body` writes every element of its range.
     Some(outs.into_iter().map(|o| o.map(|o| Array::from_cpu(unsafe { o.finish() }, shape.clone()))).collect())
 }

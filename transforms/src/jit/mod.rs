@@ -77,8 +77,10 @@ pub struct JitOptions {
     pub cuda_graphs: bool,
     /// On the CPU, run sink steps (results that are only returned, such as
     /// per-sample weight gradients) on a helper thread
-    /// while the replay goes on (default true; NOTE: [parallel sinks] in
-    /// `jit/sinks.rs`). Off, every step runs on the calling thread.
+    /// while the replay goes on, and lend that thread to mid-sized CPU
+    /// kernels for half their work (default true; NOTE: [parallel sinks]
+    /// in `jit/sinks.rs`, [paired halves] in `xform_kernels::cpu::pair`).
+    /// Off, every step runs on the calling thread.
     pub parallel_sinks: bool,
 }
 

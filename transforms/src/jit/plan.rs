@@ -322,58 +322,68 @@ impl Plan {
         // sinks go to a helper where the pool has another thread
         let offload = self.sinks && xform_kernels::cpu::threads() > 1;
         let mut sinks = Sinks::default();
-        for (si, step) in self.steps.iter().enumerate() {
-            let outs = {
-                let mut vals: SmallVec<[xform_ops::ValueRef<'_>; 4]> = SmallVec::new();
-                for s in &step.ins {
-                    vals.push(match s {
-                        Atom::Var(v) => slots[v.0 as usize].as_ref().expect("slot defined before use").value(),
-                        Atom::Const(i) => self.consts[*i].value(),
-                    });
-                }
-                let mut arrays: SmallVec<[&xform_ops::Array; 4]> = SmallVec::new();
-                for v in &vals {
-                    match &**v {
-                        Value::Array(a) => arrays.push(a),
-                        Value::Tracer(_) => {
-                            return Err(Error::invalid("jit", "replay reached a tracer (internal error)"));
-                        }
+        // the helper also runs halves of mid-sized kernels (NOTE: [paired
+        // halves] in xform_kernels::cpu::pair)
+        let lender = offload.then(|| sinks.lender());
+        let mut steps = || -> Result<()> {
+            for (si, step) in self.steps.iter().enumerate() {
+                let outs = {
+                    let mut vals: SmallVec<[xform_ops::ValueRef<'_>; 4]> = SmallVec::new();
+                    for s in &step.ins {
+                        vals.push(match s {
+                            Atom::Var(v) => slots[v.0 as usize].as_ref().expect("slot defined before use").value(),
+                            Atom::Const(i) => self.consts[*i].value(),
+                        });
                     }
-                }
-                match &step.op {
-                    StepOp::Prim(prim) if step.sink && offload => {
-                        // results come back at the join below
-                        let (prim, ins): (Prim, SmallVec<[xform_ops::Array; 4]>) =
-                            (prim.clone(), arrays.iter().map(|a| (*a).clone()).collect());
-                        sinks.post(si, move || sinks::lower_sink(&prim, &ins));
-                        SmallVec::new()
-                    }
-                    StepOp::Prim(prim) => lower_checked(prim, &arrays)?,
-                    StepOp::Fused(f) => {
-                        let mut donors: SmallVec<[Option<u32>; 4]> = SmallVec::from_elem(None, step.outs.len());
-                        for &(i, j) in &step.reuse {
-                            let owned = match step.ins[i as usize] {
-                                Atom::Var(v) => slots[v.0 as usize].as_ref().is_some_and(Tensor::owns_its_buffer),
-                                Atom::Const(_) => false,
-                            };
-                            if owned && donors[j as usize].is_none() && !donors.contains(&Some(i as u32)) {
-                                donors[j as usize] = Some(i as u32);
+                    let mut arrays: SmallVec<[&xform_ops::Array; 4]> = SmallVec::new();
+                    for v in &vals {
+                        match &**v {
+                            Value::Array(a) => arrays.push(a),
+                            Value::Tracer(_) => {
+                                return Err(Error::invalid("jit", "replay reached a tracer (internal error)"));
                             }
                         }
-                        let n = donors.iter().flatten().count() as u64;
-                        if n > 0 {
-                            self.in_place.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-                        }
-                        f.run(&arrays, &donors)?
                     }
+                    match &step.op {
+                        StepOp::Prim(prim) if step.sink && offload => {
+                            // results come back at the join below
+                            let (prim, ins): (Prim, SmallVec<[xform_ops::Array; 4]>) =
+                                (prim.clone(), arrays.iter().map(|a| (*a).clone()).collect());
+                            sinks.post(si, move || sinks::lower_sink(&prim, &ins));
+                            SmallVec::new()
+                        }
+                        StepOp::Prim(prim) => lower_checked(prim, &arrays)?,
+                        StepOp::Fused(f) => {
+                            let mut donors: SmallVec<[Option<u32>; 4]> = SmallVec::from_elem(None, step.outs.len());
+                            for &(i, j) in &step.reuse {
+                                let owned = match step.ins[i as usize] {
+                                    Atom::Var(v) => slots[v.0 as usize].as_ref().is_some_and(Tensor::owns_its_buffer),
+                                    Atom::Const(_) => false,
+                                };
+                                if owned && donors[j as usize].is_none() && !donors.contains(&Some(i as u32)) {
+                                    donors[j as usize] = Some(i as u32);
+                                }
+                            }
+                            let n = donors.iter().flatten().count() as u64;
+                            if n > 0 {
+                                self.in_place.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                            }
+                            f.run(&arrays, &donors)?
+                        }
+                    }
+                };
+                for (slot, t) in step.outs.iter().zip(outs) {
+                    slots[*slot as usize] = Some(t);
                 }
-            };
-            for (slot, t) in step.outs.iter().zip(outs) {
-                slots[*slot as usize] = Some(t);
+                for slot in &step.free {
+                    slots[*slot as usize] = None;
+                }
             }
-            for slot in &step.free {
-                slots[*slot as usize] = None;
-            }
+            Ok(())
+        };
+        match &lender {
+            Some(l) => xform_kernels::cpu::pair::lend(l, steps)?,
+            None => steps()?,
         }
         for (si, arrays) in sinks.join()? {
             let step = &self.steps[si];

@@ -30,6 +30,12 @@
 //! arrays become tensors on the replaying thread, which owns them as it
 //! owns its other results. A panic in a job is caught there and resumed
 //! on the replaying thread, as if the step had run there.
+//!
+//! The replay also lends the helper to its kernels for halves of their
+//! work ([`Sinks::lender`]; NOTE: [paired halves] in
+//! `xform_kernels::cpu::pair`): a half goes through the same queue, and
+//! whichever thread moves it out of `QUEUED` first runs it, so the lender
+//! waits only for a half the helper already runs.
 
 use smallvec::SmallVec;
 use std::collections::VecDeque;
@@ -57,17 +63,59 @@ type Outcome = std::thread::Result<Result<SmallVec<[Array; 2]>>>;
 /// What a sink computes: its results' arrays.
 type Work = Box<dyn FnOnce() -> Result<SmallVec<[Array; 2]>> + Send>;
 
-/// A posted sink: the step's index and its work.
-struct Job {
-    step: usize,
-    work: Work,
+/// A posted job.
+enum Job {
+    /// A sink step: its index and its work.
+    Sink { step: usize, work: Work },
+    /// Half of a kernel, lent to the helper (NOTE: [paired halves] in
+    /// `xform_kernels::cpu::pair`).
+    Half(Arc<Half>),
 }
 
-impl Job {
-    /// Runs the step here, catching a panic to resume on the replaying
-    /// thread.
-    fn run(self) -> (usize, Outcome) {
-        (self.step, std::panic::catch_unwind(std::panic::AssertUnwindSafe(self.work)))
+/// Runs a sink step here, catching a panic to resume on the replaying
+/// thread.
+fn run_sink(step: usize, work: Work) -> (usize, Outcome) {
+    (step, std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)))
+}
+
+/// Where a lent half stands.
+const QUEUED: u8 = 0;
+const TAKEN: u8 = 1;
+const DONE: u8 = 2;
+const RECLAIMED: u8 = 3;
+
+/// The second half of a kernel offered to the helper: whichever thread
+/// moves `state` out of `QUEUED` runs it (the helper to `TAKEN`, then
+/// `DONE`; the lender, once its own half is done, to `RECLAIMED`).
+struct Half {
+    /// The work, its lifetime erased: the lender waits for `DONE` unless it
+    /// reclaimed the half, so the closure outlives every use.
+    work: *mut (dyn FnMut() + Send + 'static),
+    state: std::sync::atomic::AtomicU8,
+    /// The work's panic on the helper, for the lender to resume.
+    panic: Mutex<Option<Box<dyn std::any::Any + Send>>>,
+}
+
+// SAFETY: `work` is a `Send` closure, dereferenced only by the one thread
+// that moved `state` out of `QUEUED`, while its lender keeps it alive (see
+// the field); the rest is atomics and a mutex.
+unsafe impl Send for Half {}
+// SAFETY: as above: shared access goes through the state's compare-exchange.
+unsafe impl Sync for Half {}
+
+impl Half {
+    /// The helper's side: runs the half unless the lender reclaimed it.
+    fn help(&self) {
+        if self.state.compare_exchange(QUEUED, TAKEN, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            return;
+        }
+        // SAFETY: this thread took the half, and its lender keeps the
+        // closure alive until it sees DONE (below).
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { (*self.work)() }));
+        if let Err(panic) = outcome {
+            *self.panic.lock().unwrap_or_else(|e| e.into_inner()) = Some(panic);
+        }
+        self.state.store(DONE, Ordering::Release);
     }
 }
 
@@ -115,9 +163,25 @@ impl Shared {
     fn take(&self) -> Option<Job> {
         let mut state = self.lock();
         let job = state.queue.pop_front()?;
-        self.running.fetch_add(1, Ordering::AcqRel);
+        if matches!(job, Job::Sink { .. }) {
+            self.running.fetch_add(1, Ordering::AcqRel);
+        }
         drop(state);
         Some(job)
+    }
+
+    /// Queues `job` and registers the replay with the helper thread unless
+    /// it is there.
+    fn post(self: &Arc<Self>, job: Job) {
+        self.lock().queue.push_back(job);
+        // one helper at a time: a lingering one takes this job
+        if self.helpers.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+            match helper() {
+                Some(h) => h.register(self.clone()),
+                // no helper thread: the join runs the jobs
+                None => self.helpers.store(0, Ordering::SeqCst),
+            }
+        }
     }
 
     /// The helper's loop over this replay: jobs from the front until none
@@ -126,7 +190,14 @@ impl Shared {
         loop {
             while !self.closed.load(Ordering::Acquire) {
                 let Some(job) = self.take() else { break };
-                let done = job.run();
+                let (step, work) = match job {
+                    Job::Sink { step, work } => (step, work),
+                    Job::Half(half) => {
+                        half.help();
+                        continue;
+                    }
+                };
+                let done = run_sink(step, work);
                 // the count drops under the lock, which a waiter holds
                 // while it checks the count: the notification cannot be
                 // missed
@@ -228,17 +299,14 @@ impl Sinks {
     /// Queues step `step`'s work and registers the replay with the helper
     /// thread unless it is there.
     pub fn post(&mut self, step: usize, work: impl FnOnce() -> Result<SmallVec<[Array; 2]>> + Send + 'static) {
-        let shared = self.shared.get_or_insert_with(Default::default).clone();
-        let work: Work = Box::new(work);
-        shared.lock().queue.push_back(Job { step, work });
-        // one helper at a time: a lingering one takes this job
-        if shared.helpers.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
-            match helper() {
-                Some(h) => h.register(shared),
-                // no helper thread: the join runs the jobs
-                None => shared.helpers.store(0, Ordering::SeqCst),
-            }
-        }
+        self.shared.get_or_insert_with(Default::default).post(Job::Sink { step, work: Box::new(work) });
+    }
+
+    /// The helper, lent to the replay's kernels for halves of their work
+    /// (NOTE: [paired halves] in `xform_kernels::cpu::pair`), through the
+    /// replay's queue.
+    pub fn lender(&mut self) -> Lender {
+        Lender { shared: self.shared.get_or_insert_with(Default::default).clone() }
     }
 
     /// Runs the jobs no helper took, waits for those they run, and returns
@@ -251,7 +319,11 @@ impl Sinks {
         shared.closed.store(true, Ordering::Release);
         let mut mine = Vec::new();
         while let Some(job) = shared.lock().queue.pop_front() {
-            mine.push(job.run());
+            // a half still queued was reclaimed: its lender returned only
+            // after running it
+            if let Job::Sink { step, work } = job {
+                mine.push(run_sink(step, work));
+            }
         }
         let start = std::time::Instant::now();
         while shared.running.load(Ordering::Acquire) > 0 && start.elapsed() < SPIN {
@@ -273,6 +345,45 @@ impl Sinks {
             }
         }
         Ok(out)
+    }
+}
+
+/// A replay's helper lent to its kernels (see [`Sinks::lender`]).
+pub struct Lender {
+    shared: Arc<Shared>,
+}
+
+impl xform_kernels::cpu::pair::Pair for Lender {
+    fn join(&self, a: &mut dyn FnMut(), b: &mut (dyn FnMut() + Send)) {
+        // SAFETY: only the lifetime is erased; this function returns only
+        // after the half is DONE or reclaimed (below), after which the
+        // helper no longer touches it.
+        let work: *mut (dyn FnMut() + Send + 'static) = unsafe { std::mem::transmute(b as *mut (dyn FnMut() + Send)) };
+        let half = Arc::new(Half { work, state: std::sync::atomic::AtomicU8::new(QUEUED), panic: Mutex::new(None) });
+        self.shared.post(Job::Half(half.clone()));
+        let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(a));
+        let reclaimed = half.state.compare_exchange(QUEUED, RECLAIMED, Ordering::AcqRel, Ordering::Acquire).is_ok();
+        let theirs = if reclaimed {
+            // SAFETY: this thread reclaimed the half; the helper will skip it.
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { (*work)() }))
+        } else {
+            // the helper runs it (a few microseconds): spin, then yield
+            let start = std::time::Instant::now();
+            while half.state.load(Ordering::Acquire) != DONE {
+                if start.elapsed() < SPIN {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+            match half.panic.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                Some(panic) => Err(panic),
+                None => Ok(()),
+            }
+        };
+        if let Err(panic) = mine.and(theirs) {
+            std::panic::resume_unwind(panic);
+        }
     }
 }
 
@@ -434,5 +545,73 @@ mod tests {
         }
         // the job a helper had taken (if one had) ran; the others did not
         assert!(ran.load(Ordering::SeqCst) <= 1, "{} jobs ran after the drop", ran.load(Ordering::SeqCst));
+    }
+
+    /// Halves lent through a replay's queue, many times: each runs exactly
+    /// once (on the helper, or reclaimed by the lender), its writes are
+    /// seen after the join, and sink jobs posted beside them still come
+    /// back.
+    #[test]
+    fn lent_halves_run_once() {
+        use xform_kernels::cpu::pair::Pair;
+        let mut helped = 0;
+        for round in 0..20_000usize {
+            let mut sinks = Sinks::default();
+            if round % 3 == 0 {
+                sinks.post(0, || Ok(array(0.0)));
+            }
+            let lender = sinks.lender();
+            let (mut a_runs, mut b_runs) = (0, 0);
+            let mut helper_thread = None;
+            // the lender's own half takes 0-6 us: the helper takes some
+            let busy = std::time::Duration::from_micros(2 * (round % 4) as u64);
+            lender.join(
+                &mut || {
+                    let start = std::time::Instant::now();
+                    while start.elapsed() < busy {
+                        std::hint::spin_loop();
+                    }
+                    a_runs += 1
+                },
+                &mut || {
+                    b_runs += 1;
+                    helper_thread = Some(std::thread::current().id());
+                },
+            );
+            assert_eq!((a_runs, b_runs), (1, 1), "round {round}");
+            helped += (helper_thread != Some(std::thread::current().id())) as usize;
+            assert_eq!(sinks.join().unwrap().len(), (round % 3 == 0) as usize);
+        }
+        // the helper takes some (it spins for the next post), unless this
+        // machine has no second thread to give it
+        assert!(helped > 0 || std::thread::available_parallelism().map_or(true, |n| n.get() < 2));
+    }
+
+    /// A panic in the lent half (on the helper) or in the lender's half
+    /// unwinds out of the join on the lending thread.
+    #[test]
+    fn a_lent_half_panic_is_resumed_by_the_lender() {
+        use xform_kernels::cpu::pair::Pair;
+        for first in [true, false] {
+            let mut sinks = Sinks::default();
+            let lender = sinks.lender();
+            let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                lender.join(
+                    &mut || {
+                        if first {
+                            panic!("a failed")
+                        }
+                    },
+                    &mut || {
+                        if !first {
+                            panic!("b failed")
+                        }
+                    },
+                )
+            }))
+            .unwrap_err();
+            assert_eq!(payload.downcast_ref::<&str>(), Some(if first { &"a failed" } else { &"b failed" }));
+            assert!(sinks.join().unwrap().is_empty());
+        }
     }
 }
