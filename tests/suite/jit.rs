@@ -584,5 +584,40 @@ fn sinks_run_beside_the_replay_bit_identical() {
                 });
             }
         });
+        // replays on every pool thread at once (these run their sinks
+        // themselves: a pool thread waiting for the helper's sink could
+        // starve that sink's own pool tasks)
+        use rayon::prelude::*;
+        (0..4 * rayon::current_num_threads()).into_par_iter().for_each(|_| {
+            assert_eq!(bits(&par.call(&args)), want, "{d:?}: replays on pool threads");
+        });
     }
+}
+
+/// Replays whose sinks are big enough to use the pool themselves, on every
+/// pool thread at once and from plain threads beside them, finish with the
+/// same bits as eager (a pool thread never waits for the helper).
+#[test]
+fn big_sinks_on_pool_threads_finish() {
+    let f = |(a, c): &(Tensor, Tensor)| {
+        let outer = vmap(|(a, c): &(Tensor, Tensor)| a.unsqueeze(1).matmul(&c.unsqueeze(0)))(&(a.clone(), c.clone()));
+        (outer, a.sin())
+    };
+    let k = Key::new(5);
+    let args = (k.normal([64, 256], DType::F32), k.fold_in(1).normal([64, 256], DType::F32));
+    let want = v(&f(&args).0);
+    let jf = jitted(f, JitOptions::default());
+    assert_eq!(v(&jf.call(&args).0), want);
+    assert_eq!(jf.entries()[0].sink_steps, 1, "{:?}", jf.entries());
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for _ in 0..8 {
+                assert_eq!(v(&jf.call(&args).0), want, "plain thread");
+            }
+        });
+        use rayon::prelude::*;
+        (0..4 * rayon::current_num_threads()).into_par_iter().for_each(|_| {
+            assert_eq!(v(&jf.call(&args).0), want, "pool thread");
+        });
+    });
 }

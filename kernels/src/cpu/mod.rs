@@ -54,6 +54,14 @@ pub fn threads() -> usize {
     })
 }
 
+/// Whether the calling thread is one of rayon's pool threads. A thread that
+/// blocks there waiting for another thread's kernel can starve that
+/// kernel of the pool (every pool thread waiting, the kernel's rayon tasks
+/// queued), so the jit's helper is not used from one.
+pub fn on_pool_thread() -> bool {
+    rayon::current_thread_index().is_some()
+}
+
 impl Par {
     /// `Rayon` when `elems * cost` (cost: 1 for an add, ~8 for exp or sin)
     /// is worth splitting and more than one thread exists.

@@ -11,6 +11,8 @@
 //! second runs here too unless the other thread took it meanwhile, so a
 //! busy or sleeping helper costs only the offer. Each half writes its own
 //! rows or ranges exactly as the whole would, so results are the same bits.
+//! A half must not depend on thread-local state (xform's error scopes, the
+//! floating-point control register): either thread may run it.
 
 use std::cell::Cell;
 
@@ -23,7 +25,8 @@ pub const PAIR_MIN_WORK: usize = 1 << 14;
 pub trait Pair {
     /// Runs `a` here and `b` on the other thread if it takes it before `a`
     /// is done (else here, after `a`); returns when both ran. A panic in
-    /// either is resumed here after both finished.
+    /// either is resumed here after both finished (`a`'s when both
+    /// panicked).
     fn join(&self, a: &mut dyn FnMut(), b: &mut (dyn FnMut() + Send));
 }
 

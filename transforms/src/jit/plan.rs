@@ -319,8 +319,10 @@ impl Plan {
                 slots[*slot as usize] = Some(a);
             }
         }
-        // sinks go to a helper where the pool has another thread
-        let offload = self.sinks && xform_kernels::cpu::threads() > 1;
+        // sinks go to a helper where the pool has another thread, unless
+        // this is a pool thread: blocked at the join on a sink whose kernel
+        // uses the pool, every pool thread could end up waiting for it
+        let offload = self.sinks && xform_kernels::cpu::threads() > 1 && !xform_kernels::cpu::on_pool_thread();
         let mut sinks = Sinks::default();
         // the helper also runs halves of mid-sized kernels (NOTE: [paired
         // halves] in xform_kernels::cpu::pair)

@@ -36,6 +36,11 @@
 //! `xform_kernels::cpu::pair`): a half goes through the same queue, and
 //! whichever thread moves it out of `QUEUED` first runs it, so the lender
 //! waits only for a half the helper already runs.
+//!
+//! A replay on one of rayon's pool threads offloads nothing (the plan
+//! checks): blocked at its join on a sink whose kernel splits over the
+//! pool, every pool thread could end up waiting, with that kernel's tasks
+//! queued behind them.
 
 use smallvec::SmallVec;
 use std::collections::VecDeque;
@@ -88,17 +93,21 @@ const RECLAIMED: u8 = 3;
 /// moves `state` out of `QUEUED` runs it (the helper to `TAKEN`, then
 /// `DONE`; the lender, once its own half is done, to `RECLAIMED`).
 struct Half {
-    /// The work, its lifetime erased: the lender waits for `DONE` unless it
-    /// reclaimed the half, so the closure outlives every use.
+    /// The work, its lifetime erased: the lender neither returns nor
+    /// unwinds before the half is `DONE` or reclaimed ([`Settle`]), so the
+    /// closure outlives every use.
     work: *mut (dyn FnMut() + Send + 'static),
     state: std::sync::atomic::AtomicU8,
-    /// The work's panic on the helper, for the lender to resume.
+    /// The work's panic on the helper, for the lender to resume (and the
+    /// lock under which the helper marks the half `DONE`).
     panic: Mutex<Option<Box<dyn std::any::Any + Send>>>,
+    /// Signalled when the helper marks the half `DONE`.
+    done: Condvar,
 }
 
 // SAFETY: `work` is a `Send` closure, dereferenced only by the one thread
 // that moved `state` out of `QUEUED`, while its lender keeps it alive (see
-// the field); the rest is atomics and a mutex.
+// the field); the rest is atomics, a mutex and a condition variable.
 unsafe impl Send for Half {}
 // SAFETY: as above: shared access goes through the state's compare-exchange.
 unsafe impl Sync for Half {}
@@ -112,10 +121,44 @@ impl Half {
         // SAFETY: this thread took the half, and its lender keeps the
         // closure alive until it sees DONE (below).
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { (*self.work)() }));
-        if let Err(panic) = outcome {
-            *self.panic.lock().unwrap_or_else(|e| e.into_inner()) = Some(panic);
+        // DONE under the lock a sleeping lender checks it with: the
+        // notification cannot be missed
+        let mut panic = self.panic.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(p) = outcome {
+            *panic = Some(p);
         }
         self.state.store(DONE, Ordering::Release);
+        drop(panic);
+        self.done.notify_all();
+    }
+
+    /// The lender's side of a half the helper took: waits for `DONE`
+    /// (spinning first: a half takes microseconds) and returns its panic.
+    fn wait_done(&self) -> Option<Box<dyn std::any::Any + Send>> {
+        let start = std::time::Instant::now();
+        while self.state.load(Ordering::Acquire) != DONE && start.elapsed() < SPIN {
+            std::hint::spin_loop();
+        }
+        let mut panic = self.panic.lock().unwrap_or_else(|e| e.into_inner());
+        while self.state.load(Ordering::Acquire) != DONE {
+            panic = self.done.wait(panic).unwrap_or_else(|e| e.into_inner());
+        }
+        panic.take()
+    }
+}
+
+/// Settles a posted half when the lender leaves, by return or by unwind:
+/// reclaims it if no thread took it, else waits until the helper is done
+/// with it, so the helper never touches a closure whose frame is gone.
+struct Settle<'h>(&'h Half);
+
+impl Drop for Settle<'_> {
+    fn drop(&mut self) {
+        let state = &self.0.state;
+        if state.compare_exchange(QUEUED, RECLAIMED, Ordering::AcqRel, Ordering::Acquire) == Err(TAKEN) {
+            // a panic of the half is dropped: the lender is unwinding already
+            let _ = self.0.wait_done();
+        }
     }
 }
 
@@ -319,8 +362,8 @@ impl Sinks {
         shared.closed.store(true, Ordering::Release);
         let mut mine = Vec::new();
         while let Some(job) = shared.lock().queue.pop_front() {
-            // a half still queued was reclaimed: its lender returned only
-            // after running it
+            // a half still queued was reclaimed (or is, by its lender's
+            // `Settle`): the helper must not run it now
             if let Job::Sink { step, work } = job {
                 mine.push(run_sink(step, work));
             }
@@ -355,11 +398,18 @@ pub struct Lender {
 
 impl xform_kernels::cpu::pair::Pair for Lender {
     fn join(&self, a: &mut dyn FnMut(), b: &mut (dyn FnMut() + Send)) {
-        // SAFETY: only the lifetime is erased; this function returns only
-        // after the half is DONE or reclaimed (below), after which the
+        // SAFETY: only the lifetime is erased; from the post on, `settle`
+        // keeps this frame (and `b`) alive until the half is DONE or
+        // reclaimed, on return and on unwinding alike, after which the
         // helper no longer touches it.
         let work: *mut (dyn FnMut() + Send + 'static) = unsafe { std::mem::transmute(b as *mut (dyn FnMut() + Send)) };
-        let half = Arc::new(Half { work, state: std::sync::atomic::AtomicU8::new(QUEUED), panic: Mutex::new(None) });
+        let half = Arc::new(Half {
+            work,
+            state: std::sync::atomic::AtomicU8::new(QUEUED),
+            panic: Mutex::new(None),
+            done: Condvar::new(),
+        });
+        let settle = Settle(&half);
         self.shared.post(Job::Half(half.clone()));
         let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(a));
         let reclaimed = half.state.compare_exchange(QUEUED, RECLAIMED, Ordering::AcqRel, Ordering::Acquire).is_ok();
@@ -367,20 +417,11 @@ impl xform_kernels::cpu::pair::Pair for Lender {
             // SAFETY: this thread reclaimed the half; the helper will skip it.
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { (*work)() }))
         } else {
-            // the helper runs it (a few microseconds): spin, then yield
-            let start = std::time::Instant::now();
-            while half.state.load(Ordering::Acquire) != DONE {
-                if start.elapsed() < SPIN {
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
-                }
-            }
-            match half.panic.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                Some(panic) => Err(panic),
-                None => Ok(()),
-            }
+            // the helper runs it
+            half.wait_done().map_or(Ok(()), Err)
         };
+        drop(settle);
+        // a's panic first (as rayon's join; b's is then dropped)
         if let Err(panic) = mine.and(theirs) {
             std::panic::resume_unwind(panic);
         }
