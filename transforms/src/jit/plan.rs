@@ -104,6 +104,10 @@ pub struct Plan {
     /// Whether sink steps may run on a helper thread (NOTE: [parallel
     /// sinks]; `JitOptions::parallel_sinks`).
     sinks: bool,
+    /// Whether a step may split its kernel in halves (a fused loop of two
+    /// tiles or more, a product): only then is the helper lent (NOTE:
+    /// [paired halves]), which costs a queue per replay.
+    lends: bool,
 }
 
 impl Plan {
@@ -228,7 +232,12 @@ impl Plan {
             })
             .collect();
         let graph = GraphReplay::new(p, &steps);
+        let lends = steps.iter().any(|s| match &s.op {
+            StepOp::Fused(f) => f.shape.numel() >= 2 * fuse::TILE,
+            StepOp::Prim(prim) => matches!(prim, Prim::Linalg(_)),
+        });
         Ok(Plan {
+            lends,
             graph,
             slots,
             inputs: p.inputs.iter().map(|v| v.0).collect(),
@@ -326,7 +335,7 @@ impl Plan {
         let mut sinks = Sinks::default();
         // the helper also runs halves of mid-sized kernels (NOTE: [paired
         // halves] in xform_kernels::cpu::pair)
-        let lender = offload.then(|| sinks.lender());
+        let lender = (offload && self.lends).then(|| sinks.lender());
         let mut steps = || -> Result<()> {
             for (si, step) in self.steps.iter().enumerate() {
                 let outs = {
