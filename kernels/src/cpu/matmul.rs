@@ -184,10 +184,10 @@ pub fn gemm_offsets<T: FaerElem + num_one::One>(
         // One product worth two halves of rows on a lent thread (NOTE:
         // [paired halves]): the direct kernel computes each row alone, so
         // the halves are the same bits. The first, larger half (whole
-        // blocks of the kernel's 6 rows) is this thread's, which starts it
+        // blocks of the kernel's rows) is this thread's, which starts it
         // first.
-        Par::Seq if batch == 1 && direct && m >= 12 && pair::worth(per) => {
-            let half = (m / 2).next_multiple_of(6).min(m);
+        Par::Seq if batch == 1 && direct && m >= 2 * small_gemm::ROW_BLOCK && pair::worth(per) => {
+            let half = (m / 2).next_multiple_of(small_gemm::ROW_BLOCK).min(m);
             let (first, second) = out.split_at_mut(half * n);
             pair::join(|| run(0, 0, first, faer::Par::Seq), || run(0, half, second, faer::Par::Seq));
         }

@@ -10,6 +10,11 @@
 
 use std::mem::MaybeUninit;
 
+/// The most rows of C a micro-kernel call computes (every row's sums run
+/// over `k` in the same order whatever the block, so a product split at a
+/// multiple of this is computed in the same blocks).
+pub const ROW_BLOCK: usize = 6;
+
 /// Largest `m * n * k` sent here rather than to faer (above it, packing
 /// pays for itself).
 pub const SMALL_GEMM_MAX: usize = 1 << 18;
@@ -202,8 +207,8 @@ macro_rules! small_gemm {
                 let mut i0 = 0;
                 while i0 < m {
                     let rows = m - i0;
-                    let mr = if rows >= 6 {
-                        6
+                    let mr = if rows >= ROW_BLOCK {
+                        ROW_BLOCK
                     } else if rows >= 4 {
                         4
                     } else if rows >= 2 {

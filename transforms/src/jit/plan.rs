@@ -329,8 +329,7 @@ impl Plan {
             }
         }
         // sinks go to a helper where the pool has another thread, unless
-        // this is a pool thread: blocked at the join on a sink whose kernel
-        // uses the pool, every pool thread could end up waiting for it
+        // this is a pool thread (see NOTE: [parallel sinks])
         let offload = self.sinks && xform_kernels::cpu::threads() > 1 && !xform_kernels::cpu::on_pool_thread();
         let mut sinks = Sinks::default();
         // the helper also runs halves of mid-sized kernels (NOTE: [paired

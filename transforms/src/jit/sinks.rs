@@ -135,16 +135,24 @@ impl Half {
     /// The lender's side of a half the helper took: waits for `DONE`
     /// (spinning first: a half takes microseconds) and returns its panic.
     fn wait_done(&self) -> Option<Box<dyn std::any::Any + Send>> {
-        let start = std::time::Instant::now();
-        while self.state.load(Ordering::Acquire) != DONE && start.elapsed() < SPIN {
-            std::hint::spin_loop();
-        }
-        let mut panic = self.panic.lock().unwrap_or_else(|e| e.into_inner());
-        while self.state.load(Ordering::Acquire) != DONE {
-            panic = self.done.wait(panic).unwrap_or_else(|e| e.into_inner());
-        }
-        panic.take()
+        wait_until(&self.panic, &self.done, || self.state.load(Ordering::Acquire) == DONE).take()
     }
+}
+
+/// Waits until `ready()`, which the other thread makes true under `lock`
+/// and then signals `cv`: spinning first (the other thread's work takes
+/// microseconds), then on the condition variable. Returns with the lock
+/// held.
+fn wait_until<'m, T>(lock: &'m Mutex<T>, cv: &Condvar, ready: impl Fn() -> bool) -> std::sync::MutexGuard<'m, T> {
+    let start = std::time::Instant::now();
+    while !ready() && start.elapsed() < SPIN {
+        std::hint::spin_loop();
+    }
+    let mut guard = lock.lock().unwrap_or_else(|e| e.into_inner());
+    while !ready() {
+        guard = cv.wait(guard).unwrap_or_else(|e| e.into_inner());
+    }
+    guard
 }
 
 /// Settles a posted half when the lender leaves, by return or by unwind:
@@ -368,14 +376,7 @@ impl Sinks {
                 mine.push(run_sink(step, work));
             }
         }
-        let start = std::time::Instant::now();
-        while shared.running.load(Ordering::Acquire) > 0 && start.elapsed() < SPIN {
-            std::hint::spin_loop();
-        }
-        let mut state = shared.lock();
-        while shared.running.load(Ordering::Acquire) > 0 {
-            state = shared.finished.wait(state).unwrap_or_else(|e| e.into_inner());
-        }
+        let mut state = wait_until(&shared.state, &shared.finished, || shared.running.load(Ordering::Acquire) == 0);
         let mut all = std::mem::take(&mut state.results);
         drop(state);
         all.extend(mine);
