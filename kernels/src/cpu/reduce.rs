@@ -213,6 +213,65 @@ where
     out
 }
 
+/// Folds each of the consecutive rows of `row_len` elements of `v` (a
+/// reduction over the trailing axes of a contiguous array) with `r`, one
+/// element after another in order, so each row's result is the generic
+/// [`reduce`]'s bit for bit. Eight rows go at once: their eight dependency
+/// chains interleave where the generic kernel runs one after the other,
+/// which is what short rows (a row-wise max over ten classes) wait on.
+///
+/// # Panics
+/// If `row_len` is 0 while `v` is not empty.
+pub fn fold_rows<T, A, U, FF, FO>(v: &[T], row_len: usize, par: Par, r: Reducer<A, FF, FO>) -> Vec<U>
+where
+    T: Copy + Sync,
+    A: Copy + Send + Sync,
+    U: Send,
+    FF: Fn(A, T) -> A + Sync,
+    FO: Fn(A) -> U + Sync,
+{
+    const ROWS: usize = 8;
+    if v.is_empty() {
+        return Vec::new();
+    }
+    assert!(row_len > 0, "fold_rows: rows of no elements");
+    let rows = v.len() / row_len;
+    let mut out = alloc_uninit::<U>(rows);
+    // rows first_row.. into dst
+    let block = |first_row: usize, dst: &mut [std::mem::MaybeUninit<U>]| {
+        let mut row = first_row;
+        let mut groups = dst.chunks_exact_mut(ROWS);
+        for group in &mut groups {
+            let x = &v[row * row_len..(row + ROWS) * row_len];
+            let mut acc = [r.init; ROWS];
+            for j in 0..row_len {
+                for (i, a) in acc.iter_mut().enumerate() {
+                    *a = (r.fold)(*a, x[i * row_len + j]);
+                }
+            }
+            for (d, a) in group.iter_mut().zip(acc) {
+                d.write((r.finish)(a));
+            }
+            row += ROWS;
+        }
+        for d in groups.into_remainder() {
+            let a = v[row * row_len..(row + 1) * row_len].iter().fold(r.init, |a, x| (r.fold)(a, *x));
+            d.write((r.finish)(a));
+            row += 1;
+        }
+    };
+    match par {
+        Par::Seq => block(0, &mut out),
+        Par::Rayon => {
+            use rayon::prelude::*;
+            let per_task = rows.div_ceil(rayon::current_num_threads() * 4).next_multiple_of(ROWS).max(ROWS);
+            out.par_chunks_mut(per_task).enumerate().for_each(|(t, dst)| block(t * per_task, dst));
+        }
+    }
+    // SAFETY: every row's slot was written above.
+    unsafe { assume_init(out) }
+}
+
 /// The shape of a reduction's result (axes removed).
 pub fn reduced_shape(shape: &Shape, axes: &[usize]) -> Shape {
     Shape(shape.iter().enumerate().filter(|(d, _)| !axes.contains(d)).map(|(_, &n)| n).collect())
@@ -259,6 +318,46 @@ mod tests {
             assert_eq!(got, want);
         }
         assert!(sum_rows(&x[..0], 0, Par::Seq, |v: f32| v as f64, |a| a as f32).is_empty());
+    }
+
+    #[test]
+    fn fold_rows_matches_the_generic_reduce_bitwise() {
+        // a max whose result depends on the order: NaN payloads and the
+        // sign of equal zeros pass through as the sequential fold leaves them
+        let max = || Reducer {
+            init: f32::NEG_INFINITY,
+            fold: |a: f32, x: f32| {
+                if a.is_nan() || x.is_nan() {
+                    a + x
+                } else if x > a {
+                    x
+                } else {
+                    a
+                }
+            },
+            finish: |a: f32| a,
+        };
+        let specials = [0.0f32, -0.0, f32::NAN, -f32::NAN, f32::from_bits(0x7fc0_1234), f32::INFINITY];
+        for (rows, row_len) in [(1, 1), (3, 1), (8, 10), (17, 10), (64, 10), (9, 3), (40, 33), (1000, 2)] {
+            let x: Vec<f32> =
+                (0..rows * row_len)
+                    .map(|i| {
+                        if i % 7 == 3 {
+                            specials[(i / 7) % specials.len()]
+                        } else {
+                            ((i * 7919) % 1000) as f32 - 500.0
+                        }
+                    })
+                    .collect();
+            let l = Layout::contiguous(Shape::from([rows, row_len]));
+            let want: Vec<f32> = reduce(&x, &l, &[1], Par::Seq, max());
+            for par in [Par::Seq, Par::Rayon] {
+                let got: Vec<f32> = fold_rows(&x, row_len, par, max());
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "{rows} x {row_len} {par:?}");
+            }
+        }
+        assert!(fold_rows(&[] as &[f32], 0, Par::Seq, max()).is_empty());
     }
 
     #[test]

@@ -564,12 +564,12 @@ pub fn with_fused_inputs<R>(arrays: &[&Array], donor: &[bool], f: impl FnOnce(&[
         Read(std::sync::RwLockReadGuard<'g, crate::array::Buffer>),
         Write(std::sync::RwLockWriteGuard<'g, crate::array::Buffer>),
     }
-    let mut guards: smallvec::SmallVec<[Guard<'_>; 8]> = arrays
+    let mut guards: smallvec::SmallVec<[Guard<'_>; 4]> = arrays
         .iter()
         .enumerate()
         .map(|(i, a)| if donor.get(i) == Some(&true) { Guard::Write(a.write()) } else { Guard::Read(a.read()) })
         .collect();
-    let mut ins: smallvec::SmallVec<[FusedIn<'_>; 8]> = smallvec::SmallVec::with_capacity(arrays.len());
+    let mut ins: smallvec::SmallVec<[FusedIn<'_>; 4]> = smallvec::SmallVec::with_capacity(arrays.len());
     for (g, a) in guards.iter_mut().zip(arrays) {
         let (data, donor) = match g {
             Guard::Read(g) => {
@@ -712,9 +712,9 @@ pub fn run_fused(
     cost: usize,
     tile: usize,
     body: impl Fn(std::ops::Range<usize>, &[OutBase]) + Sync,
-) -> Option<Vec<Option<Array>>> {
+) -> Option<smallvec::SmallVec<[Option<Array>; 2]>> {
     let n = shape.numel();
-    let mut outs: smallvec::SmallVec<[Option<OutVec>; 4]> = smallvec::SmallVec::with_capacity(dtypes.len());
+    let mut outs: smallvec::SmallVec<[Option<OutVec>; 2]> = smallvec::SmallVec::with_capacity(dtypes.len());
     for (j, d) in dtypes.iter().enumerate() {
         outs.push(match dests.get(j).copied().flatten() {
             Some(_) => None,

@@ -287,30 +287,18 @@ enum Scratch {
 }
 
 impl Scratch {
-    /// A tile of scratch of dtype `d`: one this thread used before, or a
+    /// A tile of scratch of dtype `d`: one of `spare` (the thread's
+    /// [`SPARE`], at most `MAX_SPARE` tiles: about 256 KiB of f64), or a
     /// new one.
-    fn new(d: DType) -> Scratch {
-        let reused = SPARE.with(|s| {
-            let mut s = s.borrow_mut();
-            let at = s.iter().position(|x| x.dtype() == d)?;
-            Some(s.swap_remove(at))
-        });
-        reused.unwrap_or_else(|| match d {
-            DType::F32 => Scratch::F32(vec![0.0; TILE + LINE]),
-            DType::F64 => Scratch::F64(vec![0.0; TILE + LINE]),
-            _ => Scratch::Bool(vec![false; TILE + LINE]),
-        })
-    }
-
-    /// Keeps this scratch for the thread's next fused loop (at most
-    /// `MAX_SPARE` tiles: about 256 KiB of f64).
-    fn recycle(self) {
-        SPARE.with(|s| {
-            let mut s = s.borrow_mut();
-            if s.len() < MAX_SPARE {
-                s.push(self);
-            }
-        });
+    fn take(spare: &mut Vec<Scratch>, d: DType) -> Scratch {
+        match spare.iter().rposition(|x| x.dtype() == d) {
+            Some(at) => spare.swap_remove(at),
+            None => match d {
+                DType::F32 => Scratch::F32(vec![0.0; TILE + LINE]),
+                DType::F64 => Scratch::F64(vec![0.0; TILE + LINE]),
+                _ => Scratch::Bool(vec![false; TILE + LINE]),
+            },
+        }
     }
 
     fn dtype(&self) -> DType {
@@ -412,6 +400,48 @@ fn gather<T: Copy>(data: &[T], shape: &[usize], strides: &[isize], offset: usize
     let (inner, is) = (shape[rank - 1], strides[rank - 1]);
     let mut done = 0;
     while done < out.len() {
+        if rank >= 2 && inner > 0 && idx[rank - 1] == 0 && out.len() - done >= inner {
+            // whole rows along the next axis out, without the carry below
+            // per row (a broadcast column, [64, 1] -> [64, 10], fills 64
+            // rows of 10)
+            let rows = (shape[rank - 2] - idx[rank - 2]).min((out.len() - done) / inner);
+            let rs = strides[rank - 2];
+            let dst = &mut out[done..done + rows * inner];
+            match is {
+                0 => {
+                    for (r, d) in dst.chunks_exact_mut(inner).enumerate() {
+                        d.fill(data[(off + r as isize * rs) as usize]);
+                    }
+                }
+                1 => {
+                    for (r, d) in dst.chunks_exact_mut(inner).enumerate() {
+                        let at = (off + r as isize * rs) as usize;
+                        d.copy_from_slice(&data[at..at + inner]);
+                    }
+                }
+                _ => {
+                    for (r, d) in dst.chunks_exact_mut(inner).enumerate() {
+                        let row = off + r as isize * rs;
+                        for (k, x) in d.iter_mut().enumerate() {
+                            *x = data[(row + k as isize * is) as usize];
+                        }
+                    }
+                }
+            }
+            done += rows * inner;
+            idx[rank - 2] += rows;
+            off += rows as isize * rs;
+            // carry from the row axis outwards
+            let mut ax = rank - 2;
+            while idx[ax] == shape[ax] && ax > 0 {
+                off -= strides[ax] * shape[ax] as isize;
+                idx[ax] = 0;
+                ax -= 1;
+                idx[ax] += 1;
+                off += strides[ax];
+            }
+            continue;
+        }
         let run = (inner - idx[rank - 1]).min(out.len() - done);
         let dst = &mut out[done..done + run];
         let at = off as usize;
@@ -509,34 +539,35 @@ impl Fused {
     /// that output's tile directly; then the other outputs' tiles are
     /// copied out of scratch.
     fn body(&self, ins: &[FusedIn<'_>], to_out: &[Option<usize>], r: std::ops::Range<usize>, outs: &[OutBase]) {
-        let direct: SmallVec<[Option<usize>; 8]> = ins
-            .iter()
-            .map(|i| if i.donor.is_some() { None } else { i.layout.contiguous_range().map(|c| c.start) })
-            .collect();
-        let mut gathered: SmallVec<[Option<Scratch>; 8]> = ins
-            .iter()
-            .zip(&direct)
-            .map(|(i, c)| {
-                (c.is_none() && i.donor.is_none()).then(|| {
-                    Scratch::new(match i.data {
-                        Tile::F32(_) => DType::F32,
-                        Tile::F64(_) => DType::F64,
-                        Tile::Bool(_) => DType::Bool,
-                    })
-                })
-            })
-            .collect();
-        // operands whose every tile reads the same elements (a broadcast
-        // along leading axes of a block that divides the tile): gathered
-        // at the first tile only
-        let same_tiles: SmallVec<[bool; 8]> = ins.iter().map(|i| tile_periodic(i.layout)).collect();
-        let mut scratch: SmallVec<[Option<Scratch>; 8]> =
-            self.ops.iter().zip(to_out).map(|(o, d)| d.is_none().then(|| Scratch::new(o.dtype))).collect();
+        // (The per-call state lives in small inline vectors and the scratch
+        // tiles come from the thread's spares in one borrow: a dispatch-
+        // sized step, a few ops on 8 elements, spends most of its time
+        // here rather than in the ops.)
+        let mut srcs: SmallVec<[Src; 4]> = SmallVec::with_capacity(ins.len());
+        let mut scratch: SmallVec<[Option<Scratch>; 8]> = SmallVec::with_capacity(self.ops.len());
+        SPARE.with(|spare| {
+            let mut spare = spare.borrow_mut();
+            for i in ins {
+                srcs.push(match (i.donor, i.layout.contiguous_range()) {
+                    (Some(base), _) => Src::Donor(base),
+                    (None, Some(c)) => Src::Direct(c.start),
+                    // operands whose every tile reads the same elements (a
+                    // broadcast along leading axes of a block that divides
+                    // the tile) are gathered at the first tile only
+                    (None, None) => {
+                        Src::Gather(Scratch::take(&mut spare, tile_dtype_of(&i.data)), tile_periodic(i.layout))
+                    }
+                });
+            }
+            for (o, d) in self.ops.iter().zip(to_out) {
+                scratch.push(d.is_none().then(|| Scratch::take(&mut spare, o.dtype)));
+            }
+        });
         let mut t = r.start;
         while t < r.end {
             let n = TILE.min(r.end - t);
-            for (((inp, g), c), same) in ins.iter().zip(gathered.iter_mut()).zip(&direct).zip(&same_tiles) {
-                let (Some(g), None) = (g, c) else { continue };
+            for (inp, src) in ins.iter().zip(srcs.iter_mut()) {
+                let Src::Gather(g, same) = src else { continue };
                 if *same && t > r.start {
                     continue;
                 }
@@ -549,33 +580,31 @@ impl Fused {
                     _ => unreachable!("gather scratch has its operand's dtype"),
                 }
             }
-            let tiles: SmallVec<[Tile<'_>; 8]> = ins
+            let tiles: SmallVec<[Tile<'_>; 4]> = ins
                 .iter()
-                .zip(&gathered)
-                .zip(&direct)
-                .map(|((inp, g), c)| match (inp.donor, c, g) {
+                .zip(&srcs)
+                .map(|(inp, src)| match src {
                     // SAFETY: the donor's elements t..t+n are initialized (a
                     // whole array) and in bounds (contiguous, the group's
                     // shape); the output tile over them is written only
                     // after the last use of this view (the ops below; the
                     // tiles are dropped before the outputs are written),
                     // and other threads handle other ranges.
-                    (Some(base), _, _) => unsafe { base.tile(t..t + n) },
-                    (None, Some(s), _) => match inp.data {
+                    Src::Donor(base) => unsafe { base.tile(t..t + n) },
+                    Src::Direct(s) => match inp.data {
                         Tile::F32(d) => Tile::F32(&d[s + t..s + t + n]),
                         Tile::F64(d) => Tile::F64(&d[s + t..s + t + n]),
                         Tile::Bool(d) => Tile::Bool(&d[s + t..s + t + n]),
                     },
-                    (None, None, Some(g)) => g.tile(n),
-                    (None, None, None) => unreachable!("a strided operand has gather scratch"),
+                    Src::Gather(g, _) => g.tile(n),
                 })
                 .collect();
             for (j, op) in self.ops.iter().enumerate() {
                 let (done, rest) = scratch.split_at_mut(j);
-                let args: SmallVec<[Tile<'_>; 3]> = op
-                    .args
-                    .iter()
-                    .map(|a| match a {
+                // elementwise ops take at most three operands (select)
+                let mut args = [Tile::F32(&[]); 3];
+                for (arg, a) in args.iter_mut().zip(&op.args) {
+                    *arg = match a {
                         Reg::In(i) => tiles[*i as usize],
                         Reg::Op(m) => match (&done[*m as usize], to_out[*m as usize]) {
                             (Some(s), _) => s.tile(n),
@@ -586,8 +615,8 @@ impl Fused {
                             (None, Some(k)) => unsafe { outs[k].tile(t..t + n) },
                             (None, None) => unreachable!("an op without scratch writes an output"),
                         },
-                    })
-                    .collect();
+                    };
+                }
                 let dst = match (&mut rest[0], to_out[j]) {
                     (Some(s), _) => s.tile_mut(n),
                     // SAFETY: elements t..t+n lie in this fresh output (this
@@ -596,7 +625,7 @@ impl Fused {
                     (None, Some(k)) => unsafe { outs[k].range(t..t + n) },
                     (None, None) => unreachable!("an op without scratch writes an output"),
                 };
-                let applied = op.prim.cpu_tile(&args, dst);
+                let applied = op.prim.cpu_tile(&args[..op.args.len()], dst);
                 assert!(applied, "a fused op was planned for these dtypes");
             }
             // no view of a donor's tile lives on while the outputs are written
@@ -614,9 +643,39 @@ impl Fused {
             }
             t += n;
         }
-        for g in gathered.into_iter().chain(scratch).flatten() {
-            g.recycle();
-        }
+        SPARE.with(|spare| {
+            let mut spare = spare.borrow_mut();
+            let gathered = srcs.into_iter().filter_map(|s| match s {
+                Src::Gather(g, _) => Some(g),
+                _ => None,
+            });
+            for g in gathered.chain(scratch.into_iter().flatten()) {
+                if spare.len() < MAX_SPARE {
+                    spare.push(g);
+                }
+            }
+        });
+    }
+}
+
+/// Where a fused loop reads an operand's tiles.
+enum Src {
+    /// A donor's buffer (contiguous from its start), read before the
+    /// output's tile is written over it.
+    Donor(OutBase),
+    /// A contiguous run from this element of the operand's storage.
+    Direct(usize),
+    /// Gathered through its strides into scratch; `true` when every tile
+    /// holds the same elements (gathered at the first tile only).
+    Gather(Scratch, bool),
+}
+
+/// The dtype of a tile.
+fn tile_dtype_of(t: &Tile<'_>) -> DType {
+    match t {
+        Tile::F32(_) => DType::F32,
+        Tile::F64(_) => DType::F64,
+        Tile::Bool(_) => DType::Bool,
     }
 }
 
@@ -840,6 +899,43 @@ mod tests {
     /// 64, a [4, 8] block, a scalar) are gathered at a range's first tile
     /// only; results stay bit-identical, with a shorter last tile and with
     /// a block that does not divide the tile (gathered every tile).
+    #[test]
+    fn rank3_strided_operands_cross_rows_and_planes() {
+        // tiles of 1024 start mid-row and mid-plane; rows are gathered whole
+        // where they fit, then carried into the outer axes
+        for (a, b, c) in [(6usize, 50usize, 7usize), (3, 5, 300), (70, 3, 11)] {
+            let x = values(a * b * c, 21, DType::F32).reshape_to([c, a, b]);
+            let mid = values(a * c, 22, DType::F64).reshape_to([a, c]);
+            let p = build(&[x.clone(), mid.clone()], |bld, ins| {
+                let t = push1(
+                    bld,
+                    Prim::Shape(ShapeOp::Transpose { perm: [1, 2, 0].into_iter().collect() }),
+                    &[ins[0]],
+                    Some(aval(&[a, b, c], DType::F32)),
+                );
+                let wide = push1(
+                    bld,
+                    Prim::Elementwise(ElementwiseOp::Convert(DType::F64)),
+                    &[t],
+                    Some(aval(&[a, b, c], DType::F64)),
+                );
+                let bc = push1(
+                    bld,
+                    Prim::Shape(ShapeOp::BroadcastInDim {
+                        shape: Shape::from([a, b, c]),
+                        dims: [0, 2].into_iter().collect(),
+                    }),
+                    &[ins[1]],
+                    Some(aval(&[a, b, c], DType::F64)),
+                );
+                let e = push1(bld, Prim::Unary(UnaryOp::Exp), &[wide], None);
+                vec![push1(bld, Prim::Binary(BinaryOp::Mul), &[e, bc], None)]
+            });
+            let plan = check(&p, &[x, mid]);
+            assert_eq!(fused_steps(&plan), vec![3]);
+        }
+    }
+
     #[test]
     fn tile_periodic_broadcasts() {
         for (lead, block) in [(70usize, vec![64usize]), (100, vec![4, 8]), (33, vec![]), (50, vec![3, 7])] {
