@@ -24,6 +24,10 @@ where
     FF: Fn(A, T) -> A + Sync,
     FO: Fn(A) -> U + Sync,
 {
+    // rows of a contiguous array: eight at a time, each in the order below
+    if let Some((range, row_len)) = trailing_rows(lx, axes) {
+        return fold_rows(&x[range], row_len, par, r);
+    }
     let (ks, kt, rs, rt) = lx.split_axes(axes);
     let nout: usize = ks.iter().product();
     let nred: usize = rs.iter().product();
@@ -213,16 +217,28 @@ where
     out
 }
 
-/// Folds each of the consecutive rows of `row_len` elements of `v` (a
-/// reduction over the trailing axes of a contiguous array) with `r`, one
-/// element after another in order, so each row's result is the generic
-/// [`reduce`]'s bit for bit. Eight rows go at once: their eight dependency
-/// chains interleave where the generic kernel runs one after the other,
-/// which is what short rows (a row-wise max over ten classes) wait on.
-///
-/// # Panics
-/// If `row_len` is 0 while `v` is not empty.
-pub fn fold_rows<T, A, U, FF, FO>(v: &[T], row_len: usize, par: Par, r: Reducer<A, FF, FO>) -> Vec<U>
+/// For a contiguous `l` reduced over its trailing axes (at least one
+/// element per row): the data's range and the row length.
+pub fn trailing_rows(l: &Layout, axes: &[usize]) -> Option<(std::ops::Range<usize>, usize)> {
+    let rank = l.rank();
+    let k = axes.len();
+    if k == 0 || axes.iter().enumerate().any(|(i, &a)| a != rank - k + i) {
+        return None;
+    }
+    let row_len: usize = l.shape.dims()[rank - k..].iter().product();
+    if row_len == 0 {
+        return None;
+    }
+    l.contiguous_range().map(|r| (r, row_len))
+}
+
+/// [`reduce`] over the consecutive rows of `row_len` elements of `v` (the
+/// trailing axes of a contiguous array): each row folded one element after
+/// another in order, as the strided path folds it, so with the same bits.
+/// Eight rows go at once: their eight dependency chains interleave where
+/// one row after the other would wait on each (short rows: a row-wise max
+/// over ten classes).
+fn fold_rows<T, A, U, FF, FO>(v: &[T], row_len: usize, par: Par, r: Reducer<A, FF, FO>) -> Vec<U>
 where
     T: Copy + Sync,
     A: Copy + Send + Sync,
@@ -234,7 +250,6 @@ where
     if v.is_empty() {
         return Vec::new();
     }
-    assert!(row_len > 0, "fold_rows: rows of no elements");
     let rows = v.len() / row_len;
     let mut out = alloc_uninit::<U>(rows);
     // rows first_row.. into dst
@@ -264,7 +279,10 @@ where
         Par::Seq => block(0, &mut out),
         Par::Rayon => {
             use rayon::prelude::*;
-            let per_task = rows.div_ceil(rayon::current_num_threads() * 4).next_multiple_of(ROWS).max(ROWS);
+            // whole groups of rows per task, unless there are few (long)
+            // rows: then a row or a few per task
+            let per_task = rows.div_ceil(rayon::current_num_threads() * 4).max(1);
+            let per_task = if per_task >= ROWS { per_task.next_multiple_of(ROWS) } else { per_task };
             out.par_chunks_mut(per_task).enumerate().for_each(|(t, dst)| block(t * per_task, dst));
         }
     }
@@ -338,7 +356,7 @@ mod tests {
             finish: |a: f32| a,
         };
         let specials = [0.0f32, -0.0, f32::NAN, -f32::NAN, f32::from_bits(0x7fc0_1234), f32::INFINITY];
-        for (rows, row_len) in [(1, 1), (3, 1), (8, 10), (17, 10), (64, 10), (9, 3), (40, 33), (1000, 2)] {
+        for (rows, row_len) in [(1, 1), (3, 1), (8, 10), (17, 10), (64, 10), (9, 3), (40, 33), (1000, 2), (3, 5000)] {
             let x: Vec<f32> =
                 (0..rows * row_len)
                     .map(|i| {
@@ -349,12 +367,21 @@ mod tests {
                         }
                     })
                     .collect();
+            // each row folded in order, as the strided path folds it: the
+            // same rows stored transposed, reduced over the leading axis
             let l = Layout::contiguous(Shape::from([rows, row_len]));
-            let want: Vec<f32> = reduce(&x, &l, &[1], Par::Seq, max());
+            let xt: Vec<f32> = (0..row_len * rows).map(|i| x[(i % rows) * row_len + i / rows]).collect();
+            let lt = Layout::contiguous(Shape::from([row_len, rows])).permute(&[1, 0]);
+            let want: Vec<f32> = reduce(&xt, &lt, &[1], Par::Seq, max());
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            let by_row: Vec<f32> =
+                x.chunks(row_len).map(|row| row.iter().fold(f32::NEG_INFINITY, |a, v| (max().fold)(a, *v))).collect();
+            assert_eq!(bits(&by_row), bits(&want), "{rows} x {row_len}: the strided path");
             for par in [Par::Seq, Par::Rayon] {
                 let got: Vec<f32> = fold_rows(&x, row_len, par, max());
-                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&got), bits(&want), "{rows} x {row_len} {par:?}");
+                let got: Vec<f32> = reduce(&x, &l, &[1], par, max());
+                assert_eq!(bits(&got), bits(&want), "{rows} x {row_len} {par:?}: reduce over rows");
             }
         }
         assert!(fold_rows(&[] as &[f32], 0, Par::Seq, max()).is_empty());

@@ -357,6 +357,15 @@ impl Tile<'_> {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// The elements' dtype.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Tile::F32(_) => DType::F32,
+            Tile::F64(_) => DType::F64,
+            Tile::Bool(_) => DType::Bool,
+        }
+    }
 }
 
 /// `out[i] = f(x[i])` over contiguous slices, compiled for AVX-512 or AVX2

@@ -13,7 +13,7 @@ use crate::lax;
 use crate::prim::{Avals, Axes, BDims, Cotangents, LinearArg, Prim, Tangents};
 use crate::tensor::{AvalRef, Tensor};
 use smallvec::smallvec;
-use xform_kernels::cpu::reduce::{arg_reduce, cumulative, fold_rows, reduce, reduced_shape, sum_rows, Reducer};
+use xform_kernels::cpu::reduce::{arg_reduce, cumulative, reduce, reduced_shape, sum_rows, trailing_rows, Reducer};
 use xform_kernels::cpu::Par;
 use xform_kernels::cuda_source::{arg_reduce_kernel, cumulative_kernel, reduce_kernel, Fold, Kernel, Ranking};
 use xform_kernels::{CpuBuffer, DType, Element, Float, Layout, Real};
@@ -111,21 +111,6 @@ fn shape_cumsum(axis: usize, ins: &[AvalRef<'_>]) -> Result<Avals> {
 
 // ---- lowering --------------------------------------------------------------
 
-/// For a contiguous `l` reduced over its trailing axes (at least one
-/// element per row): the data's range and the row length.
-fn trailing_rows(l: &Layout, axes: &[usize]) -> Option<(std::ops::Range<usize>, usize)> {
-    let rank = l.rank();
-    let k = axes.len();
-    if k == 0 || axes.iter().enumerate().any(|(i, &a)| a != rank - k + i) {
-        return None;
-    }
-    let row_len: usize = l.shape.dims()[rank - k..].iter().product();
-    if row_len == 0 {
-        return None;
-    }
-    l.contiguous_range().map(|r| (r, row_len))
-}
-
 fn float_reduce<T: Float>(op: ReduceOp, v: &[T], l: &Layout, axes: &[usize]) -> Vec<T> {
     let par = Par::for_work(l.numel(), 1);
     match op {
@@ -136,9 +121,9 @@ fn float_reduce<T: Float>(op: ReduceOp, v: &[T], l: &Layout, axes: &[usize]) -> 
             Some((range, row_len)) if T::DTYPE != DType::F64 => {
                 sum_rows(&v[range], row_len, par, |x: T| x.to_f64(), T::from_f64)
             }
-            _ => fold(v, l, axes, par, Reducer { init: 0.0f64, fold: |a, x: T| a + x.to_f64(), finish: T::from_f64 }),
+            _ => reduce(v, l, axes, par, Reducer { init: 0.0f64, fold: |a, x: T| a + x.to_f64(), finish: T::from_f64 }),
         },
-        ReduceOp::Max => fold(
+        ReduceOp::Max => reduce(
             v,
             l,
             axes,
@@ -158,7 +143,7 @@ fn float_reduce<T: Float>(op: ReduceOp, v: &[T], l: &Layout, axes: &[usize]) -> 
                 finish: T::down,
             },
         ),
-        ReduceOp::Min => fold(
+        ReduceOp::Min => reduce(
             v,
             l,
             axes,
@@ -181,34 +166,18 @@ fn float_reduce<T: Float>(op: ReduceOp, v: &[T], l: &Layout, axes: &[usize]) -> 
     }
 }
 
-/// `reduce` with `r`, through [`fold_rows`] over the trailing axes of a
-/// contiguous array (the same order per row, so the same bits).
-fn fold<T, A, U, FF, FO>(v: &[T], l: &Layout, axes: &[usize], par: Par, r: Reducer<A, FF, FO>) -> Vec<U>
-where
-    T: Copy + Sync,
-    A: Copy + Send + Sync,
-    U: Send,
-    FF: Fn(A, T) -> A + Sync,
-    FO: Fn(A) -> U + Sync,
-{
-    match trailing_rows(l, axes) {
-        Some((range, row_len)) => fold_rows(&v[range], row_len, par, r),
-        None => reduce(v, l, axes, par, r),
-    }
-}
-
 fn int_reduce<T: super::binary::IntBinary>(op: ReduceOp, v: &[T], l: &Layout, axes: &[usize]) -> Vec<T> {
     let par = Par::for_work(l.numel(), 1);
     match op {
-        ReduceOp::Sum => fold(v, l, axes, par, Reducer { init: T::ZERO, fold: T::add_, finish: |a| a }),
-        ReduceOp::Max => fold(
+        ReduceOp::Sum => reduce(v, l, axes, par, Reducer { init: T::ZERO, fold: T::add_, finish: |a| a }),
+        ReduceOp::Max => reduce(
             v,
             l,
             axes,
             par,
             Reducer { init: T::min_value(), fold: |a, x| if x > a { x } else { a }, finish: |a| a },
         ),
-        ReduceOp::Min => fold(
+        ReduceOp::Min => reduce(
             v,
             l,
             axes,

@@ -401,71 +401,52 @@ fn gather<T: Copy>(data: &[T], shape: &[usize], strides: &[isize], offset: usize
     let mut done = 0;
     while done < out.len() {
         if rank >= 2 && inner > 0 && idx[rank - 1] == 0 && out.len() - done >= inner {
-            // whole rows along the next axis out, without the carry below
-            // per row (a broadcast column, [64, 1] -> [64, 10], fills 64
-            // rows of 10)
+            // whole rows along the next axis out, carried once at the end
+            // (a broadcast column, [64, 1] -> [64, 10], fills 64 rows of 10)
             let rows = (shape[rank - 2] - idx[rank - 2]).min((out.len() - done) / inner);
             let rs = strides[rank - 2];
-            let dst = &mut out[done..done + rows * inner];
-            match is {
-                0 => {
-                    for (r, d) in dst.chunks_exact_mut(inner).enumerate() {
-                        d.fill(data[(off + r as isize * rs) as usize]);
-                    }
-                }
-                1 => {
-                    for (r, d) in dst.chunks_exact_mut(inner).enumerate() {
-                        let at = (off + r as isize * rs) as usize;
-                        d.copy_from_slice(&data[at..at + inner]);
-                    }
-                }
-                _ => {
-                    for (r, d) in dst.chunks_exact_mut(inner).enumerate() {
-                        let row = off + r as isize * rs;
-                        for (k, x) in d.iter_mut().enumerate() {
-                            *x = data[(row + k as isize * is) as usize];
-                        }
-                    }
-                }
+            for (r, dst) in out[done..done + rows * inner].chunks_exact_mut(inner).enumerate() {
+                copy_run(data, off + r as isize * rs, is, dst);
             }
             done += rows * inner;
             idx[rank - 2] += rows;
             off += rows as isize * rs;
-            // carry from the row axis outwards
-            let mut ax = rank - 2;
-            while idx[ax] == shape[ax] && ax > 0 {
-                off -= strides[ax] * shape[ax] as isize;
-                idx[ax] = 0;
-                ax -= 1;
-                idx[ax] += 1;
-                off += strides[ax];
-            }
+            carry(&mut idx, &mut off, shape, strides, rank - 2);
             continue;
         }
         let run = (inner - idx[rank - 1]).min(out.len() - done);
-        let dst = &mut out[done..done + run];
-        let at = off as usize;
-        match is {
-            1 => dst.copy_from_slice(&data[at..at + run]),
-            0 => dst.fill(data[at]),
-            _ => {
-                for (k, d) in dst.iter_mut().enumerate() {
-                    *d = data[(off + k as isize * is) as usize];
-                }
-            }
-        }
+        copy_run(data, off, is, &mut out[done..done + run]);
         done += run;
         idx[rank - 1] += run;
         off += run as isize * is;
-        // carry into the outer axes at the end of a row
-        let mut ax = rank - 1;
-        while idx[ax] == shape[ax] && ax > 0 {
-            off -= strides[ax] * shape[ax] as isize;
-            idx[ax] = 0;
-            ax -= 1;
-            idx[ax] += 1;
-            off += strides[ax];
+        carry(&mut idx, &mut off, shape, strides, rank - 1);
+    }
+}
+
+/// `dst[k] = data[at + k * stride]`: a copy where the stride is 1, a fill
+/// where it is 0.
+fn copy_run<T: Copy>(data: &[T], at: isize, stride: isize, dst: &mut [T]) {
+    match stride {
+        1 => dst.copy_from_slice(&data[at as usize..at as usize + dst.len()]),
+        0 => dst.fill(data[at as usize]),
+        _ => {
+            for (k, d) in dst.iter_mut().enumerate() {
+                *d = data[(at + k as isize * stride) as usize];
+            }
         }
+    }
+}
+
+/// Moves the index `idx` (at element offset `off`) on from axis `ax`
+/// reaching its end: resets it and steps the next axis out, as far out as
+/// axes end (the outermost may reach its end: the last element was done).
+fn carry(idx: &mut [usize], off: &mut isize, shape: &[usize], strides: &[isize], mut ax: usize) {
+    while idx[ax] == shape[ax] && ax > 0 {
+        *off -= strides[ax] * shape[ax] as isize;
+        idx[ax] = 0;
+        ax -= 1;
+        idx[ax] += 1;
+        *off += strides[ax];
     }
 }
 
@@ -554,9 +535,7 @@ impl Fused {
                     // operands whose every tile reads the same elements (a
                     // broadcast along leading axes of a block that divides
                     // the tile) are gathered at the first tile only
-                    (None, None) => {
-                        Src::Gather(Scratch::take(&mut spare, tile_dtype_of(&i.data)), tile_periodic(i.layout))
-                    }
+                    (None, None) => Src::Gather(Scratch::take(&mut spare, i.data.dtype()), tile_periodic(i.layout)),
                 });
             }
             for (o, d) in self.ops.iter().zip(to_out) {
@@ -668,15 +647,6 @@ enum Src {
     /// Gathered through its strides into scratch; `true` when every tile
     /// holds the same elements (gathered at the first tile only).
     Gather(Scratch, bool),
-}
-
-/// The dtype of a tile.
-fn tile_dtype_of(t: &Tile<'_>) -> DType {
-    match t {
-        Tile::F32(_) => DType::F32,
-        Tile::F64(_) => DType::F64,
-        Tile::Bool(_) => DType::Bool,
-    }
 }
 
 #[cfg(test)]
