@@ -93,23 +93,44 @@ pub fn gemm_offsets<T: FaerElem + num_one::One>(
     n: usize,
     par: Par,
 ) -> Vec<T> {
+    // Every kernel writes every output element and reads none (faer with
+    // Accum::Replace by its documented contract), so the output can start
+    // uninitialized.
+    let mut out = crate::pool::alloc_uninit::<T>(ma.offsets.len() * m * n);
+    gemm_offsets_into(a, ma, b, mb, m, k, n, par, &mut out);
+    // SAFETY: gemm_offsets_into wrote every element.
+    unsafe { crate::cpu::assume_init(out) }
+}
+
+/// [`gemm_offsets`] into `out` (`[B, m, n]` row-major, every element
+/// written, none read).
+///
+/// # Panics
+/// If `out` does not hold `B * m * n` elements.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_offsets_into<T: FaerElem + num_one::One>(
+    a: &[T],
+    ma: &MatOperand,
+    b: &[T],
+    mb: &MatOperand,
+    m: usize,
+    k: usize,
+    n: usize,
+    par: Par,
+    out: &mut [std::mem::MaybeUninit<T>],
+) {
     let batch = ma.offsets.len();
-    // Every kernel below writes every output element and reads none (faer
-    // with Accum::Replace by its documented contract), so the output can
-    // start uninitialized.
-    let mut out = crate::pool::alloc_uninit::<T>(batch * m * n);
+    assert_eq!(out.len(), batch * m * n, "gemm_offsets_into: output of {} elements for {batch} x {m} x {n}", out.len());
     if out.is_empty() {
-        // SAFETY: empty.
-        return unsafe { crate::cpu::assume_init(out) };
+        return;
     }
     let per = m * n * k.max(1);
     let total = batch * per;
     let threads = super::threads();
     let par = if total < PAR_GEMM_MIN { Par::Seq } else { par };
     if k == 1 {
-        outer_products(a, ma, b, mb, m, n, par, threads, &mut out);
-        // SAFETY: outer_products wrote every element of every block.
-        return unsafe { crate::cpu::assume_init(out) };
+        outer_products(a, ma, b, mb, m, n, par, threads, out);
+        return;
     }
     // Small products skip faer's packing and set-up (see small_gemm).
     let direct = small_gemm::takes(m, k, n, mb.col_stride);
@@ -197,9 +218,8 @@ pub fn gemm_offsets<T: FaerElem + num_one::One>(
             }
         }
     }
-    // SAFETY: faer or the direct kernel wrote every element of every m x n
-    // block (faer: Accum::Replace, and zeros when k == 0).
-    unsafe { crate::cpu::assume_init(out) }
+    // (faer or the direct kernel wrote every element of every m x n block;
+    // faer: Accum::Replace, and zeros when k == 0)
 }
 
 /// One product on the calling thread into an `m x n` block of rows

@@ -159,7 +159,8 @@ fn dot_general_faer<
     a: &Array,
     b: &Array,
     shape: &Shape,
-) -> Result<Array> {
+    into: Option<&mut [std::mem::MaybeUninit<T>]>,
+) -> Result<Option<Array>> {
     let a =
         if merge(&a.layout, &d.lhs_contract).is_none() { with_contiguous_axes(a, &d.lhs_contract)? } else { a.clone() };
     let b =
@@ -197,15 +198,10 @@ fn dot_general_faer<
             }
         }
     }
-    use xform_kernels::cpu::matmul::{gemm_offsets, MatOperand};
+    use xform_kernels::cpu::matmul::{gemm_offsets, gemm_offsets_into, MatOperand};
     let ma = MatOperand { offsets: oa, row_stride: ms, col_stride: ka };
     let mb = MatOperand { offsets: ob, row_stride: kb, col_stride: ns };
     let par = Par::for_work(count * m * n * k, 1);
-    let out = {
-        let (ga, gb) = (a.read(), b.read());
-        let (ba, bb) = (ga.cpu("dot_general")?, gb.cpu("dot_general")?);
-        gemm_offsets(ba.as_slice::<T>(), &ma, bb.as_slice::<T>(), &mb, m, k, n, par)
-    };
     // Storage order: [batch, lhs looped, rhs looped, lhs merged, rhs merged].
     let nb = d.lhs_batch.len();
     let mut storage: Vec<usize> = loops.iter().map(|l| l.0).collect();
@@ -215,10 +211,46 @@ fn dot_general_faer<
     let rest = nb + jl + jr;
     perm.extend((0..lf.len()).map(|t| if t < jl { nb + t } else { rest + (t - jl) }));
     perm.extend((0..rf.len()).map(|t| if t < jr { nb + jl + t } else { rest + (lf.len() - jl) + (t - jr) }));
+    let (ga, gb) = (a.read(), b.read());
+    let (ba, bb) = (ga.cpu("dot_general")?, gb.cpu("dot_general")?);
+    let (sa, sb) = (ba.as_slice::<T>(), bb.as_slice::<T>());
+    // storage in the result's own order: the kernel writes `into` directly
+    if let Some(dst) = into.filter(|dst| perm.iter().enumerate().all(|(i, &p)| i == p) && dst.len() == shape.numel()) {
+        gemm_offsets_into(sa, &ma, sb, &mb, m, k, n, par, dst);
+        return Ok(None);
+    }
+    let out = gemm_offsets(sa, &ma, sb, &mb, m, k, n, par);
     let arr = Array::from_cpu(CpuBuffer::from_vec(out), Shape::from(storage));
     let view = arr.with_layout(arr.layout.permute(&perm));
     debug_assert_eq!(view.shape(), shape);
-    Ok(view)
+    Ok(Some(view))
+}
+
+/// `dot_general` of CPU operands written into `dst`, the result's elements
+/// in row-major order, where the kernel can write there directly: f32 or
+/// f64 operands whose product is stored in the result's own order (a
+/// matrix product, batched products, batched outer products; not one whose
+/// free axes interleave). Returns `None` when it wrote `dst`, else the
+/// result computed as [`lower`](crate::prim::lower) does (nothing written;
+/// the caller copies it).
+///
+/// # Errors
+/// As the lowering: operands not on the CPU, or of the wrong dtypes or
+/// shapes for `d` (checked by its shape rule).
+pub fn dot_general_into<T>(
+    d: &DotDims,
+    a: &Array,
+    b: &Array,
+    dst: &mut [std::mem::MaybeUninit<T>],
+) -> Result<Option<Array>>
+where
+    T: xform_kernels::cpu::matmul::FaerElem + xform_kernels::cpu::matmul::One + xform_kernels::Element,
+{
+    let out = shape_dot_general(d, &[a.aval_ref(), b.aval_ref()])?;
+    if a.device() != Device::Cpu || a.dtype != T::DTYPE {
+        return lower_dot_general(d, a, b).map(Some);
+    }
+    dot_general_faer::<T>(d, a, b, &out[0].shape, Some(dst))
 }
 
 fn lower_dot_general(d: &DotDims, a: &Array, b: &Array) -> Result<Array> {
@@ -232,12 +264,12 @@ fn lower_dot_general(d: &DotDims, a: &Array, b: &Array) -> Result<Array> {
     let shape = Shape::from(shape);
     if a.device() == Device::Cpu {
         match a.dtype {
-            DType::F32 => return dot_general_faer::<f32>(d, a, b, &shape),
-            DType::F64 => return dot_general_faer::<f64>(d, a, b, &shape),
+            DType::F32 => return Ok(dot_general_faer::<f32>(d, a, b, &shape, None)?.expect("computed fresh")),
+            DType::F64 => return Ok(dot_general_faer::<f64>(d, a, b, &shape, None)?.expect("computed fresh")),
             DType::F16 | DType::BF16 => {
                 // Compute in f32, round once.
                 let wide = |x: &Array| super::elementwise::lower_convert(DType::F32, x);
-                let out = dot_general_faer::<f32>(d, &wide(a)?, &wide(b)?, &shape)?;
+                let out = dot_general_faer::<f32>(d, &wide(a)?, &wide(b)?, &shape, None)?.expect("computed fresh");
                 return super::elementwise::lower_convert(a.dtype, &out);
             }
             _ => {}

@@ -55,6 +55,9 @@ pub struct JitEntry {
     /// and why (a step that cannot be captured, `JitOptions::cuda_graphs`
     /// off, a failed capture); `None` off CUDA.
     pub cuda_graph: Option<String>,
+    /// The rows of each half where the replay runs as two halves of its
+    /// batch, one per core (NOTE: [batch split] in `jit/split.rs`).
+    pub batch_split: Option<(usize, usize)>,
 }
 
 /// One compiled signature: its key, and what the call needs.

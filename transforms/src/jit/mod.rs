@@ -50,6 +50,7 @@ pub mod graph;
 pub mod passes;
 pub mod plan;
 mod sinks;
+mod split;
 
 use crate::functionalize::write_back;
 use crate::tree::Tree;
@@ -80,13 +81,20 @@ pub struct JitOptions {
     /// while the replay goes on, and lend that thread to mid-sized CPU
     /// kernels for half their work (default true; NOTE: [parallel sinks]
     /// in `jit/sinks.rs`, [paired halves] in `xform_kernels::cpu::pair`).
-    /// Off, every step runs on the calling thread.
+    /// Off, every step runs on the calling thread (and `batch_split` is
+    /// off too).
     pub parallel_sinks: bool,
+    /// On the CPU, replay a program that never mixes the rows of a batch
+    /// (per-sample gradients, a forward pass) as two halves of the batch,
+    /// the second on the helper thread of `parallel_sinks` (default true;
+    /// NOTE: [batch split] in `jit/split.rs`). The results are the same
+    /// bits either way.
+    pub batch_split: bool,
 }
 
 impl Default for JitOptions {
     fn default() -> Self {
-        JitOptions { cache_size: 64, optimize: true, cuda_graphs: true, parallel_sinks: true }
+        JitOptions { cache_size: 64, optimize: true, cuda_graphs: true, parallel_sinks: true, batch_split: true }
     }
 }
 
@@ -100,6 +108,9 @@ pub(crate) struct Compiled<Y> {
     /// The replay plan (`None` when the program holds a tracer of an
     /// enclosing transform: then it is not cached either).
     plan: Option<Plan>,
+    /// The plan as two halves of the batch, where that pays (NOTE: [batch
+    /// split] in `jit/split.rs`).
+    split: Option<split::SplitPlan>,
     /// The output tree, its leaves placeholders.
     template: Y,
     /// Number of output leaves.
@@ -349,6 +360,7 @@ where
                 sink_steps: s.compiled.plan.as_ref().map_or(0, Plan::sink_steps),
                 in_place_writes: s.compiled.plan.as_ref().map_or(0, Plan::in_place_writes),
                 cuda_graph: s.compiled.plan.as_ref().and_then(Plan::cuda_graph),
+                batch_split: s.compiled.split.as_ref().map(split::SplitPlan::rows),
             })
             .collect()
     }
@@ -441,7 +453,13 @@ fn compile<S, X: Tree, Y: Tree>(
         }
         Some(plan)
     };
-    Ok(Compiled { traced_eqns: traced.eqns.len(), program, plan, template, n_out, mutated })
+    // a split that cannot be built (a constant that cannot be cut) is only
+    // a replay not taken
+    let split = match &plan {
+        Some(_) if opts.parallel_sinks && opts.batch_split => split::SplitPlan::new(&program).ok().flatten(),
+        _ => None,
+    };
+    Ok(Compiled { traced_eqns: traced.eqns.len(), program, plan, split, template, n_out, mutated })
 }
 
 /// [`run`] on leaves handed over: the plan may write over those no one
@@ -451,11 +469,21 @@ fn run_donated<Y: Tree>(c: &Compiled<Y>, leaves: Vec<Tensor>) -> Result<Y> {
     match &c.plan {
         Some(plan) if c.mutated.is_empty() && leaves.iter().all(|l| !l.is_tracer()) => {
             c.program.check_consts("jit")?;
-            let outs = plan.run_donated(leaves)?;
+            let outs = match split_now(c) {
+                Some(s) => s.run(&leaves)?,
+                None => plan.run_donated(leaves)?,
+            };
             Ok(c.template.with_leaves(outs.into_iter().take(c.n_out)))
         }
         _ => run(c, &leaves),
     }
+}
+
+/// The split replay of `c` if it has one and this thread may hand half of
+/// it to the helper (another thread exists, and this is not one of rayon's:
+/// see NOTE: [parallel sinks]).
+fn split_now<Y>(c: &Compiled<Y>) -> Option<&split::SplitPlan> {
+    c.split.as_ref().filter(|_| xform_kernels::cpu::threads() > 1 && !xform_kernels::cpu::on_pool_thread())
 }
 
 /// Runs a compiled signature on the call's leaves: the plan for concrete
@@ -465,7 +493,10 @@ fn run<Y: Tree>(c: &Compiled<Y>, leaves: &[Tensor]) -> Result<Y> {
     let outs = match &c.plan {
         Some(plan) if leaves.iter().all(|l| !l.is_tracer()) => {
             c.program.check_consts("jit")?;
-            plan.run(leaves)?
+            match split_now(c) {
+                Some(s) => s.run(leaves)?,
+                None => plan.run(leaves)?,
+            }
         }
         _ => c.program.eval(leaves)?,
     };

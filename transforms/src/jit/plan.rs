@@ -41,6 +41,7 @@
 use super::fuse::{self, Fused, Item};
 use super::graph::GraphReplay;
 use super::sinks::{self, Sinks};
+use super::split::{self, Dst};
 use smallvec::SmallVec;
 use std::sync::Arc;
 use xform_ops::interp::lower_checked;
@@ -78,6 +79,10 @@ pub struct Step {
     /// A sink: the step (a `StepOp::Prim`) may run on a helper thread
     /// (NOTE: [parallel sinks]).
     pub sink: bool,
+    /// The program output this step writes straight into the caller's
+    /// destination when [`Plan::run_into`] is given one (a product no
+    /// later step reads; NOTE: [batch split] in `jit/split.rs`).
+    pub into: Option<u32>,
 }
 
 /// A compiled program for concrete inputs of its signature.
@@ -211,7 +216,7 @@ impl Plan {
                     free.push(*v);
                 }
             }
-            steps.push(Step { op, ins: ins.iter().copied().collect(), outs, free, reuse, sink });
+            steps.push(Step { op, ins: ins.iter().copied().collect(), outs, free, reuse, sink, into: None });
         }
         // a sink hands off only where steps after it give the main thread
         // work to overlap with
@@ -322,6 +327,59 @@ impl Plan {
     /// The steps on `args`: the results as the slots (or constants) hold
     /// them, not copied.
     pub(crate) fn run_raw(&self, args: impl IntoIterator<Item = Tensor>) -> Result<Vec<Tensor>> {
+        let outs = self.run_steps(args, &[])?;
+        Ok(outs.into_iter().map(|t| t.expect("no destination given")).collect())
+    }
+
+    /// Marks the steps that may write a program output straight into a
+    /// destination of [`Plan::run_into`]: a product (`dot_general`) whose
+    /// one result is that output alone (listed once) and read by no step.
+    pub(crate) fn write_products_into(&mut self) {
+        let mut read = vec![false; self.slots];
+        for step in &self.steps {
+            for a in &step.ins {
+                if let Atom::Var(v) = a {
+                    read[v.0 as usize] = true;
+                }
+            }
+        }
+        for (k, (out, _)) in self.outputs.iter().enumerate() {
+            let Atom::Var(v) = out else { continue };
+            if self.outputs.iter().filter(|(o, _)| o == out).count() > 1 || read[v.0 as usize] {
+                continue;
+            }
+            for step in &mut self.steps {
+                let product = matches!(step.op, StepOp::Prim(Prim::Linalg(xform_ops::prim::LinalgOp::DotGeneral(_))));
+                if product && step.outs.len() == 1 && step.outs[0] == v.0 {
+                    step.into = Some(k as u32);
+                }
+            }
+        }
+    }
+
+    /// Runs the plan with some outputs written into the caller's memory
+    /// (`dsts[k]` for output `k`, each the output's elements in row-major
+    /// order): those come back as `None`, the others as [`Plan::run`]
+    /// returns them. Runs every step on this thread.
+    ///
+    /// # Errors
+    /// As [`Plan::run`].
+    pub(crate) fn run_into(&self, args: Vec<Tensor>, dsts: &[Option<Dst>]) -> Result<Vec<Option<Tensor>>> {
+        let outs = self.run_steps(args, dsts)?;
+        outs.into_iter()
+            .zip(&self.outputs)
+            .map(|(t, (_, copy))| match t {
+                Some(t) if *copy => copy_of(&t).map(Some),
+                t => Ok(t),
+            })
+            .collect()
+    }
+
+    /// The steps on `args`, outputs with a destination in `dsts` written
+    /// there (`None` in the result).
+    fn run_steps(&self, args: impl IntoIterator<Item = Tensor>, dsts: &[Option<Dst>]) -> Result<Vec<Option<Tensor>>> {
+        let dst = |k: Option<u32>| k.and_then(|k| dsts.get(k as usize)).and_then(Option::as_ref);
+        let mut written: SmallVec<[bool; 8]> = SmallVec::from_elem(false, dsts.len());
         let mut slots: SmallVec<[Option<Tensor>; 32]> = SmallVec::from_elem(None, self.slots);
         for ((slot, a), unused) in self.inputs.iter().zip(args).zip(&self.unused_inputs) {
             if !unused {
@@ -355,6 +413,12 @@ impl Plan {
                         }
                     }
                     match &step.op {
+                        StepOp::Prim(prim) if dst(step.into).is_some() => {
+                            let k = step.into.expect("checked") as usize;
+                            split::write_product(prim, &arrays, dst(step.into).expect("checked"))?;
+                            written[k] = true;
+                            SmallVec::new()
+                        }
                         StepOp::Prim(prim) if step.sink && offload => {
                             // results come back at the join below
                             let (prim, ins): (Prim, SmallVec<[xform_ops::Array; 4]>) =
@@ -404,11 +468,22 @@ impl Plan {
             }
         }
         let mut results = Vec::with_capacity(self.outputs.len());
-        for (s, _) in &self.outputs {
-            results.push(match s {
+        for (k, (s, _)) in self.outputs.iter().enumerate() {
+            if written.get(k).copied().unwrap_or(false) {
+                results.push(None);
+                continue;
+            }
+            let t = match s {
                 Atom::Var(v) => slots[v.0 as usize].clone().expect("output defined"),
                 Atom::Const(i) => self.consts[*i].clone(),
-            });
+            };
+            match dst(Some(k as u32)) {
+                Some(d) => {
+                    split::copy_into(&t, d)?;
+                    results.push(None);
+                }
+                None => results.push(Some(t)),
+            }
         }
         Ok(results)
     }

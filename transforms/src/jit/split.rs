@@ -1,0 +1,890 @@
+//! Batch split: a CPU replay as two halves of its batch, one per core.
+//!
+//! NOTE: [batch split] A small per-sample program (W1 small: 64 samples,
+//! some thirty steps of a few microseconds each) cannot use the second
+//! core kernel by kernel: a cache-line round trip between the two cores of
+//! the 2-core target takes 0.2-0.5 us and a hand-off several of them, so
+//! lending half of a 3 us kernel to the other core saves about what it
+//! costs. Such programs are mostly independent along a batch axis: the
+//! forward pass, the loss per sample and the per-sample gradients never
+//! mix two samples. The replay then runs two programs, each on its half of
+//! the batch, one on the replaying thread and one on the sinks' helper
+//! (`jit/sinks.rs`): one hand-off per replay.
+//!
+//! [`SplitPlan::new`] decides, per variable, whether each half holds the
+//! whole value ([`Part::Whole`]: the parameters and what is computed from
+//! them alone) or only its own rows along one axis ([`Part::Rows`]). The
+//! arguments whose leading axis has the batch's size start as rows; rules
+//! per primitive carry rows through elementwise ops, broadcasts, reshapes,
+//! transposes, slices and pads of other axes, reductions over other axes,
+//! products over other axes and gathers and scatters along matched batch
+//! axes. A whole operand combined with rows (a materialized broadcast, a
+//! constant, a basis) is cut to the half's rows. An equation that would
+//! mix rows (a reduction over the batch, a product contracting it, control
+//! flow, random numbers) blames the arguments whose rows reached it, and
+//! the analysis runs again without them: an argument such as a square
+//! weight whose leading axis happens to have the batch's size drops out
+//! at its first product. The split is taken when every output is whole or
+//! split along its leading axis, the work on rows is at least
+//! [`MIN_ROWS_WORK`] and eight times the work both halves repeat, and no
+//! equation is big enough for its kernel to go parallel by itself (then
+//! rayon already uses every core).
+//!
+//! Each half is its own program (its avals, the shapes in its parameters,
+//! its cut constants), checked against the shape rules, and compiled into
+//! its own plan. An output split along its leading axis is allocated whole
+//! before the halves run, and each half writes its rows into it (a product
+//! straight from its kernel, anything else copied), so nothing is
+//! concatenated. Each half computes what the whole replay computes for its
+//! rows, with the same kernels, which compute a row of a product, of an
+//! elementwise op or of a reduction over other axes alone: the results are
+//! the same bits as the unsplit replay (tested).
+
+use super::plan::Plan;
+use super::sinks::Sinks;
+use smallvec::{smallvec, SmallVec};
+use std::collections::HashMap;
+use std::sync::Arc;
+use xform_ops::interp::lower_checked;
+use xform_ops::prim::{shape_rule, IndexOp, LinalgOp, Reduction, ShapeOp};
+use xform_ops::{Array, Atom, Aval, DType, Device, Eqn, Error, Prim, Program, ProgramBuilder, Result, Tensor, Var};
+
+/// The least work on rows (elements written, times the contracted size for
+/// a product) worth a hand-off: about 1.5 us of the 2-core target's time.
+pub const MIN_ROWS_WORK: usize = 1 << 16;
+
+/// How each half holds a variable.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Part {
+    /// The whole value, in both halves.
+    Whole,
+    /// Its own rows of the batch along this axis.
+    Rows(usize),
+}
+
+/// What an equation does with rows: the axis along which each operand is
+/// cut in a half (`None`: whole), and each result's part.
+#[derive(Clone, Debug)]
+struct Rule {
+    ins: SmallVec<[Option<usize>; 4]>,
+    outs: SmallVec<[Part; 2]>,
+}
+
+/// The operands (a bit per operand) an equation cannot take as rows.
+type Blame = u32;
+
+/// The rule of equation `e` for operands held as `parts`, the batch being
+/// `rows` long.
+fn rule(p: &Program, e: &Eqn, parts: &[Part], rows: usize) -> std::result::Result<Rule, Blame> {
+    let split: Blame = parts.iter().enumerate().filter(|(_, q)| **q != Part::Whole).fold(0, |m, (i, _)| m | 1 << i);
+    let n_out = e.outputs.len();
+    if split == 0 {
+        return Ok(Rule { ins: smallvec![None; parts.len()], outs: smallvec![Part::Whole; n_out] });
+    }
+    let shape = |i: usize| p.atom_aval(e.inputs[i]).shape;
+    let axis = |i: usize| match parts.get(i) {
+        Some(Part::Rows(a)) => Some(*a),
+        _ => None,
+    };
+    let one = |ins: SmallVec<[Option<usize>; 4]>, out: usize| Ok(Rule { ins, outs: smallvec![Part::Rows(out); n_out] });
+    match &e.prim {
+        Prim::Unary(_) | Prim::Binary(_) | Prim::Compare(_) | Prim::Elementwise(_) => {
+            // operands with rows along different axes: the first axis wins
+            // (a batch is most often leading; a bias of the batch's length
+            // broadcast along a later axis is the one to drop)
+            let a = (0..parts.len()).filter_map(axis).min().expect("some operand holds rows");
+            let other: Blame = (0..parts.len()).filter(|&i| axis(i).is_some_and(|b| b != a)).fold(0, |m, i| m | 1 << i);
+            if other != 0 {
+                return Err(other);
+            }
+            let out = &p.aval(e.outputs[0]).shape;
+            let mut ins = SmallVec::new();
+            for (i, q) in parts.iter().enumerate() {
+                ins.push(match q {
+                    Part::Rows(_) => Some(a),
+                    Part::Whole if shape(i).rank() == 0 => None,
+                    Part::Whole if shape(i) == *out => Some(a),
+                    Part::Whole => return Err(split),
+                });
+            }
+            one(ins, a)
+        }
+        Prim::Shape(op) => {
+            let a = axis(0).ok_or(split)?;
+            let x = shape(0);
+            let out = match op {
+                ShapeOp::BroadcastInDim { dims, .. } => dims[a],
+                ShapeOp::Reshape { shape: to } => {
+                    // the axis keeps its size and the elements before it
+                    let before: usize = x[..a].iter().product();
+                    (0..to.rank())
+                        .find(|&c| to[c] == rows && to[..c].iter().product::<usize>() == before)
+                        .ok_or(split)?
+                }
+                ShapeOp::Transpose { perm } => perm.iter().position(|&q| q == a).ok_or(split)?,
+                ShapeOp::Slice { start, limit, strides } if (start[a], limit[a], strides[a]) == (0, rows, 1) => a,
+                ShapeOp::Pad { low, high, interior }
+                    if (low[a], high[a], interior[a]) == (0, 0, 0) && axis(1).is_none() =>
+                {
+                    return one(smallvec![Some(a), None], a);
+                }
+                ShapeOp::Rev { axes } if !axes.contains(&a) => a,
+                ShapeOp::Concatenate { axis: c } if *c != a => {
+                    let mut ins = SmallVec::new();
+                    for (i, q) in parts.iter().enumerate() {
+                        ins.push(match q {
+                            Part::Rows(b) if *b == a => Some(a),
+                            Part::Whole if shape(i)[a] == rows => Some(a),
+                            _ => return Err(split),
+                        });
+                    }
+                    return one(ins, a);
+                }
+                _ => return Err(split),
+            };
+            one(smallvec![Some(a)], out)
+        }
+        Prim::Reduce(Reduction::Reduce { axes, .. }) => {
+            let a = axis(0).ok_or(split)?;
+            if axes.contains(&a) {
+                return Err(split);
+            }
+            one(smallvec![Some(a)], a - axes.iter().filter(|&&x| x < a).count())
+        }
+        Prim::Linalg(LinalgOp::DotGeneral(d)) => {
+            let (lf, rf) = (d.free(shape(0).rank(), true), d.free(shape(1).rank(), false));
+            let nb = d.lhs_batch.len();
+            // an operand with rows along a contracted axis is the one to drop
+            let contracted = (0..2)
+                .filter(|&i| {
+                    axis(i).is_some_and(|a| if i == 0 { &d.lhs_contract } else { &d.rhs_contract }.contains(&a))
+                })
+                .fold(0, |m, i| m | 1 << i);
+            if contracted != 0 {
+                return Err(contracted);
+            }
+            match (parts[0], parts[1]) {
+                (Part::Rows(a), r) => {
+                    if let Some(k) = d.lhs_batch.iter().position(|&x| x == a) {
+                        let b = d.rhs_batch[k];
+                        if matches!(r, Part::Rows(c) if c != b) {
+                            return Err(split);
+                        }
+                        one(smallvec![Some(a), Some(b)], k)
+                    } else if let Some(k) = lf.iter().position(|&x| x == a) {
+                        if r != Part::Whole {
+                            return Err(split);
+                        }
+                        one(smallvec![Some(a), None], nb + k)
+                    } else {
+                        Err(1)
+                    }
+                }
+                (Part::Whole, Part::Rows(b)) => {
+                    if let Some(k) = d.rhs_batch.iter().position(|&x| x == b) {
+                        one(smallvec![Some(d.lhs_batch[k]), Some(b)], k)
+                    } else if let Some(k) = rf.iter().position(|&x| x == b) {
+                        one(smallvec![None, Some(b)], nb + lf.len() + k)
+                    } else {
+                        Err(2)
+                    }
+                }
+                (Part::Whole, Part::Whole) => unreachable!("some operand holds rows"),
+            }
+        }
+        Prim::Index(IndexOp::Gather { axis: g, batch_dims: nb }) => {
+            let (g, nb, idx_rank) = (*g, *nb, shape(1).rank());
+            match (axis(0), axis(1)) {
+                (Some(a), i) if a < nb && i.is_none_or(|i| i == a) => one(smallvec![Some(a), Some(a)], a),
+                (None, Some(a)) if a < nb => one(smallvec![Some(a), Some(a)], a),
+                (Some(a), None) if a < g => one(smallvec![Some(a), None], a),
+                (Some(a), None) if a > g => one(smallvec![Some(a), None], a - 1 + idx_rank - nb),
+                (None, Some(a)) => one(smallvec![None, Some(a)], g + a - nb),
+                _ => Err(split),
+            }
+        }
+        Prim::Index(IndexOp::ScatterAdd { axis: g, batch_dims: nb }) => {
+            let (g, nb, idx_rank) = (*g, *nb, shape(1).rank());
+            let a = (0..3).find_map(axis).expect("some operand holds rows");
+            let agree = |i: usize, want: Option<usize>| parts[i] == Part::Whole || axis(i) == want;
+            if a < nb && (0..3).all(|i| agree(i, Some(a))) {
+                return one(smallvec![Some(a), Some(a), Some(a)], a);
+            }
+            // rows of the operand along an axis the indices do not reach:
+            // the updates hold the same rows
+            let u = if a < g { a } else { a - 1 + idx_rank - nb };
+            if axis(0) == Some(a) && a != g && a >= nb && parts[1] == Part::Whole && agree(2, Some(u)) {
+                return one(smallvec![Some(a), None, Some(u)], a);
+            }
+            Err(split)
+        }
+        _ => Err(split),
+    }
+}
+
+/// The work of an equation: elements written, times the contracted size
+/// for a product.
+fn work(p: &Program, e: &Eqn) -> usize {
+    let out: usize = e.outputs.iter().map(|v| p.aval(*v).shape.numel()).sum();
+    match &e.prim {
+        Prim::Linalg(LinalgOp::DotGeneral(d)) => {
+            let s = p.atom_aval(e.inputs[0]).shape;
+            out.saturating_mul(d.lhs_contract.iter().map(|&a| s[a]).product::<usize>().max(1))
+        }
+        _ => out,
+    }
+}
+
+/// The parts of every variable and the rules of every equation, for one
+/// batch length.
+struct Analysis {
+    rows: usize,
+    parts: Vec<Part>,
+    rules: Vec<Rule>,
+}
+
+/// Carries the rows of the arguments in `seeds` (a bit per input) through
+/// `p`; on an equation that mixes rows, the seeds to drop.
+fn propagate(p: &Program, rows: usize, seeds: u64) -> std::result::Result<Analysis, u64> {
+    let mut parts = vec![Part::Whole; p.avals.len()];
+    let mut from = vec![0u64; p.avals.len()];
+    for (i, v) in p.inputs.iter().enumerate().take(64) {
+        if seeds & (1 << i) != 0 {
+            parts[v.0 as usize] = Part::Rows(0);
+            from[v.0 as usize] = 1 << i;
+        }
+    }
+    let part = |parts: &[Part], a: &Atom| match a {
+        Atom::Var(v) => parts[v.0 as usize],
+        Atom::Const(_) => Part::Whole,
+    };
+    let origin = |from: &[u64], a: &Atom| match a {
+        Atom::Var(v) => from[v.0 as usize],
+        Atom::Const(_) => 0,
+    };
+    let mut rules = Vec::with_capacity(p.eqns.len());
+    for e in &p.eqns {
+        let ins: SmallVec<[Part; 4]> = e.inputs.iter().map(|a| part(&parts, a)).collect();
+        match rule(p, e, &ins, rows) {
+            Ok(r) => {
+                let o = e.inputs.iter().fold(0, |m, a| m | origin(&from, a));
+                for (v, q) in e.outputs.iter().zip(&r.outs) {
+                    parts[v.0 as usize] = *q;
+                    from[v.0 as usize] = if *q == Part::Whole { 0 } else { o };
+                }
+                rules.push(r);
+            }
+            Err(blame) => {
+                let drop = (0..e.inputs.len())
+                    .filter(|i| blame & (1 << i) != 0)
+                    .fold(0, |m, i| m | origin(&from, &e.inputs[i]));
+                return Err(if drop == 0 { seeds } else { drop });
+            }
+        }
+    }
+    // outputs are assembled along their leading axis
+    let mut drop = 0;
+    for a in &p.outputs {
+        if let Atom::Var(v) = a {
+            if matches!(parts[v.0 as usize], Part::Rows(ax) if ax != 0) {
+                drop |= from[v.0 as usize];
+            }
+        }
+    }
+    if drop != 0 {
+        return Err(drop);
+    }
+    Ok(Analysis { rows, parts, rules })
+}
+
+impl Analysis {
+    /// Whether the split pays (see NOTE: [batch split]).
+    fn worth(&self, p: &Program) -> bool {
+        let (mut rows_work, mut whole_work, mut largest) = (0usize, 0usize, 0usize);
+        for (e, r) in p.eqns.iter().zip(&self.rules) {
+            let w = work(p, e);
+            largest = largest.max(w);
+            if r.outs.iter().any(|q| *q != Part::Whole) {
+                rows_work = rows_work.saturating_add(w);
+            } else {
+                whole_work = whole_work.saturating_add(w);
+            }
+        }
+        let assembled = p.outputs.iter().any(|a| matches!(a, Atom::Var(v) if self.parts[v.0 as usize] != Part::Whole));
+        assembled
+            && rows_work >= MIN_ROWS_WORK
+            && whole_work.saturating_mul(8) <= rows_work
+            && largest < 2 * xform_kernels::cpu::PAR_MIN_WORK
+    }
+}
+
+/// The analysis of `p` for the first batch length that splits (the
+/// leading sizes of its arguments, most bytes first), if one does.
+fn analyze(p: &Program) -> Option<Analysis> {
+    let on_cpu = p.avals.iter().all(|a| a.device == Device::Cpu) && p.consts.iter().all(|c| c.device() == Device::Cpu);
+    if !on_cpu {
+        return None;
+    }
+    let mut lengths: Vec<(usize, usize)> = Vec::new();
+    for v in p.inputs.iter().take(64) {
+        let a = p.aval(*v);
+        if a.shape.rank() == 0 || a.shape[0] < 2 {
+            continue;
+        }
+        let bytes = a.shape.numel().saturating_mul(a.dtype.size_bytes());
+        match lengths.iter_mut().find(|(n, _)| *n == a.shape[0]) {
+            Some(l) => l.1 = l.1.saturating_add(bytes),
+            None => lengths.push((a.shape[0], bytes)),
+        }
+    }
+    lengths.sort_by_key(|&(n, bytes)| (std::cmp::Reverse(bytes), n));
+    for &(rows, _) in lengths.iter().take(3) {
+        let mut seeds: u64 = 0;
+        for (i, v) in p.inputs.iter().enumerate().take(64) {
+            let s = &p.aval(*v).shape;
+            if s.rank() > 0 && s[0] == rows {
+                seeds |= 1 << i;
+            }
+        }
+        while seeds != 0 {
+            match propagate(p, rows, seeds) {
+                Ok(a) if a.worth(p) => return Some(a),
+                Ok(_) => break,
+                Err(drop) => seeds &= !drop,
+            }
+        }
+    }
+    None
+}
+
+/// `aval` as a half holds it: rows `len` long along the split axis.
+fn half_aval(aval: &Aval, part: Part, len: usize) -> Aval {
+    let mut a = aval.clone();
+    if let Part::Rows(ax) = part {
+        let mut dims: Vec<usize> = a.shape.dims().to_vec();
+        dims[ax] = len;
+        a.shape = dims.into();
+    }
+    a
+}
+
+/// Builds the program of one half: rows `at..at + len` of the batch.
+struct HalfBuilder<'p> {
+    p: &'p Program,
+    an: &'p Analysis,
+    at: usize,
+    len: usize,
+    b: ProgramBuilder,
+    map: Vec<Option<Atom>>,
+    /// The equation that defines each variable.
+    producer: Vec<Option<usize>>,
+    /// Whole atoms already cut to the half's rows along an axis.
+    cut: HashMap<(Atom, usize), Atom>,
+}
+
+impl HalfBuilder<'_> {
+    fn atom(&mut self, a: Atom) -> Atom {
+        match a {
+            Atom::Var(v) => self.map[v.0 as usize].expect("defined before use"),
+            Atom::Const(i) => self.b.constant(&self.p.consts[i]),
+        }
+    }
+
+    /// A whole value cut to the half's rows along `axis`.
+    fn cut(&mut self, a: Atom, axis: usize) -> Result<Atom> {
+        if let Some(c) = self.cut.get(&(a, axis)) {
+            return Ok(*c);
+        }
+        let (at, len) = (self.at, self.len);
+        let aval = self.p.atom_aval(a);
+        let half = half_aval(&aval, Part::Rows(axis), len);
+        let made = match a {
+            Atom::Const(i) => self.b.constant(&xform_ops::lax::slice_axis(&self.p.consts[i], axis, at, at + len)?),
+            Atom::Var(v) => {
+                // a broadcast or an iota along the axis is made at the half's
+                // size; anything else is sliced
+                let src = self.producer[v.0 as usize].map(|k| &self.p.eqns[k]);
+                let (prim, ins): (Prim, SmallVec<[Atom; 4]>) = match src.map(|e| (&e.prim, e)) {
+                    Some((Prim::Shape(ShapeOp::BroadcastInDim { dims, .. }), e)) if !dims.contains(&axis) => (
+                        ShapeOp::BroadcastInDim { shape: half.shape.clone(), dims: dims.clone() }.into(),
+                        smallvec![self.atom(e.inputs[0])],
+                    ),
+                    Some((Prim::Shape(ShapeOp::Iota { dim, dtype, device, .. }), _)) if *dim != axis => (
+                        ShapeOp::Iota { shape: half.shape.clone(), dim: *dim, dtype: *dtype, device: *device }.into(),
+                        smallvec![],
+                    ),
+                    _ => {
+                        let rank = aval.shape.rank();
+                        let mut start: SmallVec<[usize; 4]> = smallvec![0; rank];
+                        let mut limit: SmallVec<[usize; 4]> = aval.shape.dims().iter().copied().collect();
+                        start[axis] = at;
+                        limit[axis] = at + len;
+                        let strides = smallvec![1; rank];
+                        (ShapeOp::Slice { start, limit, strides }.into(), smallvec![self.atom(a)])
+                    }
+                };
+                let out = self.b.new_var(half);
+                self.b.push(prim, ins, smallvec![out]);
+                Atom::Var(out)
+            }
+        };
+        self.cut.insert((a, axis), made);
+        Ok(made)
+    }
+
+    /// The half's program, or `None` if an equation's shape rule disagrees
+    /// with the parts (the split is then not taken).
+    fn build(mut self) -> Result<Option<Program>> {
+        let (p, an) = (self.p, self.an);
+        for v in &p.inputs {
+            let a = half_aval(p.aval(*v), an.parts[v.0 as usize], self.len);
+            self.map[v.0 as usize] = Some(Atom::Var(self.b.new_input(a)));
+        }
+        for (e, r) in p.eqns.iter().zip(&an.rules) {
+            let mut ins: SmallVec<[Atom; 4]> = SmallVec::new();
+            for (a, want) in e.inputs.iter().zip(&r.ins) {
+                let whole = match a {
+                    Atom::Var(v) => an.parts[v.0 as usize] == Part::Whole,
+                    Atom::Const(_) => true,
+                };
+                ins.push(match want {
+                    Some(axis) if whole => self.cut(*a, *axis)?,
+                    _ => self.atom(*a),
+                });
+            }
+            let prim = self.half_prim(&e.prim, &r.outs);
+            let outs: SmallVec<[Var; 2]> = e
+                .outputs
+                .iter()
+                .zip(&r.outs)
+                .map(|(v, q)| self.b.new_var(half_aval(p.aval(*v), *q, self.len)))
+                .collect();
+            let avals: Vec<Aval> = ins
+                .iter()
+                .map(|a| match a {
+                    Atom::Var(v) => self.b.aval(*v).clone(),
+                    Atom::Const(i) => self.b.const_at(*i).expect("a constant of the builder").aval(),
+                })
+                .collect();
+            let refs: Vec<_> = avals.iter().map(Aval::as_ref).collect();
+            let agrees = shape_rule(&prim, &refs)
+                .is_ok_and(|got| got.len() == outs.len() && got.iter().zip(&outs).all(|(g, v)| *g == *self.b.aval(*v)));
+            if !agrees {
+                return Ok(None);
+            }
+            for (v, nv) in e.outputs.iter().zip(&outs) {
+                self.map[v.0 as usize] = Some(Atom::Var(*nv));
+            }
+            self.b.push(prim, ins, outs);
+        }
+        let outputs: Vec<Atom> = p.outputs.iter().map(|a| self.atom(*a)).collect();
+        Ok(Some(self.b.finish(outputs)))
+    }
+
+    /// `prim` with the shapes in its parameters at the half's size.
+    fn half_prim(&self, prim: &Prim, outs: &[Part]) -> Prim {
+        let Some(Part::Rows(c)) = outs.first().copied() else { return prim.clone() };
+        let halve = |s: &xform_ops::Shape| -> xform_ops::Shape {
+            let mut d: Vec<usize> = s.dims().to_vec();
+            d[c] = self.len;
+            d.into()
+        };
+        match prim {
+            Prim::Shape(ShapeOp::BroadcastInDim { shape, dims }) => {
+                ShapeOp::BroadcastInDim { shape: halve(shape), dims: dims.clone() }.into()
+            }
+            Prim::Shape(ShapeOp::Reshape { shape }) => ShapeOp::Reshape { shape: halve(shape) }.into(),
+            Prim::Shape(ShapeOp::Slice { start, limit, strides }) => {
+                let mut limit = limit.clone();
+                limit[c] = self.len;
+                ShapeOp::Slice { start: start.clone(), limit, strides: strides.clone() }.into()
+            }
+            _ => prim.clone(),
+        }
+    }
+}
+
+/// A destination for one output of a half: its rows of a whole output's
+/// buffer, in row-major order.
+pub(crate) struct Dst {
+    ptr: *mut u8,
+    bytes: usize,
+}
+
+// SAFETY: a `Dst` is the byte range of one half's rows in a buffer that
+// the replaying thread keeps alive until both halves are done (it joins
+// the helper first, also when a half fails); the two halves' ranges are
+// disjoint, and nothing reads the buffer before the join.
+unsafe impl Send for Dst {}
+// SAFETY: as above: only the half that owns the range writes through it.
+unsafe impl Sync for Dst {}
+
+impl Dst {
+    /// The range as elements of `T`.
+    ///
+    /// # Safety
+    /// The buffer holds `T` (so the range is aligned for it), and no other
+    /// view of the range is alive.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn elems<T>(&self) -> &mut [std::mem::MaybeUninit<T>] {
+        // SAFETY: the caller's contract and the type's (a live, exclusive range).
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.cast(), self.bytes / std::mem::size_of::<T>()) }
+    }
+}
+
+/// Copies the elements of `a` (any layout) into `dst`.
+fn copy_array_into(a: &Array, dst: &Dst) -> Result<()> {
+    let a = a.contiguous()?;
+    a.with_cpu("jit", |buf, l| {
+        let r = l.contiguous_range().expect("a contiguous array");
+        xform_kernels::match_buffer!(buf, v => {
+            let src = &v[r];
+            if std::mem::size_of_val(src) != dst.bytes {
+                return Err(Error::invalid("jit", "a half's output does not fit its rows (internal error)"));
+            }
+            // SAFETY: `dst` is this half's range of a live buffer, exactly
+            // `bytes` long (checked), which no other view reaches; `src`
+            // is another allocation.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr().cast::<u8>(), dst.ptr, dst.bytes) };
+            Ok(())
+        })
+    })?
+}
+
+/// Copies the value of `t` into `dst`.
+pub(crate) fn copy_into(t: &Tensor, dst: &Dst) -> Result<()> {
+    let a = t.array().ok_or_else(|| Error::invalid("jit", "replay reached a tracer (internal error)"))?;
+    copy_array_into(&a, dst)
+}
+
+/// Runs a step's product into `dst`: straight from the kernel where it
+/// can write there, else computed and copied.
+pub(crate) fn write_product(prim: &Prim, ins: &[&Array], dst: &Dst) -> Result<()> {
+    use xform_ops::prims::linalg::dot_general_into;
+    let fresh = match (prim, ins.first().map(|a| a.dtype)) {
+        // SAFETY (both): the whole buffer holds the output's dtype, the
+        // operands' (`elems`' contract), and this step alone writes the range.
+        (Prim::Linalg(LinalgOp::DotGeneral(d)), Some(DType::F32)) if ins.len() == 2 => {
+            dot_general_into::<f32>(d, ins[0], ins[1], unsafe { dst.elems() })?
+        }
+        (Prim::Linalg(LinalgOp::DotGeneral(d)), Some(DType::F64)) if ins.len() == 2 => {
+            dot_general_into::<f64>(d, ins[0], ins[1], unsafe { dst.elems() })?
+        }
+        _ => {
+            let outs = lower_checked(prim, ins)?;
+            Some(outs[0].array().ok_or_else(|| Error::invalid("jit", "a lowering returned a tracer"))?)
+        }
+    };
+    match fresh {
+        Some(a) => copy_array_into(&a, dst),
+        None => Ok(()),
+    }
+}
+
+/// An output allocated whole before the halves write their rows.
+struct WholeOut {
+    /// Its first element, on a 64-byte line.
+    ptr: *mut u8,
+    bytes: usize,
+    /// The array, once both halves wrote it.
+    finish: Box<dyn FnOnce() -> Array>,
+}
+
+/// A buffer for an output of `aval`, its first element on a cache line:
+/// the halves' rows then start on lines too (a row of a per-sample weight
+/// gradient is a multiple of 64 bytes), and the product kernels store whole
+/// aligned lines. Large buffers come from malloc 16 bytes past a page
+/// boundary, so the buffer holds a line more and the array is a view at an
+/// offset into it. A half's outer products, 32 x (64x64, 32x64, 64x10)
+/// f32: 26 -> 16 us.
+fn alloc_whole(aval: &Aval) -> Result<WholeOut> {
+    let n = aval.shape.numel();
+    let shape = aval.shape.clone();
+    xform_ops::array::guard_alloc("jit", &aval.shape, aval.dtype, Device::Cpu, || {
+        xform_kernels::with_dtype!(aval.dtype, T => {
+            let size = std::mem::size_of::<T>();
+            let mut v = xform_kernels::pool::alloc_uninit::<T>(n + 64 / size);
+            // (the allocation is aligned for T, so the distance to the next
+            // line is a whole number of elements)
+            let skip = v.as_ptr().cast::<u8>().align_offset(64) / size;
+            // SAFETY: skip < 64 / size, so the n elements after it lie in
+            // the allocation.
+            let ptr = unsafe { v.as_mut_ptr().add(skip) }.cast::<u8>();
+            let finish = Box::new(move || {
+                let len = v.len();
+                // the elements around the array's
+                let (head, rest) = v.split_at_mut(skip);
+                for e in head.iter_mut().chain(rest[n..].iter_mut()) {
+                    e.write(<T as xform_kernels::Element>::from_f64(0.0));
+                }
+                // SAFETY: called only after both halves wrote elements
+                // skip..skip + n; the others were written just above.
+                let buf = xform_kernels::CpuBuffer::from_vec(unsafe { xform_kernels::cpu::assume_init(v) });
+                let all = Array::from_cpu(buf, xform_ops::Shape::from(vec![len]));
+                let strides = shape.contiguous_strides();
+                all.with_layout(xform_kernels::Layout { shape, strides, offset: skip })
+            }) as Box<dyn FnOnce() -> Array>;
+            WholeOut { ptr, bytes: n * size, finish }
+        })
+    })
+}
+
+/// A program replayed as two halves of its batch (NOTE: [batch split]).
+pub(crate) struct SplitPlan {
+    /// The batch's length, and the first row of the second half.
+    rows: usize,
+    mid: usize,
+    /// Per argument: cut along its leading axis (else whole to both).
+    cut: Vec<bool>,
+    /// Per output: its whole aval if assembled from the halves' rows (else
+    /// the first half's whole value is returned).
+    assembled: Vec<Option<Aval>>,
+    halves: [Arc<Plan>; 2],
+}
+
+impl std::fmt::Debug for SplitPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SplitPlan({} rows at {})", self.rows, self.mid)
+    }
+}
+
+impl SplitPlan {
+    /// The split of `p`, where one pays (NOTE: [batch split]).
+    ///
+    /// # Errors
+    /// What cutting a constant or compiling a half's plan returns.
+    pub(crate) fn new(p: &Program) -> Result<Option<SplitPlan>> {
+        let Some(an) = analyze(p) else { return Ok(None) };
+        let (rows, mid) = (an.rows, an.rows.div_ceil(2));
+        let mut producer = vec![None; p.avals.len()];
+        for (k, e) in p.eqns.iter().enumerate() {
+            for v in &e.outputs {
+                producer[v.0 as usize] = Some(k);
+            }
+        }
+        let mut halves = Vec::with_capacity(2);
+        for (at, len) in [(0, mid), (mid, rows - mid)] {
+            let builder = HalfBuilder {
+                p,
+                an: &an,
+                at,
+                len,
+                b: ProgramBuilder::new(),
+                map: vec![None; p.avals.len()],
+                producer: producer.clone(),
+                cut: HashMap::new(),
+            };
+            let Some(half) = builder.build()? else { return Ok(None) };
+            let half = super::passes::dce::run(&half)?;
+            let mut plan = Plan::compile(&half)?;
+            plan.disable_sinks();
+            plan.write_products_into();
+            halves.push(Arc::new(plan));
+        }
+        let second = halves.pop().expect("two halves");
+        let first = halves.pop().expect("two halves");
+        let part = |a: &Atom| match a {
+            Atom::Var(v) => an.parts[v.0 as usize],
+            Atom::Const(_) => Part::Whole,
+        };
+        Ok(Some(SplitPlan {
+            rows,
+            mid,
+            cut: p.inputs.iter().map(|v| an.parts[v.0 as usize] != Part::Whole).collect(),
+            assembled: p.outputs.iter().map(|a| (part(a) != Part::Whole).then(|| p.atom_aval(*a))).collect(),
+            halves: [first, second],
+        }))
+    }
+
+    /// The rows of each half.
+    pub fn rows(&self) -> (usize, usize) {
+        (self.mid, self.rows - self.mid)
+    }
+
+    /// Runs the halves, the second on the sinks' helper thread (or here,
+    /// after the first, when the helper does not take it), and assembles
+    /// the outputs.
+    ///
+    /// # Errors
+    /// What a half's replay returns; out of memory for a whole output.
+    pub(crate) fn run(&self, args: &[Tensor]) -> Result<Vec<Tensor>> {
+        let (mut first, mut second) = (Vec::with_capacity(args.len()), Vec::with_capacity(args.len()));
+        for (t, &cut) in args.iter().zip(&self.cut) {
+            let a = t.array().ok_or_else(|| Error::invalid("jit", "replay reached a tracer (internal error)"))?;
+            if cut {
+                let l = &a.layout;
+                let rank = l.rank();
+                let (mut start, mut limit): (Vec<usize>, Vec<usize>) = (vec![0; rank], l.shape.dims().to_vec());
+                let step = vec![1; rank];
+                limit[0] = self.mid;
+                first.push(a.with_layout(l.slice(&start, &limit, &step)));
+                (start[0], limit[0]) = (self.mid, self.rows);
+                second.push(a.with_layout(l.slice(&start, &limit, &step)));
+            } else {
+                first.push(a.clone());
+                second.push(a);
+            }
+        }
+        let mut wholes: Vec<Option<WholeOut>> = Vec::with_capacity(self.assembled.len());
+        for aval in &self.assembled {
+            wholes.push(aval.as_ref().map(alloc_whole).transpose()?);
+        }
+        let dsts = |h: usize| -> Vec<Option<Dst>> {
+            wholes
+                .iter()
+                .map(|w| {
+                    w.as_ref().map(|w| {
+                        let row = w.bytes / self.rows;
+                        let (lo, hi) = if h == 0 { (0, self.mid * row) } else { (self.mid * row, w.bytes) };
+                        // SAFETY: lo..hi lies inside the buffer (rows x row bytes)
+                        Dst { ptr: unsafe { w.ptr.add(lo) }, bytes: hi - lo }
+                    })
+                })
+                .collect()
+        };
+        let (dsts0, dsts1) = (dsts(0), dsts(1));
+        let plan1 = self.halves[1].clone();
+        let mut sinks = Sinks::default();
+        sinks.post(0, move || {
+            plan1.run_into(second.into_iter().map(Tensor::from_array).collect(), &dsts1)?;
+            Ok(SmallVec::new())
+        });
+        let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.halves[0].run_into(first.into_iter().map(Tensor::from_array).collect(), &dsts0)
+        }));
+        // the second half is done (or ran here) before anything returns:
+        // it writes into `wholes`
+        let theirs = sinks.join();
+        let outs = match mine {
+            Ok(r) => r?,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        theirs?;
+        let mut results = Vec::with_capacity(outs.len());
+        for ((t, whole), aval) in outs.into_iter().zip(wholes).zip(&self.assembled) {
+            results.push(match (t, whole, aval) {
+                (_, Some(w), Some(_)) => Tensor::from_array((w.finish)()),
+                (Some(t), None, None) => t,
+                _ => return Err(Error::invalid("jit", "a split output was not assembled (internal error)")),
+            });
+        }
+        Ok(results)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tree::Tree;
+    use crate::{grad, jitted, vmap, JitOptions};
+
+    /// Deterministic values in [-0.5, 0.5).
+    fn values(shape: &[usize], seed: u64) -> Tensor {
+        let n: usize = shape.iter().product();
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let v: Vec<f32> = (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+            })
+            .collect();
+        Tensor::from_vec(v, shape.to_vec())
+    }
+
+    fn bits(t: &Tensor) -> Vec<u64> {
+        t.cast(DType::F64).to_vec::<f64>().iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// Runs `f` jitted with and without the batch split, several times
+    /// (the helper takes the second half on some calls and not on others),
+    /// asserts every output bitwise equal, and also runs the split plan on
+    /// this thread alone; returns the rows of each half.
+    fn split_rows<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y + Clone, x: &X) -> Option<(usize, usize)> {
+        let split = jitted(f.clone(), JitOptions::default());
+        let whole = jitted(f, JitOptions { batch_split: false, ..JitOptions::default() });
+        for _ in 0..4 {
+            let (a, b) = (split.call(x).leaves(), whole.call(x).leaves());
+            assert_eq!(a.len(), b.len());
+            for (k, (a, b)) in a.iter().zip(b.iter()).enumerate() {
+                assert_eq!((a.shape(), a.dtype()), (b.shape(), b.dtype()), "output {k}");
+                assert!(bits(a) == bits(b), "output {k} differs from the unsplit replay");
+            }
+        }
+        // the plan itself, without the thread-count gate of `jit`
+        let p = split.program(&(), x).unwrap();
+        let leaves = x.leaves();
+        let want = Plan::compile(&p).unwrap().run(&leaves).unwrap();
+        if let Some(sp) = SplitPlan::new(&p).unwrap() {
+            let got = sp.run(&leaves).unwrap();
+            for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert!(bits(a) == bits(b), "output {k} of SplitPlan::run differs");
+            }
+        }
+        split.entries()[0].batch_split
+    }
+
+    type Mlp = (Tensor, Tensor, Tensor, Tensor);
+
+    fn mlp(d_in: usize, h: usize, c: usize) -> Mlp {
+        (values(&[d_in, h], 1), values(&[h], 2), values(&[h, c], 3), values(&[c], 4))
+    }
+
+    /// Per-sample gradients of a softmax cross-entropy MLP (W1's shape): a
+    /// weight whose leading axis has the batch's length (h = B = 64) drops
+    /// out at its first product; an odd batch splits 5 + 4.
+    #[test]
+    fn per_sample_gradients_split_bitwise() {
+        let per_sample = |(p, xs, ys): &(Mlp, Tensor, Tensor)| {
+            vmap(|(x, y): &(Tensor, Tensor)| {
+                grad(|p: &Mlp| {
+                    let logits = (x.matmul(&p.0) + &p.1).tanh().matmul(&p.2) + &p.3;
+                    logits.logsumexp(0, false) - logits.take(y, 0)
+                })(p)
+            })(&(xs.clone(), ys.clone()))
+        };
+        for (b, d_in, h, c) in [(64, 32, 64, 10), (9, 40, 64, 10)] {
+            let ys = Tensor::from_vec((0..b as i32).map(|i| i % c as i32).collect::<Vec<_>>(), [b]);
+            let x = (mlp(d_in, h, c), values(&[b, d_in], 5), ys);
+            assert_eq!(split_rows(per_sample, &x), Some((b.div_ceil(2), b / 2)), "B = {b}");
+        }
+    }
+
+    /// Gathers with batch axes, reshapes through a transpose, slices,
+    /// concatenation, padding and reductions over other axes keep rows.
+    #[test]
+    fn indexing_and_shape_ops_keep_rows() {
+        let f = |(x, idx, w): &(Tensor, Tensor, Tensor)| {
+            let g = x.take_along_axis(idx, 1);
+            let y = x.reshape(&[256, 8, 5]).permute(&[0, 2, 1]).reshape(&[256, 40]);
+            let z = Tensor::concat(&[&y, &x.narrow(1, 0, 8)], 1).pad(&[(0, 0), (1, 2)], 0.5);
+            let s = (z.exp() * 0.5).sum_axis(1, true);
+            let m = x.matmul(w).tanh();
+            let back = Tensor::zeros_like(x).scatter_add(idx, &g, 1, 1);
+            (g, z * &s, m, back)
+        };
+        let idx = Tensor::from_vec((0..256 * 3i32).map(|i| i * 7 % 40).collect::<Vec<_>>(), [256, 3]);
+        let x = (values(&[256, 40], 6), idx, values(&[40, 16], 7));
+        assert_eq!(split_rows(f, &x), Some((128, 128)));
+    }
+
+    /// What mixes rows is not split: a reduction over the batch, a
+    /// normalization by the batch's mean, an output with the batch along a
+    /// later axis, and a program too small to pay for the hand-off.
+    #[test]
+    fn what_mixes_rows_is_not_split() {
+        let w = values(&[64, 64], 8);
+        let x = values(&[256, 64], 9);
+        let reduce = |(x, w): &(Tensor, Tensor)| x.matmul(w).tanh().sum_axis(0, false);
+        let normalize = |(x, w): &(Tensor, Tensor)| {
+            let h = x.matmul(w);
+            &h - h.mean_axis(0, true)
+        };
+        let later = |(x, w): &(Tensor, Tensor)| x.matmul(w).tanh().t();
+        for rows in [split_rows(reduce, &(x.clone(), w.clone())), split_rows(normalize, &(x.clone(), w.clone()))] {
+            assert_eq!(rows, None);
+        }
+        assert_eq!(split_rows(later, &(x, w)), None);
+        let tiny = |x: &Tensor| (x.sin() * x).exp();
+        assert_eq!(split_rows(tiny, &values(&[8], 10)), None);
+    }
+}
