@@ -453,10 +453,14 @@ fn compile<S, X: Tree, Y: Tree>(
         }
         Some(plan)
     };
-    // a split that cannot be built (a constant that cannot be cut) is only
-    // a replay not taken
+    // a split that cannot be built (a constant that cannot be cut; even a
+    // panic of the analysis) is only a replay not taken
     let split = match &plan {
-        Some(_) if opts.parallel_sinks && opts.batch_split => split::SplitPlan::new(&program).ok().flatten(),
+        Some(_) if opts.parallel_sinks && opts.batch_split => {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| split::SplitPlan::new(&program)))
+                .ok()
+                .and_then(|r| r.ok().flatten())
+        }
         _ => None,
     };
     Ok(Compiled { traced_eqns: traced.eqns.len(), program, plan, split, template, n_out, mutated })

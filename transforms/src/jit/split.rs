@@ -212,8 +212,12 @@ fn rule(p: &Program, e: &Eqn, parts: &[Part], rows: usize) -> std::result::Resul
             }
             // rows of the operand along an axis the indices do not reach:
             // the updates hold the same rows
-            let u = if a < g { a } else { a - 1 + idx_rank - nb };
-            if axis(0) == Some(a) && a != g && a >= nb && parts[1] == Part::Whole && agree(2, Some(u)) {
+            let u = match a.cmp(&g) {
+                std::cmp::Ordering::Less => a,
+                std::cmp::Ordering::Greater => a - 1 + idx_rank - nb,
+                std::cmp::Ordering::Equal => return Err(split),
+            };
+            if axis(0) == Some(a) && a >= nb && parts[1] == Part::Whole && agree(2, Some(u)) {
                 return one(smallvec![Some(a), None, Some(u)], a);
             }
             Err(split)
@@ -322,7 +326,10 @@ impl Analysis {
 /// leading sizes of its arguments, most bytes first), if one does.
 fn analyze(p: &Program) -> Option<Analysis> {
     let on_cpu = p.avals.iter().all(|a| a.device == Device::Cpu) && p.consts.iter().all(|c| c.device() == Device::Cpu);
-    if !on_cpu {
+    // control flow runs interpreters over its bodies, which belong to the
+    // thread that called the replay: never on the helper (as for sinks)
+    let control = p.eqns.iter().any(|e| matches!(e.prim, Prim::Control(_)));
+    if !on_cpu || control {
         return None;
     }
     let mut lengths: Vec<(usize, usize)> = Vec::new();
@@ -869,7 +876,8 @@ mod tests {
 
     /// What mixes rows is not split: a reduction over the batch, a
     /// normalization by the batch's mean, an output with the batch along a
-    /// later axis, and a program too small to pay for the hand-off.
+    /// later axis; nor a program too small to pay for the hand-off, nor
+    /// one with control flow.
     #[test]
     fn what_mixes_rows_is_not_split() {
         let w = values(&[64, 64], 8);
@@ -886,5 +894,11 @@ mod tests {
         assert_eq!(split_rows(later, &(x, w)), None);
         let tiny = |x: &Tensor| (x.sin() * x).exp();
         assert_eq!(split_rows(tiny, &values(&[8], 10)), None);
+        // control flow stays on the replaying thread, even on whole values
+        let branch = |(x, w): &(Tensor, Tensor)| {
+            let w = crate::cond(&w.sum().gt_scalar(0.0), |w: &Tensor| w * 2.0, |w: &Tensor| w * -1.0, w);
+            x.matmul(&w).tanh()
+        };
+        assert_eq!(split_rows(branch, &(values(&[256, 64], 11), values(&[64, 64], 12))), None);
     }
 }
