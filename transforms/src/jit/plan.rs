@@ -80,7 +80,7 @@ pub struct Step {
     /// (NOTE: [parallel sinks]).
     pub sink: bool,
     /// The program output this step writes straight into the caller's
-    /// destination when [`Plan::run_into`] is given one (a product no
+    /// destination when `Plan::run_into` is given one (a product no
     /// later step reads; NOTE: [batch split] in `jit/split.rs`).
     pub into: Option<u32>,
 }
