@@ -88,10 +88,7 @@ fn shape_dot_general(d: &DotDims, ins: &[AvalRef<'_>]) -> Result<Avals> {
             ));
         }
     }
-    let mut shape: Vec<usize> = d.lhs_batch.iter().map(|&x| a.shape[x]).collect();
-    shape.extend(d.free(a.rank(), true).iter().map(|&x| a.shape[x]));
-    shape.extend(d.free(b.rank(), false).iter().map(|&x| b.shape[x]));
-    Ok(smallvec![Aval { shape: Shape::from(shape), dtype: a.dtype, device: a.device }])
+    Ok(smallvec![Aval { shape: result_shape(d, a.shape, b.shape), dtype: a.dtype, device: a.device }])
 }
 
 // ---- lowering --------------------------------------------------------------------
@@ -235,8 +232,8 @@ fn dot_general_faer<
 /// the caller copies it).
 ///
 /// # Errors
-/// As the lowering: operands not on the CPU, or of the wrong dtypes or
-/// shapes for `d` (checked by its shape rule).
+/// As the lowering (the operands were checked against `d`'s shape rule
+/// when their program was staged, as for `lower`).
 pub fn dot_general_into<T>(
     d: &DotDims,
     a: &Array,
@@ -246,11 +243,18 @@ pub fn dot_general_into<T>(
 where
     T: xform_kernels::cpu::matmul::FaerElem + xform_kernels::cpu::matmul::One + xform_kernels::Element,
 {
-    let out = shape_dot_general(d, &[a.aval_ref(), b.aval_ref()])?;
     if a.device() != Device::Cpu || a.dtype != T::DTYPE {
         return lower_dot_general(d, a, b).map(Some);
     }
-    dot_general_faer::<T>(d, a, b, &out[0].shape, Some(dst))
+    dot_general_faer::<T>(d, a, b, &result_shape(d, a.shape(), b.shape()), Some(dst))
+}
+
+/// The result's shape: batch axes, then the lhs's free axes, then the rhs's.
+fn result_shape(d: &DotDims, sa: &Shape, sb: &Shape) -> Shape {
+    let mut shape: Vec<usize> = d.lhs_batch.iter().map(|&x| sa[x]).collect();
+    shape.extend(d.free(sa.rank(), true).iter().map(|&x| sa[x]));
+    shape.extend(d.free(sb.rank(), false).iter().map(|&x| sb[x]));
+    Shape::from(shape)
 }
 
 fn lower_dot_general(d: &DotDims, a: &Array, b: &Array) -> Result<Array> {
@@ -258,10 +262,7 @@ fn lower_dot_general(d: &DotDims, a: &Array, b: &Array) -> Result<Array> {
     let sb = b.shape();
     let lf = d.free(sa.rank(), true);
     let rf = d.free(sb.rank(), false);
-    let mut shape: Vec<usize> = d.lhs_batch.iter().map(|&x| sa[x]).collect();
-    shape.extend(lf.iter().map(|&x| sa[x]));
-    shape.extend(rf.iter().map(|&x| sb[x]));
-    let shape = Shape::from(shape);
+    let shape = result_shape(d, sa, sb);
     if a.device() == Device::Cpu {
         match a.dtype {
             DType::F32 => return Ok(dot_general_faer::<f32>(d, a, b, &shape, None)?.expect("computed fresh")),

@@ -45,7 +45,7 @@ use super::split::{self, Dst};
 use smallvec::SmallVec;
 use std::sync::Arc;
 use xform_ops::interp::lower_checked;
-use xform_ops::prim::{ElementwiseOp, ShapeOp};
+use xform_ops::prim::{ElementwiseOp, LinalgOp, ShapeOp};
 use xform_ops::{Atom, Error, Prim, Program, Result, Tensor, Value};
 
 /// What a step runs.
@@ -80,8 +80,9 @@ pub struct Step {
     /// (NOTE: [parallel sinks]).
     pub sink: bool,
     /// The program output this step writes straight into the caller's
-    /// destination when `Plan::run_into` is given one (a product no
-    /// later step reads; NOTE: [batch split] in `jit/split.rs`).
+    /// destination when `Plan::run_into` is given one (a product whose one
+    /// result is that output and which no step reads; NOTE: [batch split]
+    /// in `jit/split.rs`).
     pub into: Option<u32>,
 }
 
@@ -225,6 +226,18 @@ impl Plan {
             step.sink &= later_work;
             later_work |= !step.sink;
         }
+        // a product whose one result is an output (listed once) that no
+        // step reads may write it into a destination of `run_into`
+        for (k, out) in p.outputs.iter().enumerate() {
+            let Atom::Var(v) = out else { continue };
+            if read[v.0 as usize] || p.outputs.iter().filter(|o| *o == out).count() > 1 {
+                continue;
+            }
+            let product = |s: &Step| matches!(s.op, StepOp::Prim(Prim::Linalg(LinalgOp::DotGeneral(_))));
+            if let Some(step) = steps.iter_mut().find(|s| product(s) && s.outs[..] == [v.0]) {
+                step.into = Some(k as u32);
+            }
+        }
         let outputs = p
             .outputs
             .iter()
@@ -320,41 +333,16 @@ impl Plan {
     }
 
     fn run_with(&self, args: impl IntoIterator<Item = Tensor>) -> Result<Vec<Tensor>> {
-        let outs = self.run_raw(args)?;
-        outs.into_iter().zip(&self.outputs).map(|(t, (_, copy))| if *copy { copy_of(&t) } else { Ok(t) }).collect()
-    }
-
-    /// The steps on `args`: the results as the slots (or constants) hold
-    /// them, not copied.
-    pub(crate) fn run_raw(&self, args: impl IntoIterator<Item = Tensor>) -> Result<Vec<Tensor>> {
-        let outs = self.run_steps(args, &[])?;
+        let outs = self.run_into(args, &[])?;
         Ok(outs.into_iter().map(|t| t.expect("no destination given")).collect())
     }
 
-    /// Marks the steps that may write a program output straight into a
-    /// destination of [`Plan::run_into`]: a product (`dot_general`) whose
-    /// one result is that output alone (listed once) and read by no step.
-    pub(crate) fn write_products_into(&mut self) {
-        let mut read = vec![false; self.slots];
-        for step in &self.steps {
-            for a in &step.ins {
-                if let Atom::Var(v) = a {
-                    read[v.0 as usize] = true;
-                }
-            }
-        }
-        for (k, (out, _)) in self.outputs.iter().enumerate() {
-            let Atom::Var(v) = out else { continue };
-            if self.outputs.iter().filter(|(o, _)| o == out).count() > 1 || read[v.0 as usize] {
-                continue;
-            }
-            for step in &mut self.steps {
-                let product = matches!(step.op, StepOp::Prim(Prim::Linalg(xform_ops::prim::LinalgOp::DotGeneral(_))));
-                if product && step.outs.len() == 1 && step.outs[0] == v.0 {
-                    step.into = Some(k as u32);
-                }
-            }
-        }
+    /// The steps on `args`: the results as the slots (or constants) hold
+    /// them, not copied (what a CUDA graph captures).
+    #[cfg(feature = "cuda")]
+    pub(crate) fn run_raw(&self, args: impl IntoIterator<Item = Tensor>) -> Result<Vec<Tensor>> {
+        let outs = self.run_steps(args, &[])?;
+        Ok(outs.into_iter().map(|t| t.expect("no destination given")).collect())
     }
 
     /// Runs the plan with some outputs written into the caller's memory
@@ -364,7 +352,11 @@ impl Plan {
     ///
     /// # Errors
     /// As [`Plan::run`].
-    pub(crate) fn run_into(&self, args: Vec<Tensor>, dsts: &[Option<Dst>]) -> Result<Vec<Option<Tensor>>> {
+    pub(crate) fn run_into(
+        &self,
+        args: impl IntoIterator<Item = Tensor>,
+        dsts: &[Option<Dst>],
+    ) -> Result<Vec<Option<Tensor>>> {
         let outs = self.run_steps(args, dsts)?;
         outs.into_iter()
             .zip(&self.outputs)

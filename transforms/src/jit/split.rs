@@ -384,7 +384,7 @@ struct HalfBuilder<'p> {
     b: ProgramBuilder,
     map: Vec<Option<Atom>>,
     /// The equation that defines each variable.
-    producer: Vec<Option<usize>>,
+    producer: &'p [Option<usize>],
     /// Whole atoms already cut to the half's rows along an axis.
     cut: HashMap<(Atom, usize), Atom>,
 }
@@ -602,8 +602,7 @@ struct WholeOut {
 /// gradient is a multiple of 64 bytes), and the product kernels store whole
 /// aligned lines. Large buffers come from malloc 16 bytes past a page
 /// boundary, so the buffer holds a line more and the array is a view at an
-/// offset into it. A half's outer products, 32 x (64x64, 32x64, 64x10)
-/// f32: 26 -> 16 us.
+/// offset into it (tested: an assembled output starts on a line).
 fn alloc_whole(aval: &Aval) -> Result<WholeOut> {
     let n = aval.shape.numel();
     let shape = aval.shape.clone();
@@ -678,14 +677,13 @@ impl SplitPlan {
                 len,
                 b: ProgramBuilder::new(),
                 map: vec![None; p.avals.len()],
-                producer: producer.clone(),
+                producer: &producer,
                 cut: HashMap::new(),
             };
             let Some(half) = builder.build()? else { return Ok(None) };
             let half = super::passes::dce::run(&half)?;
             let mut plan = Plan::compile(&half)?;
             plan.disable_sinks();
-            plan.write_products_into();
             halves.push(Arc::new(plan));
         }
         let second = halves.pop().expect("two halves");
@@ -753,11 +751,11 @@ impl SplitPlan {
         let plan1 = self.halves[1].clone();
         let mut sinks = Sinks::default();
         sinks.post(0, move || {
-            plan1.run_into(second.into_iter().map(Tensor::from_array).collect(), &dsts1)?;
+            plan1.run_into(second.into_iter().map(Tensor::from_array), &dsts1)?;
             Ok(SmallVec::new())
         });
         let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.halves[0].run_into(first.into_iter().map(Tensor::from_array).collect(), &dsts0)
+            self.halves[0].run_into(first.into_iter().map(Tensor::from_array), &dsts0)
         }));
         // the second half is done (or ran here) before anything returns:
         // it writes into `wholes`
@@ -825,6 +823,13 @@ mod tests {
             let got = sp.run(&leaves).unwrap();
             for (k, (a, b)) in got.iter().zip(&want).enumerate() {
                 assert!(bits(a) == bits(b), "output {k} of SplitPlan::run differs");
+            }
+            // an assembled output starts on a cache line
+            for (t, whole) in got.iter().zip(&sp.assembled) {
+                let first = t.array().unwrap().with_cpu("test", |buf, l| {
+                    xform_kernels::match_buffer!(buf, v => v.as_ptr() as usize + l.offset * t.dtype().size_bytes())
+                });
+                assert!(whole.is_none() || first.unwrap() % 64 == 0, "an assembled output off its line");
             }
         }
         split.entries()[0].batch_split
