@@ -19,6 +19,7 @@ mod edges;
 mod errors;
 mod gaps;
 mod jit;
+mod jit_edges;
 mod limits;
 mod methods;
 mod mutation;

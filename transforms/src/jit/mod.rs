@@ -43,6 +43,7 @@
 //! value on the Rust side (`item`, `to_vec`) inside `f` is an error that
 //! says the tensor is being staged and has no value yet, as under `trace`.
 
+mod aliasing;
 mod cache;
 pub mod fuse;
 pub mod fuse_cuda;
@@ -118,6 +119,14 @@ pub(crate) struct Compiled<Y> {
     /// Leaf indices of the arguments `f` mutated, in the order of the
     /// extra outputs.
     mutated: Vec<usize>,
+    /// Outputs copied after each call: the passes made them share storage
+    /// with an argument or another output where eager results would not
+    /// (NOTE: [output aliasing] in `jit/aliasing.rs`).
+    copied: Vec<usize>,
+    /// `(k, i)`: output `k` is argument `i`, which `f` mutated and
+    /// returned; a call returns the caller's tensor there, written back,
+    /// as eager execution does.
+    returned_args: Vec<(usize, usize)>,
 }
 
 /// A jitted function with its cache in view: [`Jitted::call`] (or
@@ -422,7 +431,7 @@ fn compile<S, X: Tree, Y: Tree>(
 ) -> Result<Compiled<Y>> {
     let staging = Staging::new("jit", true);
     let placeholder = Tensor::scalar(0.0f32);
-    let (template, traced, n_out, mutated) = catch(|| {
+    let (template, traced, n_out, mutated, returned_args) = catch(|| {
         with_interpreter(&staging, || {
             let ins: Vec<Tensor> = leaves.iter().map(|l| staging.new_input(l.aval())).collect();
             let y = f(s, &x.with_leaves(ins.iter().cloned()));
@@ -435,9 +444,14 @@ fn compile<S, X: Tree, Y: Tree>(
                     outs.push(t.clone());
                 }
             }
+            // outputs that are a mutated argument itself (`x.add_(1); x`)
+            let mut returned_args: Vec<(usize, usize)> = Vec::new();
+            for (k, o) in outs[..n_out].iter().enumerate() {
+                returned_args.extend(mutated.iter().filter(|&&i| o.same_node(&ins[i])).map(|&i| (k, i)));
+            }
             let program = staging.finish(&outs).or_raise();
             let template = y.with_leaves(std::iter::repeat_n(placeholder.clone(), n_out));
-            (template, program, n_out, mutated)
+            (template, program, n_out, mutated, returned_args)
         })
     })?;
     let program = if opts.optimize { passes::optimize(&traced)? } else { passes::dce::run(&traced)? };
@@ -463,7 +477,18 @@ fn compile<S, X: Tree, Y: Tree>(
         }
         _ => None,
     };
-    Ok(Compiled { traced_eqns: traced.eqns.len(), program, plan, split, template, n_out, mutated })
+    let copied = aliasing::outputs_to_copy(&traced, &program, n_out);
+    Ok(Compiled {
+        traced_eqns: traced.eqns.len(),
+        program,
+        plan,
+        split,
+        template,
+        n_out,
+        mutated,
+        copied,
+        returned_args,
+    })
 }
 
 /// [`run`] on leaves handed over: the plan may write over those no one
@@ -477,7 +502,7 @@ fn run_donated<Y: Tree>(c: &Compiled<Y>, leaves: Vec<Tensor>) -> Result<Y> {
                 Some(s) => s.run(&leaves)?,
                 None => plan.run_donated(leaves)?,
             };
-            Ok(c.template.with_leaves(outs.into_iter().take(c.n_out)))
+            Ok(c.template.with_leaves(unshared(c, outs)?.into_iter().take(c.n_out)))
         }
         _ => run(c, &leaves),
     }
@@ -511,5 +536,17 @@ fn run<Y: Tree>(c: &Compiled<Y>, leaves: &[Tensor]) -> Result<Y> {
         }
         write_back("jit", leaves, finals)?;
     }
+    let mut outs = unshared(c, outs)?;
+    for &(k, i) in &c.returned_args {
+        outs[k] = leaves[i].clone();
+    }
     Ok(c.template.with_leaves(outs.into_iter().take(c.n_out)))
+}
+
+/// `outs` with the outputs of `c.copied` replaced by copies.
+fn unshared<Y>(c: &Compiled<Y>, mut outs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+    for &k in &c.copied {
+        outs[k] = xform_ops::lax::copy(&outs[k])?;
+    }
+    Ok(outs)
 }

@@ -1,0 +1,301 @@
+//! jit at the edges: views and broadcasts as arguments, empty and scalar
+//! shapes, integers, bools and half floats, NaN, infinities and signed
+//! zeros, tile boundaries, errors and panics inside `f`, mutation through
+//! views, results that must not share storage that eager results would
+//! not (NOTE: [output aliasing]), and a small cache under contention.
+//! Values are compared with eager execution bit for bit.
+use crate::harness::v;
+use xform::core::interp::stack_depth;
+use xform::prelude::*;
+use xform::{jitted, try_jit, JitOptions};
+
+fn bits(t: &Tensor) -> Vec<u64> {
+    v(t).iter().map(|x| x.to_bits()).collect()
+}
+
+#[track_caller]
+fn same(what: &str, got: &Tensor, want: &Tensor) {
+    assert_eq!((got.shape(), got.dtype()), (want.shape(), want.dtype()), "{what}");
+    let g = v(got);
+    let w = v(want);
+    for (k, (a, b)) in g.iter().zip(&w).enumerate() {
+        assert!(a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()), "{what}: element {k}: jit {a} eager {b}");
+    }
+}
+
+/// Transposed, sliced, flipped, broadcast and narrowed arguments give eager's
+/// bits, called plainly and donated (a donated view's base keeps its values).
+#[test]
+fn views_as_inputs() {
+    let base = Key::new(1).normal([37, 45], DType::F32);
+    let f = |x: &Tensor| ((x * 2.0 + 1.0).tanh() * x).exp() - x.sum_axes(&[1], true);
+    for (name, x) in [
+        ("t", base.t()),
+        ("slice", base.slice(s![3.., ..40])),
+        ("flip", base.flip(&[1])),
+        ("col bcast", base.slice(s![.., 2]).broadcast_to([29, 37]).t()),
+        ("narrow", base.narrow(1, 5, 30)),
+    ] {
+        let j = jitted(f, JitOptions::default());
+        let want = f(&x);
+        for _ in 0..3 {
+            same(name, &j.call(&x), &want);
+        }
+        // donated view: base must keep its values
+        let keep = bits(&base);
+        same(name, &j.call_donated(x.clone()), &want);
+        assert_eq!(bits(&base), keep, "{name}: base written over");
+    }
+}
+
+/// Empty arrays (a sum of nothing is zero) and scalars.
+#[test]
+fn zero_size_and_scalars() {
+    let f = |x: &Tensor| ((x.exp() * 2.0).sum(), x * x + 1.0);
+    for x in [
+        Tensor::zeros([0], DType::F32),
+        Tensor::zeros([0, 3], DType::F64),
+        Tensor::scalar(1.5f32),
+        Tensor::zeros([3, 0, 2], DType::F32),
+    ] {
+        let j = jitted(f, JitOptions::default());
+        let (a, b) = f(&x);
+        for _ in 0..2 {
+            let (ja, jb) = j.call(&x);
+            same("sum", &ja, &a);
+            same("sq", &jb, &b);
+        }
+    }
+}
+
+/// Wrapping integer arithmetic, comparisons, and f16/bf16 chains and sums.
+#[test]
+fn ints_bools_halves() {
+    let x = Tensor::from_vec(vec![i32::MAX - 1, -5, 7, i32::MIN, 0, 3], [6]);
+    let f = |x: &Tensor| (x * 3 + 7, (x * 2).sum(), x.gt(&(-x)));
+    let j = jitted(f, JitOptions::default());
+    let (a, b, c) = f(&x);
+    let (ja, jb, jc) = j.call(&x);
+    assert_eq!(ja.to_vec::<i32>(), a.to_vec::<i32>());
+    assert_eq!(jb.to_vec::<i32>(), b.to_vec::<i32>());
+    assert_eq!(jc.to_vec::<bool>(), c.to_vec::<bool>());
+    for dt in [DType::F16, DType::BF16] {
+        let x = Key::new(2).normal([257], DType::F32).cast(dt);
+        let g = |x: &Tensor| ((x * 1.3 + 0.7).sin() * x - x.exp()).tanh() / (x * x + 1.0);
+        let j = jitted(g, JitOptions::default());
+        same("half", &j.call(&x), &g(&x));
+        let h = |x: &Tensor| (x * 3.0).sum();
+        let jh = jitted(h, JitOptions::default());
+        same("half sum", &jh.call(&x), &h(&x));
+    }
+}
+
+/// An argument, a constant and one value computed twice (merged by CSE) as
+/// outputs: a write to one result reaches no other result, no argument and
+/// no later call.
+#[test]
+fn identity_constant_duplicate_outputs() {
+    let x = Key::new(3).normal([5, 4], DType::F32);
+    let j = jitted(|x: &Tensor| (x.clone(), Tensor::ones([3], DType::F32), x.exp(), x.exp()), JitOptions::default());
+    for _ in 0..2 {
+        let (a, b, c, d) = j.call(&x);
+        same("id", &a, &x);
+        same("const", &b, &Tensor::ones([3], DType::F32));
+        same("dup", &c, &x.exp());
+        same("dup2", &d, &x.exp());
+        // writing one output in place must not change the others nor x
+        let keep = bits(&x);
+        c.add_scalar_(1.0);
+        same("dup2 after", &d, &x.exp());
+        b.add_scalar_(1.0);
+        let (_, b2, _, _) = j.call(&x);
+        same("const after", &b2, &Tensor::ones([3], DType::F32));
+        assert_eq!(bits(&x), keep);
+        // `x.clone()` is x itself, in eager as under jit
+        assert!(a.same_node(&x));
+    }
+}
+
+/// A donated argument that is also returned keeps its values.
+#[test]
+fn donated_returned() {
+    let j = jitted(|x: &Tensor| (x.clone(), x * 2.0), JitOptions::default());
+    let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3]);
+    let (a, b) = j.call_donated(x);
+    assert_eq!(a.to_vec::<f32>(), vec![1.0, 2.0, 3.0]);
+    assert_eq!(b.to_vec::<f32>(), vec![2.0, 4.0, 6.0]);
+    let j = jitted(|x: &Tensor| (x * 2.0, x.clone()), JitOptions::default());
+    let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3]);
+    let (b, a) = j.call_donated(x);
+    assert_eq!(a.to_vec::<f32>(), vec![1.0, 2.0, 3.0]);
+    assert_eq!(b.to_vec::<f32>(), vec![2.0, 4.0, 6.0]);
+}
+
+/// A shape error inside `f` names the op, the shapes and jit; the
+/// interpreter stack is restored and the cache still works.
+#[test]
+fn errors_restore() {
+    let f = try_jit(|x: &Tensor| x.matmul(x));
+    let bad = Tensor::zeros([2, 3], DType::F32);
+    let e = f(&bad).unwrap_err();
+    assert!(e.to_string().contains("matmul") && e.to_string().contains("jit"), "{e}");
+    assert_eq!(stack_depth(), 0);
+    let ok = Tensor::ones([2, 2], DType::F32);
+    assert_eq!(f(&ok).unwrap().to_vec::<f32>(), vec![2.0; 4]);
+    let e2 = f(&bad).unwrap_err();
+    assert_eq!(e2.to_string(), e.to_string());
+    assert_eq!(f(&ok).unwrap().to_vec::<f32>(), vec![2.0; 4]);
+}
+
+/// Broadcasts of columns against rows around the fused tile size.
+#[test]
+fn broadcast_shapes_tiles() {
+    for (r, c) in [(1usize, 1usize), (4097, 1), (1, 4097), (33, 129), (300, 10)] {
+        let a = Key::new(4).normal([r, 1], DType::F32);
+        let b = Key::new(5).normal([1, c], DType::F32);
+        let f = |(a, b): &(Tensor, Tensor)| {
+            let m = (a + b).maximum(&(a * b));
+            (m.exp() / (m.exp().sum_axes(&[1], true)), m.max_axes(&[0], false), (a - b).relu())
+        };
+        let j = jitted(f, JitOptions::default());
+        let (x, y, z) = f(&(a.clone(), b.clone()));
+        let (jx, jy, jz) = j.call(&(a, b));
+        same("softmax", &jx, &x);
+        same("max", &jy, &y);
+        same("relu", &jz, &z);
+    }
+}
+
+/// The exact simplifications (x*1, x+0, x-0, neg(neg(x))) keep NaN,
+/// infinities, signed zeros and subnormals as eager does.
+#[test]
+fn nan_inf_signed_zero() {
+    let x = Tensor::from_vec(
+        vec![f32::NAN, -0.0, 0.0, f32::INFINITY, f32::NEG_INFINITY, 1.0, -1.0, f32::MIN_POSITIVE / 4.0],
+        [8],
+    );
+    let f =
+        |x: &Tensor| (x.relu(), x * 1.0, x + 0.0, x - 0.0, x.maximum(&(-x)), x.max_axes(&[0], false), x * 0.0, -(-x));
+    let j = jitted(f, JitOptions::default());
+    let (a, b, c, d, e, g, h, i) = f(&x);
+    let (ja, jb, jc, jd, je, jg, jh, ji) = j.call(&x);
+    same("relu", &ja, &a);
+    same("x*1", &jb, &b);
+    same("x+0", &jc, &c);
+    same("x-0", &jd, &d);
+    same("max", &je, &e);
+    same("maxr", &jg, &g);
+    same("x*0", &jh, &h);
+    same("negneg", &ji, &i);
+}
+
+/// `x * 1` and `-(-x)` simplify to `x`, yet their results are fresh as in
+/// eager; `x` returned as is is the caller's tensor; a reshape is a view.
+#[test]
+fn simplified_outputs_do_not_alias_arguments() {
+    let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3]);
+    let j = jitted(|x: &Tensor| (x * 1.0, -(-x), x.clone(), x.reshape(&[3, 1])), JitOptions::default());
+    let (a, b, c, d) = j.call(&x);
+    a.add_scalar_(10.0);
+    b.add_scalar_(100.0);
+    assert_eq!(x.to_vec::<f32>(), vec![1.0, 2.0, 3.0]);
+    c.add_scalar_(1.0);
+    assert_eq!(x.to_vec::<f32>(), vec![2.0, 3.0, 4.0], "x.clone() is x, as in eager");
+    assert!(d.shares_storage(&x), "a reshape of x is a view, as in eager");
+}
+
+/// Writes to a view of an argument, a mutated argument returned (the
+/// caller's tensor, as eager), an argument that is a strided view of a
+/// bigger tensor (written back through it), and donation with mutation.
+#[test]
+fn mutation_edges() {
+    // a write to a view of the argument, and the argument returned
+    let f = |x: &Tensor| {
+        x.slice(s![1..3]).mul_scalar_(2.0);
+        let y = x.exp();
+        x.add_scalar_(1.0);
+        (x.clone(), y)
+    };
+    let j = jitted(f, JitOptions::default());
+    let base = Tensor::from_vec(vec![0.0f32, 1.0, 2.0, 3.0, 4.0, 5.0], [6]);
+    let want_x = base.copy();
+    let (wx, wy) = f(&want_x);
+    for _ in 0..1 {
+        let x = base.copy();
+        let (gx, gy) = j.call(&x);
+        assert_eq!(x.to_vec::<f32>(), want_x.to_vec::<f32>());
+        assert_eq!(gx.to_vec::<f32>(), wx.to_vec::<f32>());
+        assert_eq!(gy.to_vec::<f32>(), wy.to_vec::<f32>());
+        assert!(gx.same_node(&x), "the mutated argument returned is the caller's tensor");
+    }
+    // the argument is a strided view of a bigger tensor: written back through it
+    let big = Tensor::arange(0.0, 12.0, 1.0, DType::F32).reshape_to(vec![3, 4]);
+    let col = big.slice(s![.., 1]);
+    let g = jitted(
+        |x: &Tensor| {
+            x.mul_scalar_(10.0);
+            x.sum()
+        },
+        JitOptions::default(),
+    );
+    let s1 = g.call(&col);
+    assert_eq!(s1.item::<f32>(), 150.0);
+    assert_eq!(big.to_vec::<f32>(), vec![0., 10., 2., 3., 4., 50., 6., 7., 8., 90., 10., 11.]);
+    // donated and mutated
+    let x = base.copy();
+    let (gx, _) = j.call_donated(x.clone());
+    assert_eq!(x.to_vec::<f32>(), want_x.to_vec::<f32>());
+    assert_eq!(gx.to_vec::<f32>(), wx.to_vec::<f32>());
+}
+
+/// A panic in `f` propagates and leaves the stack and cache usable;
+/// grad of jit on an empty input; vmap of jit over axis 1.
+#[test]
+fn user_panic_and_transforms() {
+    let f = xform::try_jit(|x: &Tensor| {
+        if x.shape()[0] == 3 {
+            panic!("user panic in f");
+        }
+        x.exp()
+    });
+    let r = std::panic::catch_unwind(|| f(&Tensor::zeros([3], DType::F32)));
+    assert!(r.is_err(), "the user's panic propagates");
+    assert_eq!(stack_depth(), 0);
+    assert_eq!(f(&Tensor::zeros([2], DType::F32)).unwrap().to_vec::<f32>(), vec![1.0, 1.0]);
+    // grad of jit on an empty input; vmap of jit over axis 1
+    let h = xform::jit(|x: &Tensor| (x.sin() * x).sum());
+    let gz = grad(&h)(&Tensor::zeros([0], DType::F32));
+    assert_eq!(gz.shape().dims(), &[0][..]);
+    let m = Key::new(9).normal([3, 5], DType::F64);
+    let hv = xform::jit(|x: &Tensor| (x.sin() * x).sum_axes(&[0], false));
+    let got = vmap_axes(&hv, 1, 0)(&m);
+    let want = (m.sin() * &m).sum_axes(&[0], false);
+    assert_eq!(bits(&got), bits(&want));
+}
+
+/// Six threads calling with five signatures through a cache of two.
+#[test]
+fn threads_evicting() {
+    let j = std::sync::Arc::new(jitted(
+        |x: &Tensor| (x.exp() * 2.0 + x).sum_axes(&[0], false),
+        JitOptions { cache_size: 2, ..JitOptions::default() },
+    ));
+    std::thread::scope(|s| {
+        for t in 0..6usize {
+            let j = j.clone();
+            s.spawn(move || {
+                for r in 0..20usize {
+                    let n = 1 + (t + r) % 5;
+                    let x = Key::new((t * 100 + r) as u64).normal([n, 3], DType::F32);
+                    let want = (x.exp() * 2.0 + &x).sum_axes(&[0], false);
+                    assert_eq!(bits(&j.call(&x)), bits(&want));
+                }
+            });
+        }
+    });
+    let st = j.stats();
+    assert_eq!(st.hits + st.misses, 120);
+    assert!(j.entries().len() <= 2);
+    j.clear();
+    assert_eq!(j.entries().len(), 0);
+}
