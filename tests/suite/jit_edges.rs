@@ -299,3 +299,103 @@ fn threads_evicting() {
     j.clear();
     assert_eq!(j.entries().len(), 0);
 }
+
+type Mlp = (Tensor, Tensor, Tensor, Tensor);
+
+fn mlp_loss(p: &Mlp, x: &Tensor, y: &Tensor) -> Tensor {
+    let h = (x.matmul(&p.0) + &p.1).tanh();
+    let logits = h.matmul(&p.2) + &p.3;
+    logits.logsumexp(0, false) - logits.take(y, 0)
+}
+
+fn per_sample((p, xs, ys): &(Mlp, Tensor, Tensor)) -> Mlp {
+    let per_row = |(x, y): &(Tensor, Tensor)| grad(|p: &Mlp| mlp_loss(p, x, y))(p);
+    vmap(per_row)(&(xs.clone(), ys.clone()))
+}
+
+/// Per-sample gradients (the batch-split replay) at batch sizes around the
+/// split: one row, odd sizes, a large one; bit-identical to eager.
+#[test]
+fn per_sample_grads_at_odd_batch_sizes() {
+    let k = Key::new(5);
+    let p: Mlp = (
+        k.fold_in(1).normal([16, 24], DType::F32) * 0.3,
+        k.fold_in(2).normal([24], DType::F32),
+        k.fold_in(3).normal([24, 5], DType::F32) * 0.3,
+        k.fold_in(4).normal([5], DType::F32),
+    );
+    let j = jitted(per_sample, JitOptions::default());
+    for b in [1usize, 2, 3, 33, 64, 129] {
+        let args = (
+            p.clone(),
+            k.fold_in(10 + b as u32).normal([b, 16], DType::F32),
+            k.fold_in(99).randint([b], 0, 5, DType::I32),
+        );
+        let want = per_sample(&args);
+        for _ in 0..2 {
+            let got = j.call(&args);
+            for (g, w) in [(&got.0, &want.0), (&got.1, &want.1), (&got.2, &want.2), (&got.3, &want.3)] {
+                same(&format!("batch {b}"), g, w);
+            }
+        }
+    }
+}
+
+/// Two donated arguments that are one tensor: neither result is computed
+/// from a buffer the other wrote over.
+#[test]
+fn donated_arguments_that_alias_each_other() {
+    let f = |(a, b): &(Tensor, Tensor)| ((a * 2.0 + 1.0).exp(), (b * 3.0 - 1.0).sin());
+    let j = jitted(f, JitOptions::default());
+    let x = Key::new(6).normal([64, 64], DType::F32);
+    let (wa, wb) = f(&(x.clone(), x.clone()));
+    let keep = bits(&x);
+    let (ga, gb) = j.call_donated((x.clone(), x.clone()));
+    same("a", &ga, &wa);
+    same("b", &gb, &wb);
+    assert_eq!(bits(&x), keep);
+    let y = x.copy();
+    let (ga, gb) = j.call_donated((y.clone(), y));
+    same("a donated", &ga, &wa);
+    same("b donated", &gb, &wb);
+}
+
+/// Control flow inside jit at edge lengths: a scan over zero steps, a
+/// while loop that never runs, a cond on a scalar.
+#[test]
+fn control_flow_at_edge_lengths() {
+    let f = |(c, xs): &(Tensor, Tensor)| {
+        let (c2, ys) = scan(|c: &Tensor, x: &Tensor| (c * x + 1.0, c.exp()), c, xs);
+        let w = while_loop(|c: &Tensor| c.sum().gt_scalar(100.0), |c: &Tensor| c * 0.5, &c2);
+        (c2, ys, w)
+    };
+    let j = jitted(f, JitOptions::default());
+    for n in [0usize, 1, 5] {
+        let args = (Tensor::from_vec(vec![0.5f32, 2.0], [2]), Key::new(7).normal([n, 2], DType::F32));
+        let (a, b, c) = f(&args);
+        let (ja, jb, jc) = j.call(&args);
+        same("carry", &ja, &a);
+        same("ys", &jb, &b);
+        same("while", &jc, &c);
+    }
+}
+
+/// A write to a tensor `f` captures (not an argument) is a clear error on
+/// every call, and the tensor keeps its values; jit of an empty `jacrev`.
+#[test]
+fn writing_a_captured_tensor_is_an_error() {
+    let running = Tensor::zeros([3], DType::F32);
+    let f = try_jit(|x: &Tensor| {
+        running.add_(&(x * 0.1));
+        x.exp()
+    });
+    let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3]);
+    for _ in 0..2 {
+        let e = f(&x).unwrap_err().to_string();
+        assert!(e.contains("add_") && e.contains("jit"), "{e}");
+        assert_eq!(running.to_vec::<f32>(), vec![0.0; 3]);
+        assert_eq!(stack_depth(), 0);
+    }
+    let h = try_jit(|x: &Tensor| xform::jacrev(|y: &Tensor| y.exp())(x));
+    assert_eq!(h(&Tensor::zeros([0], DType::F32)).unwrap().shape().dims(), &[0, 0][..]);
+}
