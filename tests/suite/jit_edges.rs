@@ -3,7 +3,8 @@
 //! zeros, tile boundaries, errors and panics inside `f`, mutation through
 //! views, results that must not share storage that eager results would
 //! not (NOTE: [output aliasing]), and a small cache under contention.
-//! Values are compared with eager execution bit for bit.
+//! Values are compared with eager execution bit for bit (any NaN equals
+//! any NaN).
 use crate::harness::v;
 use xform::core::interp::stack_depth;
 use xform::prelude::*;
@@ -166,8 +167,9 @@ fn broadcast_shapes_tiles() {
     }
 }
 
-/// The exact simplifications (x*1, x+0, x-0, neg(neg(x))) keep NaN,
-/// infinities, signed zeros and subnormals as eager does.
+/// NaN, infinities, signed zeros and subnormals through the exact
+/// simplifications (`x * 1`, `x - 0`, `neg(neg(x))`) and through `x + 0`,
+/// which is not simplified (`-0 + 0` is `+0`): eager's bits.
 #[test]
 fn nan_inf_signed_zero() {
     let x = Tensor::from_vec(

@@ -27,21 +27,21 @@ enum Root {
 
 /// The storage root of each output of `p`.
 fn output_roots(p: &Program) -> Vec<Root> {
-    let mut roots: Vec<Option<Root>> = vec![None; p.avals.len()];
+    // every variable its own root, until an input or a view says otherwise
+    let mut roots: Vec<Root> = (0..p.avals.len() as u32).map(Root::Fresh).collect();
     for (i, v) in p.inputs.iter().enumerate() {
-        roots[v.0 as usize] = Some(Root::Input(i));
+        roots[v.0 as usize] = Root::Input(i);
     }
-    let root_of = |roots: &[Option<Root>], a: &Atom| match a {
-        Atom::Var(v) => roots[v.0 as usize].unwrap_or(Root::Fresh(v.0)),
+    let root_of = |roots: &[Root], a: &Atom| match a {
+        Atom::Var(v) => roots[v.0 as usize],
         Atom::Const(_) => Root::Const,
     };
     for e in &p.eqns {
-        let view = e.prim.aliases_operand();
-        for v in &e.outputs {
-            roots[v.0 as usize] = Some(match (view, e.inputs.first()) {
-                (true, Some(a)) => root_of(&roots, a),
-                _ => Root::Fresh(v.0),
-            });
+        if let (true, Some(a)) = (e.prim.aliases_operand(), e.inputs.first()) {
+            let r = root_of(&roots, a);
+            for v in &e.outputs {
+                roots[v.0 as usize] = r;
+            }
         }
     }
     p.outputs.iter().map(|a| root_of(&roots, a)).collect()

@@ -477,7 +477,9 @@ fn compile<S, X: Tree, Y: Tree>(
         }
         _ => None,
     };
-    let copied = aliasing::outputs_to_copy(&traced, &program, n_out);
+    // an output replaced by the caller's argument after the call needs no copy
+    let mut copied = aliasing::outputs_to_copy(&traced, &program, n_out);
+    copied.retain(|k| !returned_args.iter().any(|(r, _)| r == k));
     Ok(Compiled {
         traced_eqns: traced.eqns.len(),
         program,
