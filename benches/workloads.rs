@@ -4,7 +4,9 @@
 //!
 //! Run: `cargo bench --bench workloads` (release). Select workloads with
 //! `XFORM_BENCH=W1,W4,...` (default: all; `W1small` is W1 small alone, with
-//! its `jit(...)` modes).
+//! its `jit(...)` modes). `XFORM_PROFILE_SECS=n` then repeats each jitted
+//! W1 small and dispatch call for `n` seconds after measuring it, alone, for
+//! a profiler (`perf record`) to see that mode without the others.
 
 use std::time::Instant;
 use xform::prelude::*;
@@ -164,6 +166,21 @@ fn emit(workload: &str, mode: &str, dtype: &str, sizes: &str, st: &Stats, extra:
         st.first_call_ms,
         rayon::current_num_threads()
     );
+}
+
+/// Repeats `f` for `XFORM_PROFILE_SECS` seconds (none when unset).
+fn profile_loop(mut f: impl FnMut()) {
+    let secs: f64 = std::env::var("XFORM_PROFILE_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(0.0);
+    let (t, mut calls) = (Instant::now(), 0usize);
+    while t.elapsed().as_secs_f64() < secs {
+        for _ in 0..100 {
+            f();
+        }
+        calls += 100;
+    }
+    if secs > 0.0 {
+        eprintln!("profile loop: {calls} calls, {:.3} us per call", t.elapsed().as_secs_f64() * 1e6 / calls as f64);
+    }
 }
 
 fn enabled(name: &str) -> bool {
@@ -342,6 +359,7 @@ fn w1_jit(name: &str, params: &Params, batch: &(Tensor, Tensor), dims: (usize, u
     let jf = jit(per_sample);
     let st = measure(|| drop(jf(&args)), false);
     emit("W1_per_sample_grad", "jit(vmap(grad))", dtype.name(), &sizes, &st, "");
+    profile_loop(|| drop(jf(&args)));
     let st = measure(|| drop(jit(per_sample)(&args)), false);
     emit("W1_per_sample_grad", "jit(vmap(grad)) first call (trace+optimize+run)", dtype.name(), &sizes, &st, "");
 }
@@ -554,6 +572,7 @@ fn dispatch() {
     let st = measure(|| drop(jvg(&x8)), true);
     let extra = format!(", \"median_us\": {:.3}", st.median_ms * 1e3);
     emit("dispatch_overhead", "jit(vmap(grad(sin(x)*x))) [8]", "float32", "{\"shape\": [8]}", &st, &extra);
+    profile_loop(|| drop(jvg(&x8)));
     let one = Tensor::scalar(1.0f32);
     let st = measure(|| drop(&(&one * 2.0) + 1.0), true);
     let extra = format!(", \"median_us\": {:.3}", st.median_ms * 1e3);

@@ -16,11 +16,15 @@ pub mod elementwise;
 pub mod indexing;
 pub mod matmul;
 pub mod outer;
+#[cfg(target_arch = "x86_64")]
+mod outer_avx2;
 pub mod pair;
 pub mod random;
 pub mod reduce;
 pub mod shape;
 pub mod small_gemm;
+#[cfg(target_arch = "x86_64")]
+mod small_gemm_avx2;
 pub mod window;
 
 use std::mem::MaybeUninit;
@@ -79,7 +83,7 @@ impl Par {
 }
 
 /// True if the CPU has AVX-512F (cached by std): the outer-product and
-/// small-GEMM kernels need it.
+/// small-GEMM kernels use it, and their AVX2 versions otherwise.
 #[inline]
 pub(crate) fn has_avx512f() -> bool {
     #[cfg(target_arch = "x86_64")]

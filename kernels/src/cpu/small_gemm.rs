@@ -1,4 +1,5 @@
-//! Unpacked, register-blocked GEMM for small products (AVX-512).
+//! Unpacked, register-blocked GEMM for small products (AVX-512, or AVX2
+//! and FMA: `small_gemm_avx2`, the same bits).
 //!
 //! faer's GEMM packs both operands and pays a fixed cost per call, which
 //! dominates products like the 64 x 64 x 10 layers of a small MLP. Here
@@ -14,6 +15,17 @@ use std::mem::MaybeUninit;
 /// over `k` in the same order whatever the block, so a product split at a
 /// multiple of this is computed in the same blocks).
 pub const ROW_BLOCK: usize = 6;
+
+/// The rows of the next micro-kernel block when `rows` are left: whole
+/// blocks of `ROW_BLOCK`, then 4, 2 or 1 (the kernels' instances).
+pub(crate) fn block_rows(rows: usize) -> usize {
+    match rows {
+        r if r >= ROW_BLOCK => ROW_BLOCK,
+        4.. => 4,
+        2.. => 2,
+        _ => 1,
+    }
+}
 
 /// Largest `m * n * k` sent here rather than to faer (above it, packing
 /// pays for itself).
@@ -40,11 +52,37 @@ pub trait SmallGemmElem: Copy + Default + Send + Sync + 'static {
         n: usize,
         c: *mut Self,
     );
+
+    /// As [`SmallGemmElem::gemm_avx512`], with AVX2 and FMA: the same bits.
+    ///
+    /// # Safety
+    /// The CPU supports AVX2 and FMA; otherwise as `gemm_avx512`, and
+    /// `k >= 1`.
+    #[allow(clippy::too_many_arguments)]
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn gemm_avx2(
+        a: *const Self,
+        a_rs: isize,
+        a_cs: isize,
+        b: *const Self,
+        b_rs: isize,
+        m: usize,
+        k: usize,
+        n: usize,
+        c: *mut Self,
+    );
 }
 
-/// Whether this CPU runs the direct kernel.
+/// Whether this CPU runs the direct kernel (AVX-512F, or AVX2 and FMA).
 pub fn available() -> bool {
-    super::has_avx512f()
+    #[cfg(target_arch = "x86_64")]
+    {
+        super::has_avx512f() || super::avx2()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
 }
 
 /// Largest `k * n` of a B with strided columns that is packed for the
@@ -115,12 +153,17 @@ pub unsafe fn gemm_direct<T: SmallGemmElem>(
             }
             (packed.as_ptr(), n as isize)
         };
-        // SAFETY: AVX-512F is present; the caller vouches for the elements
-        // of A and of B (or B was packed into `packed`, k x n contiguous),
-        // and dst holds m * n elements.
-        unsafe {
-            T::gemm_avx512(a.as_ptr().wrapping_offset(a_off), a_rs, a_cs, bp, b_rs, m, k, n, dst.as_mut_ptr() as *mut T)
-        };
+        let (ap, cp) = (a.as_ptr().wrapping_offset(a_off), dst.as_mut_ptr() as *mut T);
+        if super::has_avx512f() {
+            // SAFETY: AVX-512F is present; the caller vouches for the
+            // elements of A and of B (or B was packed into `packed`, k x n
+            // contiguous), and dst holds m * n elements.
+            unsafe { T::gemm_avx512(ap, a_rs, a_cs, bp, b_rs, m, k, n, cp) };
+        } else {
+            // SAFETY: as above; without AVX-512F, `available` (the caller's
+            // contract) means AVX2 and FMA; k >= 1 here.
+            unsafe { T::gemm_avx2(ap, a_rs, a_cs, bp, b_rs, m, k, n, cp) };
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -132,7 +175,7 @@ pub unsafe fn gemm_direct<T: SmallGemmElem>(
 /// The micro-kernel of `MR` rows by `NV` vectors of columns, the driver
 /// tiling C with it, and the element's `SmallGemmElem` impl, for one width.
 macro_rules! small_gemm {
-    ($gemm:ident, $micro:ident, $t:ty, $lanes:expr, $mask:ty, $set1:ident, $fmadd:ident, $maskz_loadu:ident,
+    ($gemm:ident, $micro:ident, $gemm2:path, $t:ty, $lanes:expr, $mask:ty, $set1:ident, $fmadd:ident, $maskz_loadu:ident,
      $mask_storeu:ident, $zero:ident) => {
         /// Rows `0..MR` of C (at `c`, row stride `ldc`) by `NV` vectors of
         /// columns, the last ones limited by `masks`.
@@ -206,16 +249,7 @@ macro_rules! small_gemm {
                 });
                 let mut i0 = 0;
                 while i0 < m {
-                    let rows = m - i0;
-                    let mr = if rows >= ROW_BLOCK {
-                        ROW_BLOCK
-                    } else if rows >= 4 {
-                        4
-                    } else if rows >= 2 {
-                        2
-                    } else {
-                        1
-                    };
+                    let mr = block_rows(m - i0);
                     // SAFETY: block rows i0..i0 + mr and columns j0..j0 + width
                     // are inside the caller's m x n product.
                     unsafe {
@@ -259,6 +293,22 @@ macro_rules! small_gemm {
                 // SAFETY: forwarded contract.
                 unsafe { $gemm(a, a_rs, a_cs, b, b_rs, m, k, n, c) }
             }
+
+            #[cfg(target_arch = "x86_64")]
+            unsafe fn gemm_avx2(
+                a: *const $t,
+                a_rs: isize,
+                a_cs: isize,
+                b: *const $t,
+                b_rs: isize,
+                m: usize,
+                k: usize,
+                n: usize,
+                c: *mut $t,
+            ) {
+                // SAFETY: forwarded contract.
+                unsafe { $gemm2(a, a_rs, a_cs, b, b_rs, m, k, n, c) }
+            }
         }
     };
 }
@@ -266,6 +316,7 @@ macro_rules! small_gemm {
 small_gemm!(
     gemm_f32,
     micro_f32,
+    super::small_gemm_avx2::gemm_f32,
     f32,
     16,
     u16,
@@ -278,6 +329,7 @@ small_gemm!(
 small_gemm!(
     gemm_f64,
     micro_f64,
+    super::small_gemm_avx2::gemm_f64,
     f64,
     8,
     u8,
@@ -294,7 +346,7 @@ mod tests {
 
     fn check<T: SmallGemmElem + Into<f64>>(from: impl Fn(f64) -> T, tol: f64) {
         if !available() {
-            eprintln!("skipped: no AVX-512 on this CPU");
+            eprintln!("skipped: neither AVX-512 nor AVX2 and FMA on this CPU");
             return;
         }
         let shapes = [
@@ -343,5 +395,37 @@ mod tests {
     fn small_products_match_naive_for_every_block_shape() {
         check::<f32>(|v| v as f32, 1e-5);
         check::<f64>(|v| v, 1e-12);
+    }
+
+    /// The AVX2 kernel gives the dispatched kernel's bits (on an AVX-512
+    /// CPU: the AVX-512 kernel's), at every block shape and panel tail.
+    #[cfg(target_arch = "x86_64")]
+    fn avx2_bits<T: SmallGemmElem + PartialEq + std::fmt::Debug>(from: impl Fn(f64) -> T) {
+        for &(m, k, n) in &[(1, 1, 1), (7, 3, 5), (6, 10, 64), (64, 64, 10), (13, 33, 70), (11, 17, 9), (5, 2, 31)] {
+            let a: Vec<T> = (0..m * k).map(|i| from((((i * 7919) % 1000) as f64 - 500.0) / 37.0)).collect();
+            let b: Vec<T> = (0..k * n).map(|i| from((((i * 104729) % 1000) as f64 - 500.0) / 53.0)).collect();
+            let mut want = vec![MaybeUninit::<T>::uninit(); m * n];
+            let mut got = vec![T::default(); m * n];
+            // SAFETY: contiguous a (m x k) and b (k x n), dst m x n; both
+            // kernels were checked available, and k >= 1.
+            unsafe {
+                gemm_direct(&a, 0, k as isize, 1, &b, 0, n as isize, 1, m, k, n, &mut want);
+                T::gemm_avx2(a.as_ptr(), k as isize, 1, b.as_ptr(), n as isize, m, k, n, got.as_mut_ptr());
+            }
+            // SAFETY: gemm_direct wrote all m * n elements.
+            let want: Vec<T> = want.into_iter().map(|w| unsafe { w.assume_init() }).collect();
+            assert_eq!(got, want, "{m}x{k}x{n}");
+        }
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn avx2_kernel_gives_the_same_bits() {
+        if !crate::cpu::avx2() {
+            eprintln!("skipped: no AVX2 and FMA on this CPU");
+            return;
+        }
+        avx2_bits::<f32>(|v| v as f32);
+        avx2_bits::<f64>(|v| v);
     }
 }

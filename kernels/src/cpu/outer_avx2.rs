@@ -1,0 +1,285 @@
+//! The batched outer-product kernel of [`super::outer`] for CPUs with AVX2
+//! but no AVX-512 (8 f32 or 4 f64 lanes per vector).
+//!
+//! A product at least one vector wide is written as its flat `m * n` run
+//! in vectors aligned to 32 bytes (so that no store splits a cache line):
+//! a vector that crosses from row `i` into row `i + 1` takes its last
+//! lanes from the next row (a blend of `a[i]` and `a[i + 1]`, and a masked
+//! load of the next row's first columns of `c`).
+//!
+//! A product whose rows are not a whole number of vectors and shorter
+//! than four vectors, with `gcd(n, L) >= 2` (a classifier's 10 classes),
+//! is periodic instead: `n / gcd` vectors cover `L / gcd` rows exactly, so
+//! each vector `k` of a period is the same lanes of `c` (built once per
+//! product) times a lane permutation of a few consecutive `a` values (one
+//! `vpermps` of a vector of `a`). The crossing vectors' blends and masked
+//! loads cost about twice as much per store (64 x 10 products: 17 -> 7
+//! us). Other narrow products (odd `n < L`) are written element by
+//! element. Each element is the one product `a[i] * c[j]` in every path:
+//! the same bits as the portable and the AVX-512 kernels.
+
+use super::small_gemm_avx2::{mask32, mask64};
+use std::mem::MaybeUninit;
+
+/// Elements of `T` from `p` to the next 32-byte boundary (0 when aligned).
+#[inline(always)]
+fn to_half_line<T>(p: *const T) -> usize {
+    (32 - p as usize % 32) % 32 / std::mem::size_of::<T>().max(1)
+}
+
+/// The lane pattern of a periodic product (see the module doc): vector
+/// `k` of a period starting at run position `phase` (`< n`, the column
+/// of its first element) holds, in lane `l`, element `phase + k L + l` of
+/// the period: row `(phase + k L + l) / n` of it (at most `L / g`) and
+/// column `(phase + k L + l) % n`.
+struct Period {
+    /// Per vector, the row of each lane as `vpermps` indices: f32 lane `l`
+    /// takes element `r`; f64 lane `l` takes the pair `2 r, 2 r + 1`.
+    rows: Vec<std::arch::x86_64::__m256i>,
+    /// Per vector and lane, the column.
+    cols: Vec<usize>,
+}
+
+impl Period {
+    /// # Safety
+    /// The CPU supports AVX (an unaligned 256-bit load).
+    unsafe fn new(n: usize, lanes: usize, phase: usize) -> Period {
+        let vectors = n / gcd(n, lanes);
+        let (mut rows, mut cols) = (Vec::with_capacity(vectors), Vec::with_capacity(vectors * lanes));
+        for k in 0..vectors {
+            let mut idx = [0i32; 8];
+            for l in 0..lanes {
+                let p = phase + k * lanes + l;
+                cols.push(p % n);
+                let r = (p / n) as i32;
+                if lanes == 8 {
+                    idx[l] = r;
+                } else {
+                    (idx[2 * l], idx[2 * l + 1]) = (2 * r, 2 * r + 1);
+                }
+            }
+            // SAFETY: reads the 32 bytes of `idx`; AVX per the contract.
+            rows.push(unsafe { std::arch::x86_64::_mm256_loadu_si256(idx.as_ptr() as *const _) });
+        }
+        Period { rows, cols }
+    }
+}
+
+fn gcd(mut a: usize, mut b: usize) -> usize {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// Whether a product `n` wide is written periodically with `lanes`-lane
+/// vectors: rows not a whole number of vectors, shorter than four, and a
+/// period of at most `lanes / 2` rows (so that a period's rows plus the
+/// one its phase may reach fit in one vector of `a`).
+fn periodic(n: usize, lanes: usize) -> bool {
+    !n.is_multiple_of(lanes) && n < 4 * lanes && gcd(n, lanes) >= 2
+}
+
+macro_rules! outer_avx2 {
+    ($name:ident, $t:ty, $lanes:expr, $set1:ident, $mul:ident, $loadu:ident, $storeu:ident, $maskload:ident,
+     $maskstore:ident, $blendv:ident, $cast:ident, $mask:ident, $to_ps:ident, $from_ps:ident) => {
+        /// `dst[(b * m + i) * n + j] = a[a_offs[b] + i] * c[c_offs[b] + j]`.
+        ///
+        /// # Safety
+        /// The CPU supports AVX2; for every `b`, `a_offs[b]..a_offs[b] + m`
+        /// lies in `a` and `c_offs[b]..c_offs[b] + n` in `c`;
+        /// `dst.len() == a_offs.len() * m * n`, `c_offs.len() ==
+        /// a_offs.len()`, and `m, n >= 1`.
+        #[target_feature(enable = "avx2")]
+        pub(crate) unsafe fn $name(
+            a: &[$t],
+            a_offs: &[isize],
+            c: &[$t],
+            c_offs: &[isize],
+            m: usize,
+            n: usize,
+            dst: &mut [MaybeUninit<$t>],
+        ) {
+            use std::arch::x86_64::*;
+            const L: usize = $lanes;
+            let out = dst.as_mut_ptr() as *mut $t;
+            let run = m * n;
+            if periodic(n, L) {
+                // SAFETY: forwarded contract (AVX2, checked ranges).
+                unsafe { periodic_run(a, a_offs, c, c_offs, m, n, out) };
+                return;
+            }
+            for (b, (&ao, &co)) in a_offs.iter().zip(c_offs).enumerate() {
+                // SAFETY (whole block): the caller checked that rows
+                // ao..ao + m of a, columns co..co + n of c and the m * n
+                // block of product b lie in their slices. Stores stay inside
+                // the run (full vectors end by it, the last one is masked);
+                // loads of c read columns 0..n of it, a masked load's
+                // disabled lanes (below column 0 for the next row's part)
+                // are not accessed.
+                unsafe {
+                    let (pa, pc) = (a.as_ptr().offset(ao), c.as_ptr().offset(co));
+                    let block = out.add(b * run);
+                    if n < L {
+                        for i in 0..m {
+                            let s = *pa.add(i);
+                            for j in 0..n {
+                                *block.add(i * n + j) = s * *pc.add(j);
+                            }
+                        }
+                        continue;
+                    }
+                    // before the first aligned vector: part of row 0 (start < L <= n)
+                    let start = to_half_line(block).min(run);
+                    if start > 0 {
+                        let lo = $mask(start);
+                        $maskstore(block, lo, $mul($set1(*pa), $maskload(pc, lo)));
+                    }
+                    let mut p = start;
+                    for i in 0..m {
+                        let row = i * n;
+                        let s = $set1(*pa.add(i));
+                        while p + L <= row + n {
+                            $storeu(block.add(p), $mul(s, $loadu(pc.add(p - row))));
+                            p += L;
+                        }
+                        if p == row + n {
+                            continue;
+                        }
+                        // lanes ..first from this row, first..len from the next
+                        let (first, len) = (row + n - p, L.min(run - p));
+                        let lo = $mask(first);
+                        let mut cv = $maskload(pc.add(p - row), lo);
+                        let mut av = s;
+                        if len > first {
+                            let hi = _mm256_andnot_si256(lo, $mask(len));
+                            let next = $maskload(pc.wrapping_sub(first), hi);
+                            cv = $blendv(cv, next, $cast(hi));
+                            av = $blendv(s, $set1(*pa.add(i + 1)), $cast(hi));
+                        }
+                        let v = $mul(av, cv);
+                        if len == L {
+                            $storeu(block.add(p), v);
+                        } else {
+                            $maskstore(block.add(p), $mask(len), v);
+                        }
+                        p += len;
+                    }
+                }
+            }
+
+            /// The periodic path (see the module doc) of the same call.
+            ///
+            /// # Safety
+            /// As the kernel's, and `periodic(n, L)`.
+            #[target_feature(enable = "avx2")]
+            unsafe fn periodic_run(
+                a: &[$t],
+                a_offs: &[isize],
+                c: &[$t],
+                c_offs: &[isize],
+                m: usize,
+                n: usize,
+                out: *mut $t,
+            ) {
+                use std::arch::x86_64::*;
+                let run = m * n;
+                let vectors = n / gcd(n, L);
+                let period_rows = L / gcd(n, L);
+                // by the phase of the first aligned vector (its run position < L)
+                let mut periods: [Option<Period>; L] = Default::default();
+                let mut c_rep: [$t; 4 * L * L] = [0.0; 4 * L * L];
+                for (b, (&ao, &co)) in a_offs.iter().zip(c_offs).enumerate() {
+                    // SAFETY (whole block): rows ao..ao + m of a, columns
+                    // co..co + n of c and the m * n block lie in their slices
+                    // (the caller's contract). A period's vector of a starts at
+                    // a row below m and loads through a mask that stops at m;
+                    // the lanes it uses are rows of positions below `run`.
+                    // Stores stay inside the run: the last vector is masked,
+                    // and the head (before the first aligned vector) is scalar.
+                    unsafe {
+                        let (pa, pc) = (a.as_ptr().offset(ao), c.as_ptr().offset(co));
+                        let block = out.add(b * run);
+                        let start = to_half_line(block).min(run);
+                        for q in 0..start {
+                            *block.add(q) = *pa.add(q / n) * *pc.add(q % n);
+                        }
+                        let pat = periods[start].get_or_insert_with(|| Period::new(n, L, start % n));
+                        for (r, &j) in c_rep.iter_mut().zip(&pat.cols) {
+                            *r = *pc.add(j);
+                        }
+                        let (mut p, mut row) = (start, start / n);
+                        // whole periods (no bound checks), then the last one's vectors
+                        let whole = (run - start) / (vectors * L);
+                        let rows = &pat.rows[..vectors];
+                        for _ in 0..whole {
+                            let av = $to_ps($maskload(pa.add(row), $mask((m - row).min(L))));
+                            for (k, idx) in rows.iter().enumerate() {
+                                let lanes = $from_ps(_mm256_permutevar8x32_ps(av, *idx));
+                                $storeu(block.add(p + k * L), $mul(lanes, $loadu(c_rep.as_ptr().add(k * L))));
+                            }
+                            p += vectors * L;
+                            row += period_rows;
+                        }
+                        if p < run {
+                            let av = $to_ps($maskload(pa.add(row), $mask((m - row).min(L))));
+                            for (k, idx) in rows.iter().enumerate() {
+                                if p >= run {
+                                    break;
+                                }
+                                let v = $mul(
+                                    $from_ps(_mm256_permutevar8x32_ps(av, *idx)),
+                                    $loadu(c_rep.as_ptr().add(k * L)),
+                                );
+                                if p + L <= run {
+                                    $storeu(block.add(p), v);
+                                } else {
+                                    $maskstore(block.add(p), $mask(run - p), v);
+                                }
+                                p += L;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+}
+
+outer_avx2!(
+    outer_f32,
+    f32,
+    8,
+    _mm256_set1_ps,
+    _mm256_mul_ps,
+    _mm256_loadu_ps,
+    _mm256_storeu_ps,
+    _mm256_maskload_ps,
+    _mm256_maskstore_ps,
+    _mm256_blendv_ps,
+    _mm256_castsi256_ps,
+    mask32,
+    identity_ps,
+    identity_ps
+);
+outer_avx2!(
+    outer_f64,
+    f64,
+    4,
+    _mm256_set1_pd,
+    _mm256_mul_pd,
+    _mm256_loadu_pd,
+    _mm256_storeu_pd,
+    _mm256_maskload_pd,
+    _mm256_maskstore_pd,
+    _mm256_blendv_pd,
+    _mm256_castsi256_pd,
+    mask64,
+    _mm256_castpd_ps,
+    _mm256_castps_pd
+);
+
+#[inline(always)]
+fn identity_ps(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+    x
+}
