@@ -121,7 +121,15 @@ pub fn avx2() -> bool {
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) fn to_line<T>(p: *const T) -> usize {
-    (64 - p as usize % 64) % 64 / std::mem::size_of::<T>().max(1)
+    to_boundary(p, 64)
+}
+
+/// Elements of `T` from `p` to the next multiple of `bytes` (0 when
+/// aligned); the AVX2 kernels align their 32-byte vectors with it.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn to_boundary<T>(p: *const T, bytes: usize) -> usize {
+    (bytes - p as usize % bytes) % bytes / std::mem::size_of::<T>().max(1)
 }
 
 /// Converts a completely written vector of slots into a vector of values.

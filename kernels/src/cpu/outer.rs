@@ -85,7 +85,7 @@ pub fn outer_batched<T: OuterElem>(
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
+    if super::avx2() {
         // SAFETY: AVX2 is present, the ranges were checked above and m, n >= 1.
         unsafe { T::outer_avx2(a, a_offs, c, c_offs, m, n, dst) };
         return;
@@ -453,7 +453,7 @@ mod tests {
                     Path::Portable => outer_portable(&a, &a_offs, &c, &c_offs, m, n, dst),
                     Path::Dispatched => outer_batched(&a, &a_offs, &c, &c_offs, m, n, dst),
                     #[cfg(target_arch = "x86_64")]
-                    Path::Avx2 if std::arch::is_x86_feature_detected!("avx2") => {
+                    Path::Avx2 if crate::cpu::avx2() => {
                         // SAFETY: AVX2 is present; the offsets address
                         // m- and n-vectors inside a and c; dst is batch m n.
                         unsafe { T::outer_avx2(&a, &a_offs, &c, &c_offs, m, n, dst) }

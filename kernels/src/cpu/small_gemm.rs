@@ -16,14 +16,26 @@ use std::mem::MaybeUninit;
 /// multiple of this is computed in the same blocks).
 pub const ROW_BLOCK: usize = 6;
 
-/// The rows of the next micro-kernel block when `rows` are left: whole
-/// blocks of `ROW_BLOCK`, then 4, 2 or 1 (the kernels' instances).
-pub(crate) fn block_rows(rows: usize) -> usize {
-    match rows {
-        r if r >= ROW_BLOCK => ROW_BLOCK,
-        4.. => 4,
-        2.. => 2,
-        _ => 1,
+/// Tiles an `m x n` product for the micro-kernels: panels of `panel`
+/// columns, each in blocks of `ROW_BLOCK` rows, then 4, 2 or 1 (the
+/// kernels' instances); calls `block(i0, rows, j0, width)` for each.
+#[inline(always)]
+pub(crate) fn for_blocks(m: usize, n: usize, panel: usize, mut block: impl FnMut(usize, usize, usize, usize)) {
+    let mut j0 = 0;
+    while j0 < n {
+        let width = (n - j0).min(panel);
+        let mut i0 = 0;
+        while i0 < m {
+            let rows = match m - i0 {
+                r if r >= ROW_BLOCK => ROW_BLOCK,
+                4.. => 4,
+                2.. => 2,
+                _ => 1,
+            };
+            block(i0, rows, j0, width);
+            i0 += rows;
+        }
+        j0 += panel;
     }
 }
 
@@ -239,42 +251,33 @@ macro_rules! small_gemm {
             c: *mut $t,
         ) {
             const L: usize = $lanes;
-            const PANEL: usize = 4 * L;
-            let mut j0 = 0;
-            while j0 < n {
-                let width = (n - j0).min(PANEL);
+            for_blocks(m, n, 4 * L, |i0, mr, j0, width| {
                 let masks: [$mask; 4] = std::array::from_fn(|v| {
                     let lanes = width.saturating_sub(v * L).min(L);
                     ((1u32 << lanes) - 1) as $mask
                 });
-                let mut i0 = 0;
-                while i0 < m {
-                    let mr = block_rows(m - i0);
-                    // SAFETY: block rows i0..i0 + mr and columns j0..j0 + width
-                    // are inside the caller's m x n product.
-                    unsafe {
-                        let (ab, bb, cb) = (a.offset(i0 as isize * a_rs), b.add(j0), c.add(i0 * n + j0));
-                        macro_rules! call {
-                            ($mr:literal) => {
-                                match width.div_ceil(L) {
-                                    1 => $micro::<$mr, 1>(ab, a_rs, a_cs, bb, b_rs, k, cb, n, masks),
-                                    2 => $micro::<$mr, 2>(ab, a_rs, a_cs, bb, b_rs, k, cb, n, masks),
-                                    3 => $micro::<$mr, 3>(ab, a_rs, a_cs, bb, b_rs, k, cb, n, masks),
-                                    _ => $micro::<$mr, 4>(ab, a_rs, a_cs, bb, b_rs, k, cb, n, masks),
-                                }
-                            };
-                        }
-                        match mr {
-                            6 => call!(6),
-                            4 => call!(4),
-                            2 => call!(2),
-                            _ => call!(1),
-                        }
+                // SAFETY: block rows i0..i0 + mr and columns j0..j0 + width
+                // are inside the caller's m x n product.
+                unsafe {
+                    let (ab, bb, cb) = (a.offset(i0 as isize * a_rs), b.add(j0), c.add(i0 * n + j0));
+                    macro_rules! call {
+                        ($mr:literal) => {
+                            match width.div_ceil(L) {
+                                1 => $micro::<$mr, 1>(ab, a_rs, a_cs, bb, b_rs, k, cb, n, masks),
+                                2 => $micro::<$mr, 2>(ab, a_rs, a_cs, bb, b_rs, k, cb, n, masks),
+                                3 => $micro::<$mr, 3>(ab, a_rs, a_cs, bb, b_rs, k, cb, n, masks),
+                                _ => $micro::<$mr, 4>(ab, a_rs, a_cs, bb, b_rs, k, cb, n, masks),
+                            }
+                        };
                     }
-                    i0 += mr;
+                    match mr {
+                        6 => call!(6),
+                        4 => call!(4),
+                        2 => call!(2),
+                        _ => call!(1),
+                    }
                 }
-                j0 += PANEL;
-            }
+            });
         }
 
         impl SmallGemmElem for $t {

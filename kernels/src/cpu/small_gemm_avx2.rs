@@ -12,7 +12,7 @@
 //! stored through a lane mask (`vmaskmov`: masked-off lanes are not
 //! accessed); full vectors go through plain loads and stores.
 
-use super::small_gemm::block_rows;
+use super::small_gemm::for_blocks;
 
 /// `-1` in the first `L` lanes, then zeros: `mask(len)` loads the window
 /// starting `L - len` in (`len <= L`).
@@ -121,40 +121,31 @@ macro_rules! small_gemm_avx2 {
             c: *mut $t,
         ) {
             const L: usize = $lanes;
-            const PANEL: usize = 2 * L;
-            let mut j0 = 0;
-            while j0 < n {
-                let width = (n - j0).min(PANEL);
+            for_blocks(m, n, 2 * L, |i0, mr, j0, width| {
                 let (nv, tail) = (width.div_ceil(L), width - (width.div_ceil(L) - 1) * L);
                 let masked = tail < L;
-                let mut i0 = 0;
-                while i0 < m {
-                    let mr = block_rows(m - i0);
-                    // SAFETY: block rows i0..i0 + mr and columns j0..j0 + width
-                    // are inside the caller's m x n product.
-                    unsafe {
-                        let (ab, bb, cb) = (a.offset(i0 as isize * a_rs), b.add(j0), c.add(i0 * n + j0));
-                        macro_rules! call {
-                            ($mr:literal) => {
-                                match (nv, masked) {
-                                    (1, false) => $micro::<$mr, 1, false>(ab, a_rs, a_cs, bb, b_rs, k, cb, n, tail),
-                                    (1, true) => $micro::<$mr, 1, true>(ab, a_rs, a_cs, bb, b_rs, k, cb, n, tail),
-                                    (_, false) => $micro::<$mr, 2, false>(ab, a_rs, a_cs, bb, b_rs, k, cb, n, tail),
-                                    (_, true) => $micro::<$mr, 2, true>(ab, a_rs, a_cs, bb, b_rs, k, cb, n, tail),
-                                }
-                            };
-                        }
-                        match mr {
-                            6 => call!(6),
-                            4 => call!(4),
-                            2 => call!(2),
-                            _ => call!(1),
-                        }
+                // SAFETY: block rows i0..i0 + mr and columns j0..j0 + width
+                // are inside the caller's m x n product.
+                unsafe {
+                    let (ab, bb, cb) = (a.offset(i0 as isize * a_rs), b.add(j0), c.add(i0 * n + j0));
+                    macro_rules! call {
+                        ($mr:literal) => {
+                            match (nv, masked) {
+                                (1, false) => $micro::<$mr, 1, false>(ab, a_rs, a_cs, bb, b_rs, k, cb, n, tail),
+                                (1, true) => $micro::<$mr, 1, true>(ab, a_rs, a_cs, bb, b_rs, k, cb, n, tail),
+                                (_, false) => $micro::<$mr, 2, false>(ab, a_rs, a_cs, bb, b_rs, k, cb, n, tail),
+                                (_, true) => $micro::<$mr, 2, true>(ab, a_rs, a_cs, bb, b_rs, k, cb, n, tail),
+                            }
+                        };
                     }
-                    i0 += mr;
+                    match mr {
+                        6 => call!(6),
+                        4 => call!(4),
+                        2 => call!(2),
+                        _ => call!(1),
+                    }
                 }
-                j0 += PANEL;
-            }
+            });
         }
     };
 }
