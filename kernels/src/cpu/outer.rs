@@ -426,6 +426,14 @@ mod tests {
             (2, 5, 17),
             (3, 3, 31),
             (1, 2, 100),
+            // whole vectors: c in registers (1 to 8 vectors), then wider rows
+            (2, 3, 24),
+            (2, 3, 32),
+            (2, 3, 40),
+            (2, 3, 48),
+            (2, 3, 56),
+            (2, 3, 72),
+            (2, 3, 128),
             // periodic widths (gcd with the lanes >= 2, not a multiple)
             (3, 9, 6),
             (2, 13, 12),
