@@ -18,6 +18,7 @@ pub mod matmul;
 pub mod outer;
 #[cfg(target_arch = "x86_64")]
 mod outer_avx2;
+mod pack;
 pub mod pair;
 pub mod random;
 pub mod reduce;
