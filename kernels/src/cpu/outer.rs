@@ -426,7 +426,7 @@ mod tests {
             (2, 5, 17),
             (3, 3, 31),
             (1, 2, 100),
-            // whole vectors: c in registers (1 to 8 vectors), then wider rows
+            // whole vectors: c in registers (1 to 8 vectors), then wider rows (the flat run)
             (2, 3, 24),
             (2, 3, 32),
             (2, 3, 40),
@@ -443,6 +443,7 @@ mod tests {
             (2, 9, 18),
             (2, 5, 26),
             (1, 3, 30),
+            (2, 5, 22),
             (4, 64, 10),
         ] {
             // Offsets with gaps, so every product reads its own vectors.

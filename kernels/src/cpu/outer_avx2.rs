@@ -1,18 +1,17 @@
 //! The batched outer-product kernel of [`super::outer`] for CPUs with AVX2
 //! but no AVX-512 (8 f32 or 4 f64 lanes per vector).
 //!
-//! Rows of whole vectors (`n % L == 0`) are written row by row with
-//! unaligned stores: up to 8 vectors (64 f32 columns) with `c`'s vectors
-//! held in registers (`in_registers`: a broadcast of `a[i]` and `n / L`
-//! multiplies and stores per row, nothing loaded), wider rows loading
-//! `c` again from L1 (`whole_vectors`). These are store-bound. The loop
-//! over aligned vectors of the flat run (below) reached about 40 GB/s
-//! here, under the 50 GB/s of a plain `fill` of the same buffer; the
-//! register rows exceed the `fill`. In one run of a warm loop on a Zen 3
-//! core, against the aligned flat run: 32 x 64 x 64 9.5 against
-//! 12.4-13.6 us, 32 x 32 x 64 3.4 against 5.8-6.1 us, 64 x 64 x 64 16.6
-//! against 24.2 us; 16 x 256 x 256 (4 MB, memory-bound) 82-84 against
-//! 85-89 us.
+//! Rows of up to 8 whole vectors (`n % L == 0`, `n <= 8 L`: up to 64 f32
+//! columns) are written row by row with unaligned stores and `c`'s
+//! vectors held in registers (`in_registers`: a broadcast of `a[i]` and
+//! `n / L` multiplies and stores per row, nothing loaded). These are
+//! store-bound: the loop over aligned vectors of the flat run (below)
+//! reached about 40 GB/s here, under the 50 GB/s of a plain `fill` of the
+//! same buffer, and the register rows exceed the `fill`. In one run of a
+//! warm loop on a Zen 3 core, against the flat run: 32 x 64 x 64 9.5
+//! against 12.4-13.6 us, 32 x 32 x 64 3.4 against 5.8-6.1 us, 64 x 64 x 64
+//! 16.6 against 24.2 us. Wider rows gained nothing measurable (16 x 256 x
+//! 256, 4 MB, is memory-bound) and take the flat run.
 //!
 //! Other products at least one vector wide are written as their flat
 //! `m * n` run in vectors aligned to 32 bytes (so that no store splits a
@@ -26,9 +25,9 @@
 //! each vector `k` of a period is the same lanes of `c` (built once per
 //! product) times a lane permutation of a few consecutive `a` values (one
 //! `vpermps` of a vector of `a`), where the row path would blend and
-//! mask-load nearly every vector. Periods of up to 7 vectors keep their
-//! patterns and `c` lanes in registers (`whole_periods`): 32 x 64 x 10
-//! 2.15 against 3.2-3.4 us in the run above. Other narrow products (odd
+//! mask-load nearly every vector. A period's patterns and `c` lanes are
+//! held across its repeats (`whole_periods`; in registers up to 7
+//! vectors): 32 x 64 x 10 2.15 against 3.2-3.4 us in the run above. Other narrow products (odd
 //! `n < L`) are written element by element. Each element is the one
 //! product `a[i] * c[j]` in every path: the same bits as the portable and
 //! the AVX-512 kernels.
@@ -99,7 +98,7 @@ fn periodic(n: usize, lanes: usize) -> bool {
 
 macro_rules! outer_avx2 {
     ($name:ident, $t:ty, $vec:ty, $lanes:expr, $set1:ident, $mul:ident, $loadu:ident, $storeu:ident, $maskload:ident,
-     $maskstore:ident, $store:ident, $blendv:ident, $cast:ident, $mask:ident, $to_ps:ident, $from_ps:ident) => {
+     $maskstore:ident, $blendv:ident, $cast:ident, $mask:ident, $to_ps:ident, $from_ps:ident) => {
         /// `dst[(b * m + i) * n + j] = a[a_offs[b] + i] * c[c_offs[b] + j]`.
         ///
         /// # Safety
@@ -126,8 +125,8 @@ macro_rules! outer_avx2 {
                 unsafe { periodic_run(a, a_offs, c, c_offs, m, n, out) };
                 return;
             }
-            if n % L == 0 {
-                // SAFETY: forwarded contract; every block starts 32-byte aligned.
+            if n % L == 0 && n / L <= 8 {
+                // SAFETY: forwarded contract, with n = (n / L) L.
                 unsafe {
                     match n / L {
                         1 => in_registers::<1>(a, a_offs, c, c_offs, m, out),
@@ -137,8 +136,7 @@ macro_rules! outer_avx2 {
                         5 => in_registers::<5>(a, a_offs, c, c_offs, m, out),
                         6 => in_registers::<6>(a, a_offs, c, c_offs, m, out),
                         7 => in_registers::<7>(a, a_offs, c, c_offs, m, out),
-                        8 => in_registers::<8>(a, a_offs, c, c_offs, m, out),
-                        _ => whole_vectors(a, a_offs, c, c_offs, m, n, out),
+                        _ => in_registers::<8>(a, a_offs, c, c_offs, m, out),
                     }
                 }
                 return;
@@ -241,12 +239,12 @@ macro_rules! outer_avx2 {
                 (p, row)
             }
 
-            /// Rows of `V` whole vectors from an aligned start: `c`'s vectors
-            /// stay in registers, each row is one broadcast and `V` aligned
+            /// Rows of `V` whole vectors: `c`'s vectors stay in registers,
+            /// each row is one broadcast, `V` multiplies and `V` unaligned
             /// stores.
             ///
             /// # Safety
-            /// As the kernel's, with `n == V * L` and `out` 32-byte aligned.
+            /// As the kernel's, with `n == V * L`.
             #[target_feature(enable = "avx2")]
             unsafe fn in_registers<const V: usize>(
                 a: &[$t],
@@ -261,7 +259,7 @@ macro_rules! outer_avx2 {
                 for (b, (&ao, &co)) in a_offs.iter().zip(c_offs).enumerate() {
                     // SAFETY: rows ao..ao + m of a, columns co..co + n of c and
                     // the m * n block lie in their slices (the caller's
-                    // contract); block b starts at an aligned address.
+                    // contract).
                     unsafe {
                         let (pa, pc) = (a.as_ptr().offset(ao), c.as_ptr().offset(co));
                         let block = out.add(b * m * n);
@@ -271,39 +269,6 @@ macro_rules! outer_avx2 {
                             let row = block.add(i * n);
                             for (v, c) in cv.iter().enumerate() {
                                 $storeu(row.add(v * L), $mul(s, *c));
-                            }
-                        }
-                    }
-                }
-            }
-
-            /// Rows of whole vectors, more than fit in registers: `c`'s
-            /// vectors are loaded again for each row (from L1).
-            ///
-            /// # Safety
-            /// As the kernel's, with `n % L == 0`.
-            #[target_feature(enable = "avx2")]
-            unsafe fn whole_vectors(
-                a: &[$t],
-                a_offs: &[isize],
-                c: &[$t],
-                c_offs: &[isize],
-                m: usize,
-                n: usize,
-                out: *mut $t,
-            ) {
-                use std::arch::x86_64::*;
-                for (b, (&ao, &co)) in a_offs.iter().zip(c_offs).enumerate() {
-                    // SAFETY: rows ao..ao + m of a, columns co..co + n of c and
-                    // the m * n block lie in their slices (the caller's contract).
-                    unsafe {
-                        let (pa, pc) = (a.as_ptr().offset(ao), c.as_ptr().offset(co));
-                        let block = out.add(b * m * n);
-                        for i in 0..m {
-                            let s = $set1(*pa.add(i));
-                            let row = block.add(i * n);
-                            for v in (0..n).step_by(L) {
-                                $storeu(row.add(v), $mul(s, $loadu(pc.add(v))));
                             }
                         }
                     }
@@ -356,23 +321,17 @@ macro_rules! outer_avx2 {
                         let rows = &pat.rows[..vectors];
                         let c_rep = c_rep.as_ptr();
                         let step = (pa, m, block, period_rows);
+                        // n / gcd(n, L) is odd (L is a power of two) and below
+                        // 2 L (n < 4 L, gcd >= 2): 1 to 15
                         (p, row) = match vectors {
                             1 => whole_periods::<1>(step, rows, c_rep, p, row, whole),
                             3 => whole_periods::<3>(step, rows, c_rep, p, row, whole),
                             5 => whole_periods::<5>(step, rows, c_rep, p, row, whole),
                             7 => whole_periods::<7>(step, rows, c_rep, p, row, whole),
-                            _ => {
-                                for _ in 0..whole {
-                                    let av = $to_ps($maskload(pa.add(row), $mask((m - row).min(L))));
-                                    for (k, idx) in rows.iter().enumerate() {
-                                        let lanes = $from_ps(_mm256_permutevar8x32_ps(av, *idx));
-                                        $storeu(block.add(p + k * L), $mul(lanes, $loadu(c_rep.add(k * L))));
-                                    }
-                                    p += vectors * L;
-                                    row += period_rows;
-                                }
-                                (p, row)
-                            }
+                            9 => whole_periods::<9>(step, rows, c_rep, p, row, whole),
+                            11 => whole_periods::<11>(step, rows, c_rep, p, row, whole),
+                            13 => whole_periods::<13>(step, rows, c_rep, p, row, whole),
+                            _ => whole_periods::<15>(step, rows, c_rep, p, row, whole),
                         };
                         if p < run {
                             let av = $to_ps($maskload(pa.add(row), $mask((m - row).min(L))));
@@ -407,7 +366,6 @@ outer_avx2!(
     _mm256_storeu_ps,
     _mm256_maskload_ps,
     _mm256_maskstore_ps,
-    _mm256_store_ps,
     _mm256_blendv_ps,
     _mm256_castsi256_ps,
     mask32,
@@ -425,7 +383,6 @@ outer_avx2!(
     _mm256_storeu_pd,
     _mm256_maskload_pd,
     _mm256_maskstore_pd,
-    _mm256_store_pd,
     _mm256_blendv_pd,
     _mm256_castsi256_pd,
     mask64,

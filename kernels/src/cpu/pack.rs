@@ -21,14 +21,14 @@ pub(crate) unsafe fn pack_rows<T: Copy>(src: *const T, rs: isize, cs: isize, k: 
     if rs == 1 {
         let size = std::mem::size_of::<T>();
         if size == 4 {
-            // SAFETY: the caller's contract; 4-byte elements are moved as
-            // f32 bit patterns (no arithmetic).
-            unsafe { transposed_f32(src as *const f32, cs, k, n, dst as *mut f32) };
+            // SAFETY: the caller's contract (AVX included); 4-byte elements
+            // are moved as f32 bit patterns (no arithmetic).
+            unsafe { by_blocks(src as *const f32, cs, k, n, dst as *mut f32, 8, block_f32) };
             return;
         }
         if size == 8 {
             // SAFETY: as above, as f64 bit patterns.
-            unsafe { transposed_f64(src as *const f64, cs, k, n, dst as *mut f64) };
+            unsafe { by_blocks(src as *const f64, cs, k, n, dst as *mut f64, 4, block_f64) };
             return;
         }
     }
@@ -58,55 +58,30 @@ unsafe fn copy_block<T: Copy>(
     }
 }
 
-/// [`pack_rows`] of 4-byte elements with `rs == 1`: 8 x 8 blocks.
+/// [`pack_rows`] with `rs == 1` in `t x t` blocks, each packed by
+/// `block(src, cs, dst, n)` (block rows `j` of the source at `src + j cs`,
+/// packed rows `p` at `dst + p n`); the edges element by element.
 ///
 /// # Safety
-/// As [`pack_rows`]'s, with `rs == 1` and AVX.
+/// As [`pack_rows`]'s, with `rs == 1`; `block` may be called under it for
+/// any `t x t` block inside the matrix.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx")]
-unsafe fn transposed_f32(src: *const f32, cs: isize, k: usize, n: usize, dst: *mut f32) {
-    use std::arch::x86_64::*;
-    let (kb, nb) = (k - k % 8, n - n % 8);
-    for j0 in (0..nb).step_by(8) {
-        for p0 in (0..kb).step_by(8) {
-            // SAFETY: source rows j0..j0 + 8 (columns of B) hold elements
-            // p0..p0 + 8 (p0 + 8 <= k); the packed rows p0..p0 + 8 hold
-            // columns j0..j0 + 8 (j0 + 8 <= n).
-            unsafe {
-                let r: [__m256; 8] =
-                    std::array::from_fn(|i| _mm256_loadu_ps(src.offset((j0 + i) as isize * cs + p0 as isize)));
-                let t0 = _mm256_unpacklo_ps(r[0], r[1]);
-                let t1 = _mm256_unpackhi_ps(r[0], r[1]);
-                let t2 = _mm256_unpacklo_ps(r[2], r[3]);
-                let t3 = _mm256_unpackhi_ps(r[2], r[3]);
-                let t4 = _mm256_unpacklo_ps(r[4], r[5]);
-                let t5 = _mm256_unpackhi_ps(r[4], r[5]);
-                let t6 = _mm256_unpacklo_ps(r[6], r[7]);
-                let t7 = _mm256_unpackhi_ps(r[6], r[7]);
-                // per 128-bit lane: columns 0 and 4, 1 and 5, 2 and 6, 3 and 7
-                // of rows 0-3 (s0-s3) and rows 4-7 (s4-s7)
-                let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-                let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-                let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-                let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-                let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-                let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
-                let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-                let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
-                let cols = [
-                    _mm256_permute2f128_ps::<0x20>(s0, s4),
-                    _mm256_permute2f128_ps::<0x20>(s1, s5),
-                    _mm256_permute2f128_ps::<0x20>(s2, s6),
-                    _mm256_permute2f128_ps::<0x20>(s3, s7),
-                    _mm256_permute2f128_ps::<0x31>(s0, s4),
-                    _mm256_permute2f128_ps::<0x31>(s1, s5),
-                    _mm256_permute2f128_ps::<0x31>(s2, s6),
-                    _mm256_permute2f128_ps::<0x31>(s3, s7),
-                ];
-                for (i, c) in cols.iter().enumerate() {
-                    _mm256_storeu_ps(dst.add((p0 + i) * n + j0), *c);
-                }
-            }
+unsafe fn by_blocks<T: Copy>(
+    src: *const T,
+    cs: isize,
+    k: usize,
+    n: usize,
+    dst: *mut T,
+    t: usize,
+    block: unsafe fn(*const T, isize, *mut T, usize),
+) {
+    let (kb, nb) = (k - k % t, n - n % t);
+    for j0 in (0..nb).step_by(t) {
+        for p0 in (0..kb).step_by(t) {
+            // SAFETY: source columns j0..j0 + t hold elements p0..p0 + t of
+            // B's rows (p0 + t <= k); packed rows p0..p0 + t hold columns
+            // j0..j0 + t (j0 + t <= n).
+            unsafe { block(src.offset(j0 as isize * cs + p0 as isize), cs, dst.add(p0 * n + j0), n) };
         }
     }
     // SAFETY: the caller's contract, for the edges.
@@ -116,41 +91,76 @@ unsafe fn transposed_f32(src: *const f32, cs: isize, k: usize, n: usize, dst: *m
     }
 }
 
-/// [`pack_rows`] of 8-byte elements with `rs == 1`: 4 x 4 blocks.
+/// One 8 x 8 block of 4-byte elements: 8 source rows `cs` apart
+/// transposed into 8 packed rows `n` apart.
 ///
 /// # Safety
-/// As [`pack_rows`]'s, with `rs == 1` and AVX.
+/// The block's elements are readable and writable there; AVX.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx")]
-unsafe fn transposed_f64(src: *const f64, cs: isize, k: usize, n: usize, dst: *mut f64) {
+unsafe fn block_f32(src: *const f32, cs: isize, dst: *mut f32, n: usize) {
     use std::arch::x86_64::*;
-    let (kb, nb) = (k - k % 4, n - n % 4);
-    for j0 in (0..nb).step_by(4) {
-        for p0 in (0..kb).step_by(4) {
-            // SAFETY: as in `transposed_f32`, with 4 x 4 blocks.
-            unsafe {
-                let r: [__m256d; 4] =
-                    std::array::from_fn(|i| _mm256_loadu_pd(src.offset((j0 + i) as isize * cs + p0 as isize)));
-                let t0 = _mm256_unpacklo_pd(r[0], r[1]);
-                let t1 = _mm256_unpackhi_pd(r[0], r[1]);
-                let t2 = _mm256_unpacklo_pd(r[2], r[3]);
-                let t3 = _mm256_unpackhi_pd(r[2], r[3]);
-                let cols = [
-                    _mm256_permute2f128_pd::<0x20>(t0, t2),
-                    _mm256_permute2f128_pd::<0x20>(t1, t3),
-                    _mm256_permute2f128_pd::<0x31>(t0, t2),
-                    _mm256_permute2f128_pd::<0x31>(t1, t3),
-                ];
-                for (i, c) in cols.iter().enumerate() {
-                    _mm256_storeu_pd(dst.add((p0 + i) * n + j0), *c);
-                }
-            }
+    // SAFETY: the caller's contract.
+    unsafe {
+        let r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(src.offset(i as isize * cs)));
+        let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+        let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+        let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+        let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+        let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+        let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+        let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+        let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+        // per 128-bit lane: columns 0 and 4, 1 and 5, 2 and 6, 3 and 7 of
+        // rows 0-3 (s0-s3) and rows 4-7 (s4-s7)
+        let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+        let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+        let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+        let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+        let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+        let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+        let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+        let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+        let cols = [
+            _mm256_permute2f128_ps::<0x20>(s0, s4),
+            _mm256_permute2f128_ps::<0x20>(s1, s5),
+            _mm256_permute2f128_ps::<0x20>(s2, s6),
+            _mm256_permute2f128_ps::<0x20>(s3, s7),
+            _mm256_permute2f128_ps::<0x31>(s0, s4),
+            _mm256_permute2f128_ps::<0x31>(s1, s5),
+            _mm256_permute2f128_ps::<0x31>(s2, s6),
+            _mm256_permute2f128_ps::<0x31>(s3, s7),
+        ];
+        for (i, c) in cols.iter().enumerate() {
+            _mm256_storeu_ps(dst.add(i * n), *c);
         }
     }
-    // SAFETY: the caller's contract, for the edges.
+}
+
+/// One 4 x 4 block of 8-byte elements, as [`block_f32`].
+///
+/// # Safety
+/// As [`block_f32`]'s.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+unsafe fn block_f64(src: *const f64, cs: isize, dst: *mut f64, n: usize) {
+    use std::arch::x86_64::*;
+    // SAFETY: the caller's contract.
     unsafe {
-        copy_block(src, 1, cs, kb..k, 0..n, n, dst);
-        copy_block(src, 1, cs, 0..kb, nb..n, n, dst);
+        let r: [__m256d; 4] = std::array::from_fn(|i| _mm256_loadu_pd(src.offset(i as isize * cs)));
+        let t0 = _mm256_unpacklo_pd(r[0], r[1]);
+        let t1 = _mm256_unpackhi_pd(r[0], r[1]);
+        let t2 = _mm256_unpacklo_pd(r[2], r[3]);
+        let t3 = _mm256_unpackhi_pd(r[2], r[3]);
+        let cols = [
+            _mm256_permute2f128_pd::<0x20>(t0, t2),
+            _mm256_permute2f128_pd::<0x20>(t1, t3),
+            _mm256_permute2f128_pd::<0x31>(t0, t2),
+            _mm256_permute2f128_pd::<0x31>(t1, t3),
+        ];
+        for (i, c) in cols.iter().enumerate() {
+            _mm256_storeu_pd(dst.add(i * n), *c);
+        }
     }
 }
 
