@@ -115,7 +115,7 @@ fn cuda_jit_chain_is_one_fused_cuda_group() {
             .iter()
             .filter_map(|it| match it {
                 Item::Group { fused, .. } => Some(fused),
-                Item::Eqn(_) => None,
+                Item::Eqn(_) | Item::Rows { .. } => None,
             })
             .collect();
         assert_eq!(groups.len(), 1, "{d}: {items:?}");
@@ -466,7 +466,7 @@ mod device {
                         assert!(f.cuda.is_some(), "a CUDA group carries its kernel");
                         Some(f.ops.len())
                     }
-                    StepOp::Prim(_) => None,
+                    StepOp::Prim(_) | StepOp::Rows(_) => None,
                 })
                 .collect();
             assert_eq!(fused, vec![CHAIN_OPS as usize], "{d}: one fused step of every elementwise op");

@@ -174,6 +174,25 @@ where
     out
 }
 
+/// The f64 sum of one row as [`sum_rows`] adds it: eight interleaved
+/// lanes, then the lanes pairwise and the remainder (the jit's row fusion
+/// sums a tile's rows with it, to the same bits).
+#[inline]
+pub fn sum_row<T: Copy>(row: &[T], to: impl Fn(T) -> f64) -> f64 {
+    let mut acc = [0.0f64; 8];
+    let mut chunks = row.chunks_exact(8);
+    for c in &mut chunks {
+        for (a, &x) in acc.iter_mut().zip(c) {
+            *a += to(x);
+        }
+    }
+    let mut rest = 0.0f64;
+    for &x in chunks.remainder() {
+        rest += to(x);
+    }
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + rest
+}
+
 /// Sums of the consecutive rows of `row_len` elements of `v` (a reduction
 /// over the trailing axes of a contiguous array), each accumulated in f64
 /// in eight interleaved lanes, so the adds vectorize instead of forming one
@@ -187,20 +206,7 @@ where
     FT: Fn(T) -> f64 + Sync,
     FO: Fn(f64) -> U + Sync,
 {
-    let row_sum = |row: &[T]| -> U {
-        let mut acc = [0.0f64; 8];
-        let mut chunks = row.chunks_exact(8);
-        for c in &mut chunks {
-            for (a, &x) in acc.iter_mut().zip(c) {
-                *a += to(x);
-            }
-        }
-        let mut rest = 0.0f64;
-        for &x in chunks.remainder() {
-            rest += to(x);
-        }
-        finish(((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + rest)
-    };
+    let row_sum = |row: &[T]| -> U { finish(sum_row(row, &to)) };
     let rows = v.len().checked_div(row_len).unwrap_or(0);
     let mut out = crate::pool::filled(rows, finish(0.0));
     match par {

@@ -722,12 +722,26 @@ pub fn run_fused(
     tile: usize,
     body: impl Fn(std::ops::Range<usize>, &[OutBase]) + Sync,
 ) -> Option<smallvec::SmallVec<[Option<Array>; 2]>> {
-    let n = shape.numel();
+    run_fused_shaped(dtypes, dests, |_| shape, shape.numel(), cost, tile, body)
+}
+
+/// [`run_fused`] whose outputs have shapes of their own (`shape_of(j)`),
+/// over a range of `n` elements that `body` maps onto each output (the
+/// jit's row groups: outputs of one value per row beside whole ones).
+pub fn run_fused_shaped<'s>(
+    dtypes: &[DType],
+    dests: &[Option<OutBase>],
+    shape_of: impl Fn(usize) -> &'s Shape,
+    n: usize,
+    cost: usize,
+    tile: usize,
+    body: impl Fn(std::ops::Range<usize>, &[OutBase]) + Sync,
+) -> Option<smallvec::SmallVec<[Option<Array>; 2]>> {
     let mut outs: smallvec::SmallVec<[Option<OutVec>; 2]> = smallvec::SmallVec::with_capacity(dtypes.len());
     for (j, d) in dtypes.iter().enumerate() {
         outs.push(match dests.get(j).copied().flatten() {
             Some(_) => None,
-            None => Some(OutVec::new(*d, n)?),
+            None => Some(OutVec::new(*d, shape_of(j).numel())?),
         });
     }
     let bases: smallvec::SmallVec<[OutBase; 4]> = outs
@@ -740,6 +754,11 @@ pub fn run_fused(
         .collect();
     // each range is written by one task only
     xform_kernels::cpu::for_ranges(n, tile, cost, |r| body(r, &bases));
-    // SAFETY: the ranges cover 0..n, and `body` writes every element of its range.
-    Some(outs.into_iter().map(|o| o.map(|o| Array::from_cpu(unsafe { o.finish() }, shape.clone()))).collect())
+    let mut arrays = smallvec::SmallVec::with_capacity(outs.len());
+    for (j, o) in outs.into_iter().enumerate() {
+        // SAFETY: the ranges cover 0..n, and `body` writes every element
+        // of every output that its range maps to.
+        arrays.push(o.map(|o| Array::from_cpu(unsafe { o.finish() }, shape_of(j).clone())));
+    }
+    Some(arrays)
 }

@@ -4,6 +4,7 @@
 
 use super::batching::physical;
 use super::cuda_c::CudaCx;
+use super::elementwise::{Tile, TileMut};
 use super::sample::{numeric, Case, Sample};
 use super::{check_arity, check_axes, check_axis, Family, OnesTranspose, Props};
 use crate::array::{Array, Device};
@@ -13,7 +14,10 @@ use crate::lax;
 use crate::prim::{Avals, Axes, BDims, Cotangents, LinearArg, Prim, Tangents};
 use crate::tensor::{AvalRef, Tensor};
 use smallvec::smallvec;
-use xform_kernels::cpu::reduce::{arg_reduce, cumulative, reduce, reduced_shape, sum_rows, trailing_rows, Reducer};
+use std::mem::MaybeUninit;
+use xform_kernels::cpu::reduce::{
+    arg_reduce, cumulative, reduce, reduced_shape, sum_row, sum_rows, trailing_rows, Reducer,
+};
 use xform_kernels::cpu::Par;
 use xform_kernels::cuda_source::{arg_reduce_kernel, cumulative_kernel, reduce_kernel, Fold, Kernel, Ranking};
 use xform_kernels::{CpuBuffer, DType, Element, Float, Layout, Real};
@@ -123,46 +127,108 @@ fn float_reduce<T: Float>(op: ReduceOp, v: &[T], l: &Layout, axes: &[usize]) -> 
             }
             _ => reduce(v, l, axes, par, Reducer { init: 0.0f64, fold: |a, x: T| a + x.to_f64(), finish: T::from_f64 }),
         },
-        ReduceOp::Max => reduce(
-            v,
-            l,
-            axes,
-            par,
-            Reducer {
-                init: T::min_value().up(),
-                fold: |a: T::Compute, x: T| {
-                    let x = x.up();
-                    if a.is_nan() || x.is_nan() {
-                        a + x
-                    } else if x > a {
-                        x
-                    } else {
-                        a
-                    }
-                },
-                finish: T::down,
-            },
-        ),
-        ReduceOp::Min => reduce(
-            v,
-            l,
-            axes,
-            par,
-            Reducer {
-                init: T::max_value().up(),
-                fold: |a: T::Compute, x: T| {
-                    let x = x.up();
-                    if a.is_nan() || x.is_nan() {
-                        a + x
-                    } else if x < a {
-                        x
-                    } else {
-                        a
-                    }
-                },
-                finish: T::down,
-            },
-        ),
+        ReduceOp::Max => {
+            reduce(v, l, axes, par, Reducer { init: T::min_value().up(), fold: max_fold::<T>, finish: T::down })
+        }
+        ReduceOp::Min => {
+            reduce(v, l, axes, par, Reducer { init: T::max_value().up(), fold: min_fold::<T>, finish: T::down })
+        }
+    }
+}
+
+/// The float max fold: NaN wins (propagated through `a + x`), else the
+/// larger; on ties (+0 and -0) the earlier element stays.
+fn max_fold<T: Float>(a: T::Compute, x: T) -> T::Compute {
+    let x = x.up();
+    if a.is_nan() || x.is_nan() {
+        a + x
+    } else if x > a {
+        x
+    } else {
+        a
+    }
+}
+
+/// The float min fold (see [`max_fold`]).
+fn min_fold<T: Float>(a: T::Compute, x: T) -> T::Compute {
+    let x = x.up();
+    if a.is_nan() || x.is_nan() {
+        a + x
+    } else if x < a {
+        x
+    } else {
+        a
+    }
+}
+
+/// Each row of `row` consecutive elements of `x` reduced by `op` into one
+/// element of `out`, with the bits of the eager lowering over the trailing
+/// axis of a contiguous array (the jit's row fusion: NOTE: [row fusion]):
+/// f32 sums through [`sum_row`] as `sum_rows` adds a row, f64 sums and
+/// max and min folded in order from the same start as `fold_rows`.
+fn float_rows<T: Float>(op: ReduceOp, x: &[T], row: usize, out: &mut [MaybeUninit<T>]) {
+    match op {
+        ReduceOp::Sum if T::DTYPE != DType::F64 => {
+            for (r, o) in x.chunks_exact(row).zip(out.iter_mut()) {
+                o.write(T::from_f64(sum_row(r, |x: T| x.to_f64())));
+            }
+        }
+        ReduceOp::Sum => fold_each_row(x, row, out, 0.0f64, |a, x: T| a + x.to_f64(), T::from_f64),
+        ReduceOp::Max => fold_each_row(x, row, out, T::min_value().up(), max_fold::<T>, T::down),
+        ReduceOp::Min => fold_each_row(x, row, out, T::max_value().up(), min_fold::<T>, T::down),
+    }
+}
+
+/// Each row of `row` elements of `x` folded in order from `init` into one
+/// element of `out`, eight rows at once (their dependency chains
+/// interleave; each row's own order is unchanged).
+fn fold_each_row<T: Copy, A: Copy, U>(
+    x: &[T],
+    row: usize,
+    out: &mut [MaybeUninit<U>],
+    init: A,
+    fold: impl Fn(A, T) -> A,
+    finish: impl Fn(A) -> U,
+) {
+    const ROWS: usize = 8;
+    let mut blocks = out.chunks_exact_mut(ROWS);
+    let mut first = 0;
+    for block in &mut blocks {
+        let rows = &x[first * row..(first + ROWS) * row];
+        let mut acc = [init; ROWS];
+        for j in 0..row {
+            for (i, a) in acc.iter_mut().enumerate() {
+                *a = fold(*a, rows[i * row + j]);
+            }
+        }
+        for (o, a) in block.iter_mut().zip(acc) {
+            o.write(finish(a));
+        }
+        first += ROWS;
+    }
+    for o in blocks.into_remainder() {
+        o.write(finish(x[first * row..(first + 1) * row].iter().fold(init, |a, v| fold(a, *v))));
+        first += 1;
+    }
+}
+
+impl Prim {
+    /// For a reduction over the last axis (`Reduce { op, axes: [last] }`),
+    /// each row of `row` elements of the tile `x` reduced into one element
+    /// of `out` (f32 or f64), with the eager lowering's bits; `false` (and
+    /// nothing written) for another primitive or dtype. An empty `x` asks
+    /// whether the primitive applies.
+    pub fn cpu_row_reduce(&self, x: &Tile<'_>, row: usize, out: TileMut<'_>) -> bool {
+        let Prim::Reduce(Reduction::Reduce { op, .. }) = self else { return false };
+        if row == 0 {
+            return false;
+        }
+        match (x, out) {
+            (Tile::F32(x), TileMut::F32(o)) => float_rows(*op, x, row, o),
+            (Tile::F64(x), TileMut::F64(o)) => float_rows(*op, x, row, o),
+            _ => return false,
+        }
+        true
     }
 }
 

@@ -27,7 +27,9 @@
 //! (which is placed after it) unless it reads a value of the group, which
 //! closes the group first. A group of one equation stays a plain step.
 //! What is not covered on the CPU (other dtypes, an operand the tile hook
-//! refuses) runs as before, one step per equation. Equations on a CUDA
+//! refuses) runs as before, one step per equation. A group may also take
+//! row reductions and the ops around them (`fuse_rows`, NOTE: [row
+//! fusion]). Equations on a CUDA
 //! device group the same way (the device is part of the group's key) and
 //! run as one generated kernel per group (`fuse_cuda`, NOTE: [cuda
 //! elementwise fusion]).
@@ -91,10 +93,22 @@ pub enum Item {
         /// The fused kernel.
         fused: Fused,
     },
+    /// A row group (NOTE: [row fusion] in `jit/fuse_rows.rs`): its
+    /// equations, the atoms it reads, the variables it writes, and the step.
+    Rows {
+        /// Its equations' indices, in program order.
+        eqns: Vec<usize>,
+        /// The atoms it reads from outside, in the order of its operands.
+        ins: Vec<Atom>,
+        /// The variables it writes (those read after it).
+        outs: Vec<u32>,
+        /// The row step.
+        rows: super::fuse_rows::RowFused,
+    },
 }
 
 /// The dtypes a tile holds.
-fn tile_dtype(d: DType) -> bool {
+pub(super) fn tile_dtype(d: DType) -> bool {
     matches!(d, DType::F32 | DType::F64 | DType::Bool)
 }
 
@@ -182,21 +196,45 @@ pub(crate) fn grouped(p: &Program, cuda: bool, last_read: &[usize]) -> Vec<Item>
             def[v.0 as usize] = k;
         }
     }
-    let close = |open: &mut Vec<usize>, items: &mut Vec<Item>| {
-        match open.len() {
-            0 => {}
-            1 => items.push(Item::Eqn(open[0])),
+    // whether the open group took row ops (NOTE: [row fusion])
+    let mut rows = false;
+    let close = |open: &mut Vec<usize>, items: &mut Vec<Item>, rows: &mut bool, shape: &Option<(Shape, Device)>| {
+        match (open.len(), shape) {
+            (0, _) => {}
+            (2.., Some((full, _))) if *rows => {
+                items.push(super::fuse_rows::make_rows(p, full, std::mem::take(open), last_read));
+            }
+            (1, _) => items.push(Item::Eqn(open[0])),
             _ => items.extend(make_group(p, std::mem::take(open), last_read)),
         }
         open.clear();
+        *rows = false;
     };
     for k in 0..p.eqns.len() {
-        match fusable(p, k, cuda) {
-            Some(s) if shape.as_ref() == Some(&s) => open.push(k),
+        let f = fusable(p, k, cuda);
+        if f.is_some() && f == shape {
+            open.push(k);
+            continue;
+        }
+        if let Some((full, device)) = &shape {
+            if super::fuse_rows::joins_open(p, k, full, *device, &open, &def) {
+                open.push(k);
+                rows = true;
+                continue;
+            }
+        }
+        match f {
             Some(s) => {
-                close(&mut open, &mut items);
+                close(&mut open, &mut items, &mut rows, &shape);
                 open.push(k);
                 shape = Some(s);
+            }
+            // a reduction over the last axis opens a row group
+            None if super::fuse_rows::opens(p, k).is_some() => {
+                close(&mut open, &mut items, &mut rows, &shape);
+                open.push(k);
+                shape = super::fuse_rows::opens(p, k).map(|s| (s, Device::Cpu));
+                rows = true;
             }
             None => {
                 let reads_group = p.eqns[k].inputs.iter().any(|a| match a {
@@ -204,14 +242,14 @@ pub(crate) fn grouped(p: &Program, cuda: bool, last_read: &[usize]) -> Vec<Item>
                     Atom::Const(_) => false,
                 });
                 if reads_group {
-                    close(&mut open, &mut items);
+                    close(&mut open, &mut items, &mut rows, &shape);
                     shape = None;
                 }
                 items.push(Item::Eqn(k));
             }
         }
     }
-    close(&mut open, &mut items);
+    close(&mut open, &mut items, &mut rows, &shape);
     items
 }
 
@@ -270,17 +308,17 @@ pub(crate) fn make_group(p: &Program, eqns: Vec<usize>, last_read: &[usize]) -> 
 }
 
 /// The most scratch tiles a thread keeps between fused loops.
-const MAX_SPARE: usize = 32;
+pub(super) const MAX_SPARE: usize = 32;
 
 thread_local! {
     /// Scratch tiles of finished fused loops, for the next ones.
-    static SPARE: std::cell::RefCell<Vec<Scratch>> = const { std::cell::RefCell::new(Vec::new()) };
+    pub(super) static SPARE: std::cell::RefCell<Vec<Scratch>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Scratch storage for one tile of one dtype: `TILE` elements from the
 /// first 64-byte line boundary of a slightly longer buffer (vector stores
 /// that split lines cost about a quarter more).
-enum Scratch {
+pub(super) enum Scratch {
     F32(Vec<f32>),
     F64(Vec<f64>),
     Bool(Vec<bool>),
@@ -290,7 +328,7 @@ impl Scratch {
     /// A tile of scratch of dtype `d`: one of `spare` (the thread's
     /// [`SPARE`], at most `MAX_SPARE` tiles: about 256 KiB of f64), or a
     /// new one.
-    fn take(spare: &mut Vec<Scratch>, d: DType) -> Scratch {
+    pub(super) fn take(spare: &mut Vec<Scratch>, d: DType) -> Scratch {
         match spare.iter().rposition(|x| x.dtype() == d) {
             Some(at) => spare.swap_remove(at),
             None => match d {
@@ -309,7 +347,7 @@ impl Scratch {
         }
     }
 
-    fn tile(&self, n: usize) -> Tile<'_> {
+    pub(super) fn tile(&self, n: usize) -> Tile<'_> {
         match self {
             Scratch::F32(v) => Tile::F32(&v[lined(v)..][..n]),
             Scratch::F64(v) => Tile::F64(&v[lined(v)..][..n]),
@@ -317,7 +355,7 @@ impl Scratch {
         }
     }
 
-    fn tile_mut(&mut self, n: usize) -> TileMut<'_> {
+    pub(super) fn tile_mut(&mut self, n: usize) -> TileMut<'_> {
         match self {
             Scratch::F32(v) => TileMut::F32(writable(lined_mut(v, n))),
             Scratch::F64(v) => TileMut::F64(writable(lined_mut(v, n))),
@@ -326,7 +364,7 @@ impl Scratch {
     }
 
     /// The tile to gather an operand into.
-    fn gather_into(&mut self, n: usize) -> GatherDst<'_> {
+    pub(super) fn gather_into(&mut self, n: usize) -> GatherDst<'_> {
         match self {
             Scratch::F32(v) => GatherDst::F32(lined_mut(v, n)),
             Scratch::F64(v) => GatherDst::F64(lined_mut(v, n)),
@@ -358,7 +396,7 @@ fn writable<T>(v: &mut [T]) -> &mut [std::mem::MaybeUninit<T>] {
 }
 
 /// A scratch tile an operand is gathered into.
-enum GatherDst<'a> {
+pub(super) enum GatherDst<'a> {
     F32(&'a mut [f32]),
     F64(&'a mut [f64]),
     Bool(&'a mut [bool]),
@@ -368,7 +406,14 @@ enum GatherDst<'a> {
 /// strided operand into `out`, a run along the innermost axis at a time
 /// (a copy where its stride is 1, a fill where it is 0: a broadcast row or
 /// column).
-fn gather<T: Copy>(data: &[T], shape: &[usize], strides: &[isize], offset: usize, start: usize, out: &mut [T]) {
+pub(super) fn gather<T: Copy>(
+    data: &[T],
+    shape: &[usize],
+    strides: &[isize],
+    offset: usize,
+    start: usize,
+    out: &mut [T],
+) {
     let rank = shape.len();
     if rank == 0 || strides.iter().all(|s| *s == 0) {
         out.fill(data[offset]);
@@ -650,7 +695,7 @@ enum Src {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::super::passes::testing::{build, push1};
     use super::super::plan::{Plan, StepOp};
     use super::*;
@@ -658,7 +703,7 @@ mod tests {
     use xform_ops::{Aval, ProgramBuilder, Tensor};
 
     /// Bitwise equal (any NaN equals any NaN: payloads are not compared).
-    fn assert_bits(got: &[Tensor], want: &[Tensor]) {
+    pub(crate) fn assert_bits(got: &[Tensor], want: &[Tensor]) {
         assert_eq!(got.len(), want.len());
         for (g, w) in got.iter().zip(want) {
             assert_eq!((g.shape(), g.dtype()), (w.shape(), w.dtype()));
@@ -670,7 +715,7 @@ mod tests {
 
     /// Runs `p` through the plan (fused) and through `Program::eval`
     /// (eager, one primitive at a time) and asserts bitwise equal results.
-    fn check(p: &Program, args: &[Tensor]) -> Plan {
+    pub(crate) fn check(p: &Program, args: &[Tensor]) -> Plan {
         let plan = Plan::compile(p).unwrap();
         assert_bits(&plan.run(args).unwrap(), &p.eval(args).unwrap());
         plan
@@ -681,7 +726,7 @@ mod tests {
     }
 
     /// `n` values with NaN, infinities, signed zeros, tiny and huge ones.
-    fn values(n: usize, seed: u64, d: DType) -> Tensor {
+    pub(crate) fn values(n: usize, seed: u64, d: DType) -> Tensor {
         let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         let special = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0, -0.0, 1e-30, 1e30, 1.0, -1.0];
         let v: Vec<f64> = (0..n)

@@ -119,7 +119,7 @@ pub fn sample_kernels() -> Vec<Kernel> {
         .flat_map(|p| super::fuse::group_with(p, true))
         .filter_map(|it| match it {
             super::fuse::Item::Group { fused, .. } => fused.cuda.map(|c| c.kernel),
-            super::fuse::Item::Eqn(_) => None,
+            super::fuse::Item::Eqn(_) | super::fuse::Item::Rows { .. } => None,
         })
         .collect()
 }
@@ -216,7 +216,7 @@ mod tests {
             .into_iter()
             .filter_map(|it| match it {
                 Item::Group { eqns, fused, .. } => Some((eqns, fused)),
-                Item::Eqn(_) => None,
+                Item::Eqn(_) | Item::Rows { .. } => None,
             })
             .collect()
     }

@@ -47,6 +47,7 @@ mod aliasing;
 mod cache;
 pub mod fuse;
 pub mod fuse_cuda;
+pub mod fuse_rows;
 pub mod graph;
 pub mod passes;
 pub mod plan;

@@ -39,6 +39,7 @@
 //! replayed as one launch (NOTE: [cuda graph replay] in `jit/graph.rs`).
 
 use super::fuse::{self, Fused, Item};
+use super::fuse_rows::RowFused;
 use super::graph::GraphReplay;
 use super::sinks::{self, Sinks};
 use super::split::{self, Dst};
@@ -58,6 +59,9 @@ pub enum StepOp {
     Prim(Prim),
     /// A fused group of elementwise equations (NOTE: [elementwise fusion]).
     Fused(Arc<Fused>),
+    /// A row group: elementwise equations with reductions over the last
+    /// axis and broadcasts along it (NOTE: [row fusion]).
+    Rows(Arc<RowFused>),
 }
 
 /// One equation of the plan, or one fused group of them.
@@ -132,7 +136,7 @@ impl Plan {
         let reads = |it: &Item| -> SmallVec<[Atom; 4]> {
             match it {
                 Item::Eqn(k) => p.eqns[*k].inputs.iter().copied().collect(),
-                Item::Group { ins, .. } => ins.iter().copied().collect(),
+                Item::Group { ins, .. } | Item::Rows { ins, .. } => ins.iter().copied().collect(),
             }
         };
         // the last step that reads each slot (usize::MAX: an output, never freed)
@@ -197,10 +201,12 @@ impl Plan {
                 // fused results are fresh buffers or written over an
                 // operand this step reads last (on the CPU; on CUDA fresh)
                 Item::Group { outs, fused, .. } => (StepOp::Fused(Arc::new(fused)), outs.into_iter().collect(), false),
+                // row steps write fresh outputs
+                Item::Rows { outs, rows, .. } => (StepOp::Rows(Arc::new(rows)), outs.into_iter().collect(), false),
             };
             let reuse = match &op {
                 StepOp::Fused(_) => reuse_pairs(p, &ins, &outs, k, &last, &view),
-                StepOp::Prim(_) => SmallVec::new(),
+                StepOp::Prim(_) | StepOp::Rows(_) => SmallVec::new(),
             };
             let mut free: SmallVec<[u32; 4]> = SmallVec::new();
             for a in &ins {
@@ -252,6 +258,7 @@ impl Plan {
         let graph = GraphReplay::new(p, &steps);
         let lends = steps.iter().any(|s| match &s.op {
             StepOp::Fused(f) => f.shape.numel() >= 2 * fuse::TILE,
+            StepOp::Rows(r) => r.shape.numel() >= 2 * fuse::TILE,
             StepOp::Prim(prim) => matches!(prim, Prim::Linalg(_)),
         });
         Ok(Plan {
@@ -436,6 +443,7 @@ impl Plan {
                             }
                             f.run(&arrays, &donors)?
                         }
+                        StepOp::Rows(r) => r.run(&arrays)?,
                     }
                 };
                 for (slot, t) in step.outs.iter().zip(outs) {
