@@ -223,18 +223,17 @@ pub(crate) fn grouped(p: &Program, cuda: bool, last_read: &[usize]) -> Vec<Item>
                 continue;
             }
         }
-        match f {
-            Some(s) => {
+        // a reduction over the last axis opens a row group
+        let opened = match f {
+            Some(s) => Some((s, false)),
+            None => super::fuse_rows::opens(p, k).map(|s| ((s, Device::Cpu), true)),
+        };
+        match opened {
+            Some((s, row_group)) => {
                 close(&mut open, &mut items, &mut rows, &shape);
                 open.push(k);
                 shape = Some(s);
-            }
-            // a reduction over the last axis opens a row group
-            None if super::fuse_rows::opens(p, k).is_some() => {
-                close(&mut open, &mut items, &mut rows, &shape);
-                open.push(k);
-                shape = super::fuse_rows::opens(p, k).map(|s| (s, Device::Cpu));
-                rows = true;
+                rows = row_group;
             }
             None => {
                 let reads_group = p.eqns[k].inputs.iter().any(|a| match a {

@@ -268,19 +268,31 @@ impl RowFused {
     pub fn run(&self, arrays: &[&Array]) -> Result<xform_ops::Outs> {
         let dtypes: SmallVec<[DType; 4]> = self.outputs.iter().map(|(j, _)| self.ops[*j as usize].dtype).collect();
         let donors: SmallVec<[bool; 8]> = SmallVec::from_elem(false, arrays.len());
-        let chunk = (TILE / self.row).max(1);
         let cost = 2 * self.ops.len() * self.row;
         let outs = with_fused_inputs(arrays, &donors, |ins| {
-            run_fused_shaped(&dtypes, &[], |j| &self.outputs[j].1, self.rows, cost, chunk, |r, o| self.body(ins, r, o))
+            run_fused_shaped(
+                &dtypes,
+                &[],
+                |j| &self.outputs[j].1,
+                self.rows,
+                cost,
+                self.chunk(),
+                |r, o| self.body(ins, r, o),
+            )
         })
         .flatten()
         .ok_or_else(|| Error::invalid("jit", "a row step got an operand it was not planned for (internal error)"))?;
         Ok(outs.into_iter().map(|o| xform_ops::Tensor::from_array(o.expect("a fresh output"))).collect())
     }
 
+    /// Rows per chunk: as many whole rows as a scratch tile holds.
+    fn chunk(&self) -> usize {
+        (TILE / self.row).max(1)
+    }
+
     /// Elements of rows `r` of every output, a chunk of rows at a time.
     fn body(&self, ins: &[FusedIn<'_>], r: std::ops::Range<usize>, outs: &[OutBase]) {
-        let chunk = (TILE / self.row).max(1);
+        let chunk = self.chunk();
         let width = |narrow: bool| if narrow { 1 } else { self.row };
         let mut srcs: SmallVec<[Src; 4]> = SmallVec::with_capacity(ins.len());
         let mut scratch: SmallVec<[Scratch; 8]> = SmallVec::with_capacity(self.ops.len());
