@@ -25,7 +25,10 @@
 //! - `#[tree(static)]` on a field: the field is not a leaf, has no path and
 //!   no skeleton node, and is cloned unchanged into every rebuilt tree, so
 //!   transforms treat it as a constant (an activation choice, layer sizes).
-//!   Its type needs `Clone`, not `Tree`.
+//!   Its type needs `Clone`, not `Tree`. Where it is also `PartialEq +
+//!   Send + Sync + 'static`, its value is part of the tree's static values
+//!   (`Tree::static_values`), which `jit` keys its cache on: a new value
+//!   traces again, as JAX keys on a pytree's auxiliary data.
 //! - Generic structs: each leaf field whose type mentions a type parameter
 //!   gets a `FieldType: Tree` bound, each such static field a
 //!   `FieldType: Clone` bound. `#[tree(bound = "T: Tree + Debug")]` on the
@@ -36,7 +39,8 @@
 //! - `#[tree(crate = path)]` on the type names the crate the trait is
 //!   reached through (default `::xform`; `xform_transforms` below the
 //!   facade, `crate` inside xform itself). The path must have a `tree`
-//!   module holding `Tree`, `Leaves`, `Skeleton` and `__Tensor`.
+//!   module holding `Tree`, `Leaves`, `Skeleton`, `StaticValue`,
+//!   `StaticProbe`, `StaticByEq`, `StaticOpaque` and `__Tensor`.
 
 use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{format_ident, quote};
@@ -210,6 +214,7 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
     let mut rebuild_arms = Vec::new();
     let mut paths_arms = Vec::new();
     let mut skeleton_arms = Vec::new();
+    let mut static_arms = Vec::new();
     for body in &bodies {
         let leaf_fields: Vec<&FieldInfo> = body.fields.iter().filter(|f| !f.is_static).collect();
         let leaf_bindings: Vec<&Ident> = leaf_fields.iter().map(|f| &f.binding).collect();
@@ -246,6 +251,18 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
             None => node,
         };
         skeleton_arms.push(quote!(#pat_leaves => #node));
+
+        // static fields by value (comparable when their type allows it),
+        // leaf fields through their own static parts, in field order
+        let statics = body.fields.iter().map(|f| {
+            let binding = &f.binding;
+            if f.is_static {
+                quote!(out.push((&&#k::tree::StaticProbe(#binding)).static_value());)
+            } else {
+                quote!(#tree::static_values(#binding, out);)
+            }
+        });
+        static_arms.push(quote!(#pat_all => { #(#statics)* }));
     }
 
     // An enum without variants has no value: every method matches `*self`
@@ -280,6 +297,11 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
             }
             fn skeleton(&self) -> #skeleton {
                 match #scrutinee { #(#skeleton_arms,)* }
+            }
+            fn static_values(&self, out: &mut ::std::vec::Vec<#k::tree::StaticValue>) {
+                #[allow(unused_imports)]
+                use #k::tree::{StaticByEq as _, StaticOpaque as _};
+                match #scrutinee { #(#static_arms)* }
             }
         }
     })

@@ -37,6 +37,10 @@ impl Tree for ConvConfig {
     }
     fn build_map<T>(&self, _: &mut dyn Iterator<Item = T>) -> Self::Map<T> {}
     fn leaf_paths(&self, _: &str, _: &mut Vec<String>) {}
+    /// Itself: a jitted function traces again for another value.
+    fn static_values(&self, out: &mut Vec<crate::tree::StaticValue>) {
+        out.push(crate::tree::StaticValue::Eq(Box::new(self.clone())));
+    }
 }
 
 /// Raises the error of a layer whose channels or kernel cannot make weights.
@@ -110,6 +114,9 @@ impl<const N: usize> Tree for Conv<N> {
     fn leaf_paths(&self, prefix: &str, out: &mut Vec<String>) {
         self.w.leaf_paths(&format!("{prefix}.w"), out);
         self.b.leaf_paths(&format!("{prefix}.b"), out);
+    }
+    fn static_values(&self, out: &mut Vec<crate::tree::StaticValue>) {
+        self.config.static_values(out);
     }
 }
 

@@ -80,6 +80,9 @@ impl<T: Tree> Tree for SgdState<T> {
     fn leaf_paths(&self, prefix: &str, out: &mut Vec<String>) {
         self.velocity.leaf_paths(&format!("{prefix}.velocity"), out)
     }
+    fn static_values(&self, out: &mut Vec<tree::StaticValue>) {
+        self.velocity.static_values(out)
+    }
 }
 
 impl Sgd {
@@ -193,6 +196,10 @@ impl<T: Tree> Tree for AdamState<T> {
         out.push(format!("{prefix}.step"));
         self.m.leaf_paths(&format!("{prefix}.m"), out);
         self.v.leaf_paths(&format!("{prefix}.v"), out);
+    }
+    fn static_values(&self, out: &mut Vec<tree::StaticValue>) {
+        self.m.static_values(out);
+        self.v.static_values(out);
     }
 }
 

@@ -62,10 +62,12 @@ pub use arith::{
     normal_like, numel, ones_like, scale, sub, sum, zeros_like,
 };
 pub use stack::{stack, unstack};
-pub use xform_transforms::tree::{Leaves, Prefix, Skeleton, Tree};
+pub use xform_transforms::tree::{DynStatic, Leaves, Prefix, Skeleton, StaticValue, Tree};
 
 #[doc(hidden)]
 pub use xform_transforms::tree::__Tensor;
+#[doc(hidden)]
+pub use xform_transforms::tree::{StaticByEq, StaticOpaque, StaticProbe};
 
 use crate::{Error, Tensor};
 

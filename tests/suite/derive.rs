@@ -219,3 +219,76 @@ fn enums_name_the_variant() {
     let m = aff.build_map(&mut (10..12));
     assert_eq!(m[".Affine.1"], 11);
 }
+
+/// A static field is part of jit's cache key, as a pytree's auxiliary data
+/// is of JAX's: a new value traces again (and gives its own results), an
+/// equal one hits; statics of nested trees (a `Vec` of structs, an enum's
+/// variant) count, and one whose type is not `PartialEq` is carried
+/// without being compared (fixed at the first trace, as documented).
+#[test]
+fn static_fields_key_the_jit_cache() {
+    #[derive(Clone, Tree)]
+    struct Scaled {
+        w: Tensor,
+        #[tree(static)]
+        scale: i32,
+        #[tree(static)]
+        act: Activation,
+    }
+    let w = Tensor::from_vec(vec![0.5f32, -1.0], [2]);
+    let f = xform::jitted(|p: &Scaled| p.act.apply(&(&p.w * p.scale as f64)), xform::JitOptions::default());
+    let at = |scale, act| f.call(&Scaled { w: w.clone(), scale, act }).to_vec::<f32>();
+    assert_eq!(at(2, Activation::Identity), [1.0, -2.0]);
+    assert_eq!(at(3, Activation::Identity), [1.5, -3.0], "a new static value traces again");
+    assert_eq!(at(3, Activation::Relu), [1.5, 0.0], "so does a new activation");
+    assert_eq!(at(2, Activation::Identity), [1.0, -2.0]);
+    let st = f.stats();
+    assert_eq!((st.misses, st.hits, st.entries), (3, 1, 3));
+
+    // nested: statics inside a Vec of derived structs and an enum
+    let layers = |s: i32| {
+        vec![
+            Scaled { w: w.clone(), scale: 1, act: Activation::Identity },
+            Scaled { w: w.clone(), scale: s, act: Activation::Identity },
+        ]
+    };
+    let g = xform::jitted(
+        |ls: &Vec<Scaled>| ls.iter().map(|l| &l.w * l.scale as f64).fold(Tensor::scalar(0.0f32), |a, b| a + b),
+        xform::JitOptions::default(),
+    );
+    assert_eq!(g.call(&layers(1)).to_vec::<f32>(), [1.0, -2.0]);
+    assert_eq!(g.call(&layers(4)).to_vec::<f32>(), [2.5, -5.0]);
+    assert_eq!(g.stats().misses, 2);
+    let head = |act| Head::Lin { w: w.clone(), act };
+    let h = xform::jitted(
+        |h: &Head| match h {
+            Head::Lin { w, act } => act.apply(w),
+            Head::Affine(a, b) => a * b,
+            _ => Tensor::scalar(0.0f32),
+        },
+        xform::JitOptions::default(),
+    );
+    assert_eq!(h.call(&head(Activation::Relu)).to_vec::<f32>(), [0.5, 0.0]);
+    assert_eq!(h.call(&head(Activation::Identity)).to_vec::<f32>(), [0.5, -1.0]);
+
+    // a static of a type without PartialEq: carried, not compared
+    #[derive(Clone)]
+    struct Opaque(f64);
+    #[derive(Clone, Tree)]
+    struct WithOpaque {
+        w: Tensor,
+        #[tree(static)]
+        o: Opaque,
+    }
+    let k = xform::jitted(|p: &WithOpaque| &p.w * p.o.0, xform::JitOptions::default());
+    assert_eq!(k.call(&WithOpaque { w: w.clone(), o: Opaque(2.0) }).to_vec::<f32>(), [1.0, -2.0]);
+    assert_eq!(k.call(&WithOpaque { w: w.clone(), o: Opaque(3.0) }).to_vec::<f32>(), [1.0, -2.0]);
+    assert_eq!(k.stats().misses, 1);
+    let mut vals = Vec::new();
+    WithOpaque { w: w.clone(), o: Opaque(1.0) }.static_values(&mut vals);
+    assert_eq!(vals, vec![tree::StaticValue::Opaque]);
+    // a generic static is compared when its instance is PartialEq
+    let mut vals = Vec::new();
+    Generic { inner: vec![w.clone()], scale: w.clone(), name: "a".to_string() }.static_values(&mut vals);
+    assert!(matches!(vals[..], [tree::StaticValue::Eq(_)]));
+}

@@ -401,3 +401,62 @@ fn writing_a_captured_tensor_is_an_error() {
     let h = try_jit(|x: &Tensor| xform::jacrev(|y: &Tensor| y.exp())(x));
     assert_eq!(h(&Tensor::zeros([0], DType::F32)).unwrap().shape().dims(), &[0, 0][..]);
 }
+
+/// Arguments that overlap in memory where the function writes one in
+/// place: jit treats each argument as its own value, so the write would not
+/// be seen through the other as it is eagerly; the call is refused with an
+/// error that names both leaves, before anything is written, and disjoint
+/// views of one buffer still run.
+#[test]
+fn writes_to_arguments_that_overlap_are_refused() {
+    let g = |(a, b): &(Tensor, Tensor)| {
+        a.add_scalar_(1.0);
+        b.add_scalar_(10.0);
+        a.sum()
+    };
+    let j = try_jit(g);
+    let x = Tensor::zeros([3], DType::F32);
+    let err = j(&(x.clone(), x.clone())).map(|_| ()).unwrap_err();
+    assert!(err.to_string().contains("argument leaf 0") && err.to_string().contains("leaf 1"), "{err}");
+    assert_eq!(x.to_vec::<f32>(), [0.0; 3], "nothing written");
+    // an argument and a slice of it
+    let y = Tensor::zeros([4], DType::F32);
+    assert!(j(&(y.clone(), y.slice(s![0..2]))).is_err());
+    // disjoint slices of one buffer: the eager result
+    let z = Tensor::zeros([4], DType::F32);
+    let s = j(&(z.slice(s![0..2]), z.slice(s![2..4]))).unwrap();
+    assert_eq!(s.item::<f32>(), 2.0);
+    assert_eq!(z.to_vec::<f32>(), [1.0, 1.0, 10.0, 10.0]);
+    // the same refusal from functionalize
+    let fg = xform::functionalize(g);
+    let r = xform::catch(|| fg(&(x.clone(), x.clone())));
+    assert!(r.is_err());
+    assert_eq!(x.to_vec::<f32>(), [0.0; 3]);
+    assert_eq!(stack_depth(), 0);
+}
+
+/// A view of a mutated argument returned (`x.add_(1.0); x.slice(..)`) is,
+/// as eagerly, a view of the caller's tensor after the write-back: later
+/// writes through it reach the argument.
+#[test]
+fn views_of_a_mutated_argument_stay_views() {
+    let f = |x: &Tensor| {
+        x.add_scalar_(1.0);
+        (x.slice(s![0..2]), x.reshape(&[2, 2]).t(), x.exp())
+    };
+    let j = xform::jit(f);
+    let (x, want) =
+        (Tensor::from_vec(vec![0.0f32, 1.0, 2.0, 3.0], [4]), Tensor::from_vec(vec![0.0f32, 1.0, 2.0, 3.0], [4]));
+    let (a, b, c) = j(&x);
+    let (wa, wb, wc) = f(&want);
+    same("slice", &a, &wa);
+    same("reshape-transpose", &b, &wb);
+    same("exp", &c, &wc);
+    assert_eq!(x.to_vec::<f32>(), want.to_vec::<f32>());
+    assert!(a.shares_storage(&x) && b.shares_storage(&x), "views of the argument");
+    assert!(!c.shares_storage(&x));
+    a.fill_(9.0);
+    wa.fill_(9.0);
+    assert_eq!(x.to_vec::<f32>(), want.to_vec::<f32>(), "a write through the view reaches the argument");
+    assert_eq!(x.to_vec::<f32>(), [9.0, 9.0, 3.0, 4.0]);
+}

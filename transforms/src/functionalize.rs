@@ -114,6 +114,8 @@ pub fn functionalize_with<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y, opts: Functiona
             let finals = mutated_finals(&leaves, &wrapped, |w| interp.unwrap(w).or_raise());
             (y, outs, finals)
         });
+        let mutated = finals.iter().enumerate().filter(|(_, f)| f.is_some()).map(|(i, _)| i);
+        check_unaliased_writes("functionalize", &leaves, mutated).or_raise();
         write_back("functionalize", &leaves, finals).or_raise();
         y.with_leaves(outs)
     }
@@ -132,6 +134,43 @@ pub(crate) fn mutated_finals<T>(
         finals.push((!w.same_node(o) && w.version() > 0).then(|| unwrap(w)));
     }
     finals
+}
+
+/// Refuses a call whose function writes in place to an argument leaf
+/// (`mutated`) that overlaps another leaf in memory (`f(&(x.clone(), x))`,
+/// an argument and a slice of it). Staged or functionalized, each leaf is
+/// its own value, so the write would not be seen through the other leaf
+/// as it is eagerly; JAX's arrays never alias, and xform says so rather
+/// than return other numbers than eager execution. (Overlap is judged by
+/// the storage spans: interleaved views of one buffer are refused too.)
+pub(crate) fn check_unaliased_writes(
+    op: &str,
+    leaves: &[Tensor],
+    mutated: impl IntoIterator<Item = usize>,
+) -> Result<()> {
+    for i in mutated {
+        let Some(a) = leaves[i].array() else { continue };
+        let span = a.layout.storage_span();
+        for (j, other) in leaves.iter().enumerate() {
+            let Some(b) = other.array().filter(|b| j != i && b.shares_storage(&a)) else { continue };
+            let theirs = b.layout.storage_span();
+            if span.start < theirs.end && theirs.start < span.end {
+                return Err(xform_ops::Error::invalid(
+                    op,
+                    format!(
+                        "the function writes in place to argument leaf {i} ({} {}), which overlaps argument leaf \
+                         {j} ({} {}) in memory; {op} treats each argument as its own value, so leaf {j} would \
+                         not see the write as it does eagerly: pass a copy (`Tensor::copy`) as one of them",
+                        a.dtype.name(),
+                        a.shape(),
+                        b.dtype.name(),
+                        b.shape()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Copies the final values of mutated arguments (`Some`) into the caller's

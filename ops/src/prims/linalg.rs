@@ -17,7 +17,7 @@ use crate::lax;
 use crate::prim::Prim;
 use crate::prim::{Avals, Axes, BDims, Cotangents, LinearArg, Tangents};
 use crate::tensor::{Aval, AvalRef, Tensor};
-use smallvec::smallvec;
+use smallvec::{smallvec, SmallVec};
 use std::fmt;
 use xform_kernels::cpu::matmul::{gemm, gemm_half, gemm_int};
 use xform_kernels::cpu::Par;
@@ -109,7 +109,8 @@ fn as_3d(x: &Array, perm: &[usize], p: usize, q: usize, r: usize) -> Result<Arra
 /// strides allow it without a copy.
 fn merge(l: &Layout, axes: &[usize]) -> Option<(usize, isize)> {
     let size: usize = axes.iter().map(|&a| l.shape[a]).product();
-    let dims: Vec<(usize, isize)> = axes.iter().map(|&a| (l.shape[a], l.strides[a])).filter(|(n, _)| *n != 1).collect();
+    let dims: SmallVec<[(usize, isize); 6]> =
+        axes.iter().map(|&a| (l.shape[a], l.strides[a])).filter(|(n, _)| *n != 1).collect();
     if size == 0 || dims.is_empty() {
         return Some((size, 1));
     }
@@ -169,15 +170,16 @@ fn dot_general_faer<
     let (_, kb) = merge(lb, &d.rhs_contract).expect("made contiguous");
     let (jl, m, ms) = split_free(la, &lf);
     let (jr, n, ns) = split_free(lb, &rf);
-    // Loop dims: (size, lhs stride, rhs stride).
-    let mut loops: Vec<(usize, isize, isize)> =
+    // Loop dims: (size, lhs stride, rhs stride). (Inline vectors here and
+    // below: a small product's call is mostly this bookkeeping.)
+    let mut loops: SmallVec<[(usize, isize, isize); 6]> =
         d.lhs_batch.iter().zip(&d.rhs_batch).map(|(&x, &y)| (la.shape[x], la.strides[x], lb.strides[y])).collect();
     loops.extend(lf[..jl].iter().map(|&x| (la.shape[x], la.strides[x], 0)));
     loops.extend(rf[..jr].iter().map(|&y| (lb.shape[y], 0, lb.strides[y])));
     let count: usize = loops.iter().map(|l| l.0).product();
     let (mut oa, mut ob) = (Vec::with_capacity(count), Vec::with_capacity(count));
     if count > 0 {
-        let mut idx = vec![0usize; loops.len()];
+        let mut idx: SmallVec<[usize; 6]> = smallvec![0; loops.len()];
         let (mut pa, mut pb) = (la.offset as isize, lb.offset as isize);
         for _ in 0..count {
             oa.push(pa);
@@ -201,10 +203,10 @@ fn dot_general_faer<
     let par = Par::for_work(count * m * n * k, 1);
     // Storage order: [batch, lhs looped, rhs looped, lhs merged, rhs merged].
     let nb = d.lhs_batch.len();
-    let mut storage: Vec<usize> = loops.iter().map(|l| l.0).collect();
+    let mut storage: SmallVec<[usize; 6]> = loops.iter().map(|l| l.0).collect();
     storage.extend(lf[jl..].iter().map(|&x| la.shape[x]));
     storage.extend(rf[jr..].iter().map(|&y| lb.shape[y]));
-    let mut perm: Vec<usize> = (0..nb).collect();
+    let mut perm: SmallVec<[usize; 6]> = (0..nb).collect();
     let rest = nb + jl + jr;
     perm.extend((0..lf.len()).map(|t| if t < jl { nb + t } else { rest + (t - jl) }));
     perm.extend((0..rf.len()).map(|t| if t < jr { nb + jl + t } else { rest + (lf.len() - jl) + (t - jr) }));
@@ -217,7 +219,7 @@ fn dot_general_faer<
         return Ok(None);
     }
     let out = gemm_offsets(sa, &ma, sb, &mb, m, k, n, par);
-    let arr = Array::from_cpu(CpuBuffer::from_vec(out), Shape::from(storage));
+    let arr = Array::from_cpu(CpuBuffer::from_vec(out), Shape::from(&storage[..]));
     let view = arr.with_layout(arr.layout.permute(&perm));
     debug_assert_eq!(view.shape(), shape);
     Ok(Some(view))
@@ -251,10 +253,10 @@ where
 
 /// The result's shape: batch axes, then the lhs's free axes, then the rhs's.
 fn result_shape(d: &DotDims, sa: &Shape, sb: &Shape) -> Shape {
-    let mut shape: Vec<usize> = d.lhs_batch.iter().map(|&x| sa[x]).collect();
+    let mut shape: SmallVec<[usize; 6]> = d.lhs_batch.iter().map(|&x| sa[x]).collect();
     shape.extend(d.free(sa.rank(), true).iter().map(|&x| sa[x]));
     shape.extend(d.free(sb.rank(), false).iter().map(|&x| sb[x]));
-    Shape::from(shape)
+    Shape::from(&shape[..])
 }
 
 fn lower_dot_general(d: &DotDims, a: &Array, b: &Array) -> Result<Array> {

@@ -163,12 +163,14 @@ fn min_fold<T: Float>(a: T::Compute, x: T) -> T::Compute {
 
 /// Each row of `row` consecutive elements of `x` reduced by `op` into one
 /// element of `out`, with the bits of the eager lowering over the trailing
-/// axis of a contiguous array (the jit's row fusion: NOTE: [row fusion]):
-/// f32 sums through [`sum_row`] as `sum_rows` adds a row, f64 sums and
-/// max and min folded in order from the same start as `fold_rows`.
-fn float_rows<T: Float>(op: ReduceOp, x: &[T], row: usize, out: &mut [MaybeUninit<T>]) {
+/// axis (the jit's row fusion: NOTE: [row fusion]): f32 sums of rows of a
+/// contiguous array through [`sum_row`] as `sum_rows` adds a row; those of
+/// a strided array (`strided`: the rows were gathered), f64 sums, and max
+/// and min folded in order from the same start as the strided `reduce` and
+/// `fold_rows`.
+fn float_rows<T: Float>(op: ReduceOp, x: &[T], row: usize, strided: bool, out: &mut [MaybeUninit<T>]) {
     match op {
-        ReduceOp::Sum if T::DTYPE != DType::F64 => {
+        ReduceOp::Sum if T::DTYPE != DType::F64 && !strided => {
             for (r, o) in x.chunks_exact(row).zip(out.iter_mut()) {
                 o.write(T::from_f64(sum_row(r, |x: T| x.to_f64())));
             }
@@ -215,17 +217,19 @@ fn fold_each_row<T: Copy, A: Copy, U>(
 impl Prim {
     /// For a reduction over the last axis (`Reduce { op, axes: [last] }`),
     /// each row of `row` elements of the tile `x` reduced into one element
-    /// of `out` (f32 or f64), with the eager lowering's bits; `false` (and
+    /// of `out` (f32 or f64), with the bits of the eager lowering on the
+    /// array the tile holds rows of: contiguous, or `strided` (eager sums
+    /// an f32 array's rows in a different order then); `false` (and
     /// nothing written) for another primitive or dtype. An empty `x` asks
     /// whether the primitive applies.
-    pub fn cpu_row_reduce(&self, x: &Tile<'_>, row: usize, out: TileMut<'_>) -> bool {
+    pub fn cpu_row_reduce(&self, x: &Tile<'_>, row: usize, strided: bool, out: TileMut<'_>) -> bool {
         let Prim::Reduce(Reduction::Reduce { op, .. }) = self else { return false };
         if row == 0 {
             return false;
         }
         match (x, out) {
-            (Tile::F32(x), TileMut::F32(o)) => float_rows(*op, x, row, o),
-            (Tile::F64(x), TileMut::F64(o)) => float_rows(*op, x, row, o),
+            (Tile::F32(x), TileMut::F32(o)) => float_rows(*op, x, row, strided, o),
+            (Tile::F64(x), TileMut::F64(o)) => float_rows(*op, x, row, strided, o),
             _ => return false,
         }
         true

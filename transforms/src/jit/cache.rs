@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use xform_ops::{Aval, Device, Tensor};
 
-use crate::tree::Skeleton;
+use crate::tree::{Skeleton, StaticValue};
 
 /// Statistics of a jitted function's cache.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -63,6 +63,8 @@ pub struct JitEntry {
 /// One compiled signature: its key, and what the call needs.
 pub(crate) struct Slot<S, C> {
     pub static_arg: S,
+    /// The input tree's static values (`Tree::static_values`).
+    pub statics: Vec<StaticValue>,
     pub skeleton: Skeleton,
     pub avals: Vec<Aval>,
     pub default_device: Device,
@@ -71,10 +73,11 @@ pub(crate) struct Slot<S, C> {
 }
 
 impl<S: PartialEq, C> Slot<S, C> {
-    /// True if this slot's key is `(s, skeleton, leaves' avals, default
-    /// device)`: the avals are compared first, borrowed (no copy), the
-    /// skeleton last.
-    pub fn matches(&self, s: &S, leaves: &[Tensor], device: Device, skeleton: &dyn Fn() -> Skeleton) -> bool {
+    /// True if this slot's key is `(s, the tree's static values,
+    /// skeleton, leaves' avals, default device)`: the avals are compared
+    /// first, borrowed (no copy), the skeleton last.
+    pub fn matches(&self, key: Key<'_, S>, leaves: &[Tensor], skeleton: &dyn Fn() -> Skeleton) -> bool {
+        let Key { static_arg: s, statics, device } = key;
         self.default_device == device
             && self.avals.len() == leaves.len()
             && self
@@ -83,9 +86,24 @@ impl<S: PartialEq, C> Slot<S, C> {
                 .zip(leaves)
                 .all(|(a, l)| l.with_aval(|b| a.dtype == b.dtype && a.device == b.device && a.shape == *b.shape))
             && self.static_arg == *s
+            && self.statics[..] == *statics
             && self.skeleton == skeleton()
     }
 }
+
+/// What a call's key holds besides its leaves' avals and tree structure.
+pub(crate) struct Key<'a, S> {
+    pub static_arg: &'a S,
+    pub statics: &'a [StaticValue],
+    pub device: Device,
+}
+
+impl<S> Clone for Key<'_, S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<S> Copy for Key<'_, S> {}
 
 /// The cache: most recently used last.
 pub(crate) struct Cache<S, C> {
@@ -103,9 +121,9 @@ impl<S: PartialEq, C> Cache<S, C> {
 
     /// The compiled entry of a key, counted as a hit and made the most
     /// recently used; `None` (not counted) if absent.
-    pub fn get(&mut self, s: &S, leaves: &[Tensor], device: Device, skeleton: &dyn Fn() -> Skeleton) -> Option<Arc<C>> {
+    pub fn get(&mut self, key: Key<'_, S>, leaves: &[Tensor], skeleton: &dyn Fn() -> Skeleton) -> Option<Arc<C>> {
         // most recent first: a loop calling one signature finds it at once
-        let i = self.slots.iter().rposition(|slot| slot.matches(s, leaves, device, skeleton))?;
+        let i = self.slots.iter().rposition(|slot| slot.matches(key, leaves, skeleton))?;
         self.hits += 1;
         let last = self.slots.len() - 1;
         if i != last {
@@ -122,9 +140,8 @@ impl<S: PartialEq, C> Cache<S, C> {
     /// (another thread compiled it meanwhile) is replaced.
     pub fn insert(&mut self, slot: Slot<S, C>, leaves: &[Tensor]) {
         let sk = slot.skeleton.clone();
-        if let Some(i) =
-            self.slots.iter().position(|o| o.matches(&slot.static_arg, leaves, slot.default_device, &|| sk.clone()))
-        {
+        let key = Key { static_arg: &slot.static_arg, statics: &slot.statics, device: slot.default_device };
+        if let Some(i) = self.slots.iter().position(|o| o.matches(key, leaves, &|| sk.clone())) {
             self.slots.remove(i);
         }
         self.slots.push(slot);

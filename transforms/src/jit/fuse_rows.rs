@@ -24,9 +24,11 @@
 //!
 //! Results are bit-identical to eager execution: an elementwise op applies
 //! its eager element function (`Prim::cpu_tile`), a reduction reduces each
-//! row as the eager lowering reduces the rows of a contiguous array
-//! (`Prim::cpu_row_reduce`: the same f64 lanes for an f32 sum, the same
-//! sequential fold otherwise), and a broadcast copies bits.
+//! row as the eager lowering reduces the rows of the same array
+//! (`Prim::cpu_row_reduce`: an f32 sum of a contiguous array's rows in the
+//! same f64 lanes; one of an operand read through its strides, and every
+//! other reduction, by the same sequential fold), and a broadcast copies
+//! bits.
 
 use super::fuse::{self, gather, GatherDst, Item, Reg, Scratch, MAX_SPARE, SPARE, TILE};
 use smallvec::SmallVec;
@@ -147,8 +149,12 @@ fn joins(p: &Program, k: usize, full: &Shape, in_group: impl Fn(&Atom) -> bool) 
         Prim::Reduce(Reduction::Reduce { axes, .. }) => {
             let last = axes.len() == 1 && axes[0] == full.rank() - 1;
             let probe = match x.dtype {
-                DType::F32 => e.prim.cpu_row_reduce(&Tile::F32(&[]), full[full.rank() - 1], TileMut::F32(&mut [])),
-                DType::F64 => e.prim.cpu_row_reduce(&Tile::F64(&[]), full[full.rank() - 1], TileMut::F64(&mut [])),
+                DType::F32 => {
+                    e.prim.cpu_row_reduce(&Tile::F32(&[]), full[full.rank() - 1], false, TileMut::F32(&mut []))
+                }
+                DType::F64 => {
+                    e.prim.cpu_row_reduce(&Tile::F64(&[]), full[full.rank() - 1], false, TileMut::F64(&mut []))
+                }
                 _ => false,
             };
             (last && probe && x.shape == *full && x.dtype == out.dtype).then_some(Join::Reduce)
@@ -354,7 +360,12 @@ impl RowFused {
                         }
                         prim.cpu_tile(&xs[..args.len()], dst)
                     }
-                    RowKind::Reduce { prim, arg: x } => prim.cpu_row_reduce(&arg(x), self.row, dst),
+                    RowKind::Reduce { prim, arg: x } => {
+                        // rows of an operand read through its strides reduce
+                        // as eager reduces that strided array
+                        let strided = matches!(x, Reg::In(i) if matches!(srcs[*i as usize], Src::Gather(_)));
+                        prim.cpu_row_reduce(&arg(x), self.row, strided, dst)
+                    }
                     RowKind::Spread { arg: x } => spread(&arg(x), self.row, dst),
                 };
                 assert!(applied, "a row op was planned for these dtypes");
@@ -481,6 +492,36 @@ mod tests {
             let (_, rows) = rows_of(center, &arg);
             assert_eq!(rows, vec![(5, 2)], "sub, tanh, min, spread, sub; y - lo and lo as [6]");
         }
+    }
+
+    /// An f32 sum over the rows of an operand read through its strides (a
+    /// transpose, a slice of columns, a broadcast) fused with the next op:
+    /// eager sums a strided array's rows in order, not in the f64 lanes of
+    /// a contiguous one, and the row step must too. The values make the
+    /// orders differ: 1e30 + 1 - 1e30 + 1 is 1 in order and 0 in lanes
+    /// ((1e30 + 1) + (-1e30 + 1)); the probe that found it had the step
+    /// give 0 for eager's 2.
+    #[test]
+    fn strided_f32_row_sums_add_in_eager_order() {
+        let sum2 = |x: &Tensor| x.sum_axis(-1, false) * 2.0;
+        let row = [1e30f32, 1.0, -1e30, 1.0, 0.0, 3.0, 0.0, -0.0, 1e30, 1.0, -1e30, 1.0, 0.0, 0.0, 0.5, 0.25];
+        // [8, 2] transposed: rows of 8 with stride 2
+        let mut base = Vec::new();
+        for v in &row[..8] {
+            base.extend([*v, -*v * 0.5]);
+        }
+        let xt = Tensor::from_vec(base, [8, 2]).t();
+        let (_, rows) = rows_of(sum2, &xt);
+        assert_eq!(rows.len(), 1, "a row step: {rows:?}");
+        // columns 0..16 of a [3, 20] array (rows of stride 1, not contiguous)
+        let wide: Vec<f32> = (0..3).flat_map(|r| row.iter().map(move |v| v * (r + 1) as f32).chain([7.0; 4])).collect();
+        let sliced = Tensor::from_vec(wide, [3, 20]).slice(xform_ops::s![.., 0..16]);
+        rows_of(sum2, &sliced);
+        // one row broadcast to four (stride 0 along the leading axis)
+        let bcast = Tensor::from_vec(row.to_vec(), [1, 16]).broadcast_to([4, 16]);
+        rows_of(sum2, &bcast);
+        // a contiguous operand still adds in lanes (equal to eager's kernel)
+        rows_of(sum2, &Tensor::from_vec(row.to_vec(), [2, 8]));
     }
 
     /// The per-sample gradient of a softmax cross-entropy (W1's loss): its

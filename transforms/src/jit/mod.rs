@@ -3,10 +3,12 @@
 //!
 //! NOTE: [jit cache] A jitted function keeps a cache of compiled
 //! signatures. The key is what a trace depends on: the input tree's
-//! structure (`Skeleton`), each leaf's shape, dtype and device, the
-//! default device (where tensors `f` creates are placed), and, for
-//! [`jit_static`], the static argument (compared with `PartialEq`, as JAX
-//! hashes its `static_argnums`). A call whose key is absent traces `f` with
+//! structure (`Skeleton`) and static values (`Tree::static_values`: the
+//! `#[tree(static)]` fields whose types are `PartialEq`, compared with it,
+//! as JAX compares a pytree's auxiliary data), each leaf's shape, dtype
+//! and device, the default device (where tensors `f` creates are placed),
+//! and, for [`jit_static`], the static argument (compared with `PartialEq`,
+//! as JAX hashes its `static_argnums`). A call whose key is absent traces `f` with
 //! the staging interpreter (the user's Rust code runs once per signature;
 //! its side effects, such as prints, happen then only), runs the passes
 //! ([`passes`]) and compiles a replay plan ([`plan`]). The cache holds at
@@ -20,10 +22,10 @@
 //! `Program::check_consts`, but only where the tensor itself is a constant
 //! of the program: a value computed from it during the trace, such as
 //! `c.exp()`, is a fresh constant that a later write to `c` does not
-//! reach; pass values that change as arguments), the
-//! `#[tree(static)]` fields of the input and output trees (pass them
-//! through [`jit_static`] when they vary), and Rust control flow on
-//! anything but shapes.
+//! reach; pass values that change as arguments), the static fields of the
+//! output tree and those of the input tree whose types are not
+//! `PartialEq` (derive it, or pass the value through [`jit_static`]), and
+//! Rust control flow on anything but shapes.
 //!
 //! NOTE: [jit composition] With concrete inputs, a call replays the plan
 //! (no interpreter is involved; the inputs' signature was checked by the
@@ -128,6 +130,10 @@ pub(crate) struct Compiled<Y> {
     /// returned; a call returns the caller's tensor there, written back,
     /// as eager execution does.
     returned_args: Vec<(usize, usize)>,
+    /// `(k, i, views)`: output `k` is a view of argument `i`, which `f`
+    /// mutated; a call returns those views of the caller's tensor, written
+    /// back, as eager execution does (`aliasing::views_of_mutated`).
+    returned_views: Vec<(usize, usize, Vec<xform_ops::Prim>)>,
 }
 
 /// A jitted function with its cache in view: [`Jitted::call`] (or
@@ -244,6 +250,7 @@ impl<X: Tree, Y: Tree, F: Fn(&(), &X) -> Y> Jitted<(), X, Y, F> {
     ///
     /// # Panics
     /// Raises what the trace, the passes or the replay raise.
+    #[track_caller]
     pub fn call(&self, x: &X) -> Y {
         self.call_static(&(), x)
     }
@@ -295,6 +302,7 @@ impl<X: Tree, Y: Tree, F: Fn(&(), &X) -> Y> Jitted<(), X, Y, F> {
     ///
     /// # Panics
     /// Raises what the trace, the passes or the replay raise.
+    #[track_caller]
     pub fn call_donated(&self, x: X) -> Y {
         self.call_static_donated(&(), x)
     }
@@ -311,6 +319,7 @@ where
     ///
     /// # Panics
     /// Raises what the trace, the passes or the replay raise.
+    #[track_caller]
     pub fn call_static(&self, s: &S, x: &X) -> Y {
         let leaves = x.leaves();
         let c = self.compiled(s, x, &leaves);
@@ -322,6 +331,7 @@ where
     ///
     /// # Panics
     /// Raises what the trace, the passes or the replay raise.
+    #[track_caller]
     pub fn call_static_donated(&self, s: &S, x: X) -> Y {
         let leaves = x.leaves();
         let c = self.compiled(s, &x, &leaves);
@@ -398,10 +408,14 @@ where
     /// The compiled entry of this call's signature: from the cache, or
     /// traced now (outside the lock: `f` may call this jitted function on
     /// another signature) and cached when it holds no tracer.
+    #[track_caller]
     fn compiled(&self, s: &S, x: &X, leaves: &[Tensor]) -> Arc<Compiled<Y>> {
         let skeleton = || x.skeleton();
         let device = xform_ops::default_device();
-        if let Some(c) = self.lock().get(s, leaves, device, &skeleton) {
+        let mut statics = Vec::new();
+        x.static_values(&mut statics);
+        let key = cache::Key { static_arg: s, statics: &statics, device };
+        if let Some(c) = self.lock().get(key, leaves, &skeleton) {
             return c;
         }
         self.lock().misses += 1;
@@ -409,6 +423,7 @@ where
         if c.plan.is_some() {
             let slot = Slot {
                 static_arg: s.clone(),
+                statics,
                 skeleton: skeleton(),
                 avals: leaves.iter().map(Tensor::aval).collect(),
                 default_device: device,
@@ -471,7 +486,7 @@ fn compile<S, X: Tree, Y: Tree>(
     // a split that cannot be built (a constant that cannot be cut; even a
     // panic of the analysis) is only a replay not taken
     let split = match &plan {
-        Some(_) if opts.parallel_sinks && opts.batch_split => {
+        Some(_) if opts.parallel_sinks && opts.batch_split && !aliasing::outputs_share_storage(&program, n_out) => {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| split::SplitPlan::new(&program)))
                 .ok()
                 .and_then(|r| r.ok().flatten())
@@ -479,8 +494,9 @@ fn compile<S, X: Tree, Y: Tree>(
         _ => None,
     };
     // an output replaced by the caller's argument after the call needs no copy
+    let returned_views = aliasing::views_of_mutated(&traced, n_out, &mutated);
     let mut copied = aliasing::outputs_to_copy(&traced, &program, n_out);
-    copied.retain(|k| !returned_args.iter().any(|(r, _)| r == k));
+    copied.retain(|k| !returned_args.iter().any(|(r, _)| r == k) && !returned_views.iter().any(|(r, ..)| r == k));
     Ok(Compiled {
         traced_eqns: traced.eqns.len(),
         program,
@@ -491,6 +507,7 @@ fn compile<S, X: Tree, Y: Tree>(
         mutated,
         copied,
         returned_args,
+        returned_views,
     })
 }
 
@@ -522,6 +539,7 @@ fn split_now<Y>(c: &Compiled<Y>) -> Option<&split::SplitPlan> {
 /// inputs, the program through `bind` for tracers; writes mutated
 /// arguments back.
 fn run<Y: Tree>(c: &Compiled<Y>, leaves: &[Tensor]) -> Result<Y> {
+    crate::functionalize::check_unaliased_writes("jit", leaves, c.mutated.iter().copied())?;
     let outs = match &c.plan {
         Some(plan) if leaves.iter().all(|l| !l.is_tracer()) => {
             c.program.check_consts("jit")?;
@@ -542,6 +560,13 @@ fn run<Y: Tree>(c: &Compiled<Y>, leaves: &[Tensor]) -> Result<Y> {
     let mut outs = unshared(c, outs)?;
     for &(k, i) in &c.returned_args {
         outs[k] = leaves[i].clone();
+    }
+    for (k, i, views) in &c.returned_views {
+        let mut t = leaves[*i].clone();
+        for prim in views {
+            t = xform_ops::interp::bind1(prim, &[t])?;
+        }
+        outs[*k] = t;
     }
     Ok(c.template.with_leaves(outs.into_iter().take(c.n_out)))
 }

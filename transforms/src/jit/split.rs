@@ -781,7 +781,7 @@ impl SplitPlan {
 mod tests {
     use super::*;
     use crate::tree::Tree;
-    use crate::{grad, jitted, vmap, JitOptions};
+    use crate::{grad, jit, jitted, vmap, JitOptions};
 
     /// Deterministic values in [-0.5, 0.5).
     fn values(shape: &[usize], seed: u64) -> Tensor {
@@ -877,6 +877,30 @@ mod tests {
         let idx = Tensor::from_vec((0..256 * 3i32).map(|i| i * 7 % 40).collect::<Vec<_>>(), [256, 3]);
         let x = (values(&[256, 40], 6), idx, values(&[40, 16], 7));
         assert_eq!(split_rows(f, &x), Some((128, 128)));
+    }
+
+    /// Outputs that share storage as eager results do (an argument
+    /// returned, a view of one, one value returned twice) keep sharing it:
+    /// assembled from the halves into fresh buffers they would not, so such
+    /// a program is replayed whole. (The same program without them splits.)
+    #[test]
+    fn outputs_sharing_storage_are_not_split_apart() {
+        let x = values(&[128, 512], 13);
+        let heavy = |x: &Tensor| (x * 1.5).tanh().exp() * x;
+        assert_eq!(split_rows(heavy, &x), Some((64, 64)));
+        let g = jit(|x: &Tensor| (x.clone(), heavy(x), x.reshape(&[128, 2, 256])));
+        let (a, b, c) = g(&x);
+        assert!(a.same_node(&x), "the argument itself");
+        assert!(c.shares_storage(&x), "a view of the argument");
+        assert!(bits(&b) == bits(&heavy(&x)));
+        let twice = jit(|x: &Tensor| {
+            let y = heavy(x);
+            (y.clone(), y.reshape(&[-1]))
+        });
+        let (p, q) = twice(&x);
+        assert!(p.shares_storage(&q), "one value returned twice");
+        p.fill_(2.0);
+        assert_eq!(q.to_vec::<f32>()[..3], [2.0; 3]);
     }
 
     /// What mixes rows is not split: a reduction over the batch, a
