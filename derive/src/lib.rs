@@ -25,10 +25,14 @@
 //! - `#[tree(static)]` on a field: the field is not a leaf, has no path and
 //!   no skeleton node, and is cloned unchanged into every rebuilt tree, so
 //!   transforms treat it as a constant (an activation choice, layer sizes).
-//!   Its type needs `Clone`, not `Tree`. Where it is also `PartialEq +
-//!   Send + Sync + 'static`, its value is part of the tree's static values
-//!   (`Tree::static_values`), which `jit` keys its cache on: a new value
-//!   traces again, as JAX keys on a pytree's auxiliary data.
+//!   Its type needs `Clone`, not `Tree`. Where it is a concrete type that
+//!   is also `PartialEq + Send + Sync + 'static`, its value is part of the
+//!   tree's static values (`Tree::static_values`), which `jit` keys its
+//!   cache on: a new value traces again, as JAX keys on a pytree's
+//!   auxiliary data. Other static fields (another type, or one named by a
+//!   type parameter) are carried uncompared, fixed at the first trace. A
+//!   static field whose type holds a non-`'static` reference does not
+//!   compile.
 //! - Generic structs: each leaf field whose type mentions a type parameter
 //!   gets a `FieldType: Tree` bound, each such static field a
 //!   `FieldType: Clone` bound. `#[tree(bound = "T: Tree + Debug")]` on the
@@ -298,7 +302,7 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
             fn skeleton(&self) -> #skeleton {
                 match #scrutinee { #(#skeleton_arms,)* }
             }
-            fn static_values(&self, out: &mut ::std::vec::Vec<#k::tree::StaticValue>) {
+            fn static_values<'__xform_a>(&'__xform_a self, out: &mut ::std::vec::Vec<#k::tree::StaticValue<'__xform_a>>) {
                 #[allow(unused_imports)]
                 use #k::tree::{StaticByEq as _, StaticOpaque as _};
                 match #scrutinee { #(#static_arms)* }

@@ -649,6 +649,12 @@ impl Tensor {
     pub(crate) fn view_link(&self) -> Option<&ViewLink> {
         self.0.view.as_deref()
     }
+
+    /// The tensor this one is a view of (the root of its chain of view
+    /// methods: `x.slice(..).t()` gives `x`), if it was made by one.
+    pub fn view_base(&self) -> Option<&Tensor> {
+        self.view_link().map(|l| &l.base)
+    }
 }
 
 impl std::fmt::Debug for Tensor {

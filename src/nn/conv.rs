@@ -38,8 +38,8 @@ impl Tree for ConvConfig {
     fn build_map<T>(&self, _: &mut dyn Iterator<Item = T>) -> Self::Map<T> {}
     fn leaf_paths(&self, _: &str, _: &mut Vec<String>) {}
     /// Itself: a jitted function traces again for another value.
-    fn static_values(&self, out: &mut Vec<crate::tree::StaticValue>) {
-        out.push(crate::tree::StaticValue::Eq(Box::new(self.clone())));
+    fn static_values<'a>(&'a self, out: &mut Vec<crate::tree::StaticValue<'a>>) {
+        out.push(crate::tree::StaticValue::Eq(self));
     }
 }
 
@@ -115,7 +115,7 @@ impl<const N: usize> Tree for Conv<N> {
         self.w.leaf_paths(&format!("{prefix}.w"), out);
         self.b.leaf_paths(&format!("{prefix}.b"), out);
     }
-    fn static_values(&self, out: &mut Vec<crate::tree::StaticValue>) {
+    fn static_values<'a>(&'a self, out: &mut Vec<crate::tree::StaticValue<'a>>) {
         self.config.static_values(out);
     }
 }

@@ -84,7 +84,7 @@ impl Tree for Dropout {
     fn build_map<T>(&self, _: &mut dyn Iterator<Item = T>) -> Self::Map<T> {}
     fn leaf_paths(&self, _: &str, _: &mut Vec<String>) {}
     /// Itself: a jitted function traces again for another value.
-    fn static_values(&self, out: &mut Vec<crate::tree::StaticValue>) {
-        out.push(crate::tree::StaticValue::Eq(Box::new(*self)));
+    fn static_values<'a>(&'a self, out: &mut Vec<crate::tree::StaticValue<'a>>) {
+        out.push(crate::tree::StaticValue::Eq(self));
     }
 }

@@ -80,7 +80,7 @@ impl<T: Tree> Tree for SgdState<T> {
     fn leaf_paths(&self, prefix: &str, out: &mut Vec<String>) {
         self.velocity.leaf_paths(&format!("{prefix}.velocity"), out)
     }
-    fn static_values(&self, out: &mut Vec<tree::StaticValue>) {
+    fn static_values<'a>(&'a self, out: &mut Vec<tree::StaticValue<'a>>) {
         self.velocity.static_values(out)
     }
 }
@@ -197,7 +197,7 @@ impl<T: Tree> Tree for AdamState<T> {
         self.m.leaf_paths(&format!("{prefix}.m"), out);
         self.v.leaf_paths(&format!("{prefix}.v"), out);
     }
-    fn static_values(&self, out: &mut Vec<tree::StaticValue>) {
+    fn static_values<'a>(&'a self, out: &mut Vec<tree::StaticValue<'a>>) {
         self.m.static_values(out);
         self.v.static_values(out);
     }

@@ -285,10 +285,12 @@ fn static_fields_key_the_jit_cache() {
     assert_eq!(k.call(&WithOpaque { w: w.clone(), o: Opaque(3.0) }).to_vec::<f32>(), [1.0, -2.0]);
     assert_eq!(k.stats().misses, 1);
     let mut vals = Vec::new();
-    WithOpaque { w: w.clone(), o: Opaque(1.0) }.static_values(&mut vals);
+    let wo = WithOpaque { w: w.clone(), o: Opaque(1.0) };
+    wo.static_values(&mut vals);
     assert_eq!(vals, vec![tree::StaticValue::Opaque]);
     // a generic static is compared when its instance is PartialEq
     let mut vals = Vec::new();
-    Generic { inner: vec![w.clone()], scale: w.clone(), name: "a".to_string() }.static_values(&mut vals);
+    let gen = Generic { inner: vec![w.clone()], scale: w.clone(), name: "a".to_string() };
+    gen.static_values(&mut vals);
     assert!(matches!(vals[..], [tree::StaticValue::Eq(_)]));
 }

@@ -343,6 +343,27 @@ fn per_sample_grads_at_odd_batch_sizes() {
     }
 }
 
+/// Per-sample gradients of W1 small's size take the batch split (their
+/// outputs are fresh, distinct per-parameter gradients: nothing for the
+/// split to break), with eager's bits.
+#[test]
+fn per_sample_grads_take_the_batch_split() {
+    let k = Key::new(7);
+    let p: Mlp = (
+        k.fold_in(1).normal([32, 64], DType::F32) * 0.2,
+        k.fold_in(2).normal([64], DType::F32),
+        k.fold_in(3).normal([64, 10], DType::F32) * 0.2,
+        k.fold_in(4).normal([10], DType::F32),
+    );
+    let args = (p, k.fold_in(5).normal([64, 32], DType::F32), k.fold_in(6).randint([64], 0, 10, DType::I32));
+    let j = jitted(per_sample, JitOptions::default());
+    let (got, want) = (j.call(&args), per_sample(&args));
+    for (g, w) in [(&got.0, &want.0), (&got.1, &want.1), (&got.2, &want.2), (&got.3, &want.3)] {
+        same("per-sample gradient", g, w);
+    }
+    assert_eq!(j.entries()[0].batch_split, Some((32, 32)));
+}
+
 /// Two donated arguments that are one tensor: neither result is computed
 /// from a buffer the other wrote over.
 #[test]
@@ -427,6 +448,14 @@ fn writes_to_arguments_that_overlap_are_refused() {
     let s = j(&(z.slice(s![0..2]), z.slice(s![2..4]))).unwrap();
     assert_eq!(s.item::<f32>(), 2.0);
     assert_eq!(z.to_vec::<f32>(), [1.0, 1.0, 10.0, 10.0]);
+    // the two columns of a matrix interleave but share no element; an
+    // empty slice overlaps nothing
+    let m = Tensor::zeros([3, 2], DType::F32);
+    let s = j(&(m.slice(s![.., 0]), m.slice(s![.., 1]))).unwrap();
+    assert_eq!(s.item::<f32>(), 3.0);
+    assert_eq!(m.to_vec::<f32>(), [1.0, 10.0, 1.0, 10.0, 1.0, 10.0]);
+    let e = Tensor::zeros([4], DType::F32);
+    assert!(j(&(e.clone(), e.slice(s![2..2]))).is_ok());
     // the same refusal from functionalize
     let fg = xform::functionalize(g);
     let r = xform::catch(|| fg(&(x.clone(), x.clone())));
@@ -459,4 +488,16 @@ fn views_of_a_mutated_argument_stay_views() {
     wa.fill_(9.0);
     assert_eq!(x.to_vec::<f32>(), want.to_vec::<f32>(), "a write through the view reaches the argument");
     assert_eq!(x.to_vec::<f32>(), [9.0, 9.0, 3.0, 4.0]);
+    // `y.copy_(x)` gives `y` the value `x` has, but a view of `x` stays a
+    // view of `x`, not of `y`
+    let g = |(x, y): &(Tensor, Tensor)| {
+        y.copy_(x);
+        x.reshape(&[2, 2]).t()
+    };
+    let (x, y) = (Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [4]), Tensor::zeros([4], DType::F32));
+    let v = xform::jit(g)(&(x.clone(), y.clone()));
+    assert_eq!(y.to_vec::<f32>(), [1.0, 2.0, 3.0, 4.0]);
+    assert!(v.shares_storage(&x) && !v.shares_storage(&y));
+    v.fill_(0.0);
+    assert_eq!((x.to_vec::<f32>(), y.to_vec::<f32>()), (vec![0.0; 4], vec![1.0, 2.0, 3.0, 4.0]));
 }

@@ -141,36 +141,70 @@ pub(crate) fn mutated_finals<T>(
 /// an argument and a slice of it). Staged or functionalized, each leaf is
 /// its own value, so the write would not be seen through the other leaf
 /// as it is eagerly; JAX's arrays never alias, and xform says so rather
-/// than return other numbers than eager execution. (Overlap is judged by
-/// the storage spans: interleaved views of one buffer are refused too.)
+/// than return other numbers than eager execution. Views of one buffer
+/// that share no element (two columns of a matrix) are fine.
 pub(crate) fn check_unaliased_writes(
     op: &str,
     leaves: &[Tensor],
     mutated: impl IntoIterator<Item = usize>,
 ) -> Result<()> {
+    let mut mutated = mutated.into_iter().peekable();
+    if mutated.peek().is_none() {
+        return Ok(());
+    }
+    // each leaf's array once (a tracer, or an empty one, overlaps nothing)
+    let arrays: SmallVec<[Option<xform_ops::Array>; 8]> =
+        leaves.iter().map(|l| l.array().filter(|a| a.layout.numel() > 0)).collect();
     for i in mutated {
-        let Some(a) = leaves[i].array() else { continue };
-        let span = a.layout.storage_span();
-        for (j, other) in leaves.iter().enumerate() {
-            let Some(b) = other.array().filter(|b| j != i && b.shares_storage(&a)) else { continue };
-            let theirs = b.layout.storage_span();
-            if span.start < theirs.end && theirs.start < span.end {
-                return Err(xform_ops::Error::invalid(
-                    op,
-                    format!(
-                        "the function writes in place to argument leaf {i} ({} {}), which overlaps argument leaf \
-                         {j} ({} {}) in memory; {op} treats each argument as its own value, so leaf {j} would \
-                         not see the write as it does eagerly: pass a copy (`Tensor::copy`) as one of them",
-                        a.dtype.name(),
-                        a.shape(),
-                        b.dtype.name(),
-                        b.shape()
-                    ),
-                ));
+        let Some(a) = &arrays[i] else { continue };
+        for (j, b) in arrays.iter().enumerate() {
+            let Some(b) = b.as_ref().filter(|b| j != i && b.shares_storage(a)) else { continue };
+            if !layouts_overlap(&a.layout, &b.layout) {
+                continue;
             }
+            return Err(xform_ops::Error::invalid(
+                op,
+                format!(
+                    "the function writes in place to argument leaf {i} ({} {}), which overlaps argument leaf {j} \
+                     ({} {}) in memory; {op} treats each argument as its own value, so leaf {j} would not see \
+                     the write as it does eagerly: pass a copy (`Tensor::copy`) as one of them",
+                    a.dtype.name(),
+                    a.shape(),
+                    b.dtype.name(),
+                    b.shape()
+                ),
+            ));
         }
     }
     Ok(())
+}
+
+/// Whether two non-empty layouts of one storage reach a common element:
+/// disjoint spans cannot; overlapping spans are checked element by element
+/// (sorted offsets, merged), which only interleaved views need.
+fn layouts_overlap(a: &xform_kernels::Layout, b: &xform_kernels::Layout) -> bool {
+    let (sa, sb) = (a.storage_span(), b.storage_span());
+    if sa.end <= sb.start || sb.end <= sa.start {
+        return false;
+    }
+    let offsets = |l: &xform_kernels::Layout| {
+        let mut v: Vec<usize> = vec![l.offset];
+        for (&n, &s) in l.shape.iter().zip(l.strides.iter()) {
+            v = v.iter().flat_map(|&o| (0..n).map(move |k| (o as isize + k as isize * s) as usize)).collect();
+        }
+        v.sort_unstable();
+        v
+    };
+    let (oa, ob) = (offsets(a), offsets(b));
+    let (mut p, mut q) = (0, 0);
+    while p < oa.len() && q < ob.len() {
+        match oa[p].cmp(&ob[q]) {
+            std::cmp::Ordering::Equal => return true,
+            std::cmp::Ordering::Less => p += 1,
+            std::cmp::Ordering::Greater => q += 1,
+        }
+    }
+    false
 }
 
 /// Copies the final values of mutated arguments (`Some`) into the caller's

@@ -71,7 +71,7 @@ pub trait Tree: Sized {
     /// cache on them and traces again when one changes, as JAX keys on a
     /// pytree's auxiliary data. The default has none; containers append
     /// their children's.
-    fn static_values(&self, out: &mut Vec<StaticValue>) {
+    fn static_values<'a>(&'a self, out: &mut Vec<StaticValue<'a>>) {
         let _ = out;
     }
 
@@ -263,29 +263,31 @@ fn take(leaves: &mut dyn Iterator<Item = Tensor>) -> Tensor {
     leaves.next().expect("pytree rebuilt from too few leaves")
 }
 
-/// The value of one static part of a tree (see [`Tree::static_values`]).
-pub enum StaticValue {
+/// One static part of a tree, borrowed (see [`Tree::static_values`]).
+#[derive(Clone, Copy)]
+pub enum StaticValue<'a> {
     /// A value of a `PartialEq + Clone + Send + Sync + 'static` type,
     /// compared with `==` (a float field that is NaN never equals itself:
     /// every call with it traces again, as JAX's key comparison does).
-    Eq(Box<dyn DynStatic>),
-    /// A value of another type: it cannot be compared, so it is not part
-    /// of a key (fixed at the first trace; derive `PartialEq` on it to
-    /// trace again when it changes).
+    Eq(&'a dyn DynStatic),
+    /// A value of another type (or a static field of a generic type, whose
+    /// bounds the derive does not know): it cannot be compared, so it is
+    /// not part of a key (fixed at the first trace; use a concrete
+    /// `PartialEq` type to trace again when it changes).
     Opaque,
 }
 
-impl PartialEq for StaticValue {
-    fn eq(&self, other: &StaticValue) -> bool {
+impl PartialEq for StaticValue<'_> {
+    fn eq(&self, other: &StaticValue<'_>) -> bool {
         match (self, other) {
-            (StaticValue::Eq(a), StaticValue::Eq(b)) => a.eq_dyn(&**b),
+            (StaticValue::Eq(a), StaticValue::Eq(b)) => a.static_eq(*b),
             (StaticValue::Opaque, StaticValue::Opaque) => true,
             _ => false,
         }
     }
 }
 
-impl std::fmt::Debug for StaticValue {
+impl std::fmt::Debug for StaticValue<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             StaticValue::Eq(_) => f.write_str("StaticValue::Eq(..)"),
@@ -294,20 +296,48 @@ impl std::fmt::Debug for StaticValue {
     }
 }
 
-/// A static value compared through `dyn` (what [`StaticValue::Eq`] holds).
-pub trait DynStatic: Send + Sync {
-    /// `self == other` when `other` has `self`'s type, else false.
-    fn eq_dyn(&self, other: &dyn DynStatic) -> bool;
-    /// `self` as `Any`, for the downcast.
-    fn as_any(&self) -> &dyn std::any::Any;
+impl StaticValue<'_> {
+    /// An owned copy, for a cache key (`None` for [`StaticValue::Opaque`]).
+    pub fn to_owned_key(&self) -> Option<Box<dyn DynStatic>> {
+        match self {
+            StaticValue::Eq(v) => Some(v.static_clone()),
+            StaticValue::Opaque => None,
+        }
+    }
+
+    /// Whether an owned key (from [`StaticValue::to_owned_key`]) equals
+    /// this value.
+    pub fn matches_key(&self, key: &Option<Box<dyn DynStatic>>) -> bool {
+        match (self, key) {
+            (StaticValue::Eq(v), Some(k)) => k.static_eq(*v),
+            (StaticValue::Opaque, None) => true,
+            _ => false,
+        }
+    }
 }
 
-impl<T: PartialEq + Send + Sync + 'static> DynStatic for T {
-    fn eq_dyn(&self, other: &dyn DynStatic) -> bool {
-        other.as_any().downcast_ref::<T>().is_some_and(|o| self == o)
+/// A static value compared and copied through `dyn` (what
+/// [`StaticValue::Eq`] borrows). The method names are unusual on purpose:
+/// the blanket implementation gives them to every `PartialEq` type.
+#[doc(hidden)]
+pub trait DynStatic: Send + Sync {
+    /// `self == other` when `other` has `self`'s type, else false.
+    fn static_eq(&self, other: &dyn DynStatic) -> bool;
+    /// `self` as `Any`, for the downcast.
+    fn static_any(&self) -> &dyn std::any::Any;
+    /// A boxed clone.
+    fn static_clone(&self) -> Box<dyn DynStatic>;
+}
+
+impl<T: PartialEq + Clone + Send + Sync + 'static> DynStatic for T {
+    fn static_eq(&self, other: &dyn DynStatic) -> bool {
+        other.static_any().downcast_ref::<T>().is_some_and(|o| self == o)
     }
-    fn as_any(&self) -> &dyn std::any::Any {
+    fn static_any(&self) -> &dyn std::any::Any {
         self
+    }
+    fn static_clone(&self) -> Box<dyn DynStatic> {
+        Box::new(self.clone())
     }
 }
 
@@ -315,28 +345,30 @@ impl<T: PartialEq + Send + Sync + 'static> DynStatic for T {
 /// .static_value()` is a comparable [`StaticValue`] when the field's type
 /// allows it ([`StaticByEq`], found first by method resolution) and
 /// [`StaticValue::Opaque`] otherwise ([`StaticOpaque`]), without bounds on
-/// the user's type.
+/// the user's type. (A static field whose type holds a non-`'static`
+/// reference does not compile: method resolution picks the first form
+/// before lifetimes are checked.)
 #[doc(hidden)]
 pub struct StaticProbe<'a, T>(pub &'a T);
 
 #[doc(hidden)]
-pub trait StaticByEq {
-    fn static_value(&self) -> StaticValue;
+pub trait StaticByEq<'a> {
+    fn static_value(&self) -> StaticValue<'a>;
 }
 
-impl<T: PartialEq + Clone + Send + Sync + 'static> StaticByEq for &StaticProbe<'_, T> {
-    fn static_value(&self) -> StaticValue {
-        StaticValue::Eq(Box::new(self.0.clone()))
+impl<'a, T: PartialEq + Clone + Send + Sync + 'static> StaticByEq<'a> for &StaticProbe<'a, T> {
+    fn static_value(&self) -> StaticValue<'a> {
+        StaticValue::Eq(self.0)
     }
 }
 
 #[doc(hidden)]
-pub trait StaticOpaque {
-    fn static_value(&self) -> StaticValue;
+pub trait StaticOpaque<'a> {
+    fn static_value(&self) -> StaticValue<'a>;
 }
 
-impl<T> StaticOpaque for StaticProbe<'_, T> {
-    fn static_value(&self) -> StaticValue {
+impl<'a, T> StaticOpaque<'a> for StaticProbe<'a, T> {
+    fn static_value(&self) -> StaticValue<'a> {
         StaticValue::Opaque
     }
 }
@@ -409,7 +441,7 @@ macro_rules! tuple_tree {
             fn skeleton(&self) -> Skeleton {
                 Skeleton::Node(vec![$((format!(".{}", $idx), self.$idx.skeleton()),)+])
             }
-            fn static_values(&self, out: &mut Vec<StaticValue>) {
+            fn static_values<'a>(&'a self, out: &mut Vec<StaticValue<'a>>) {
                 $(self.$idx.static_values(out);)+
             }
         }
@@ -445,7 +477,7 @@ impl<A: Tree> Tree for Vec<A> {
     fn skeleton(&self) -> Skeleton {
         Skeleton::node(self.iter().enumerate().map(|(i, a)| (format!("[{i}]"), a.skeleton())))
     }
-    fn static_values(&self, out: &mut Vec<StaticValue>) {
+    fn static_values<'a>(&'a self, out: &mut Vec<StaticValue<'a>>) {
         for a in self {
             a.static_values(out);
         }
@@ -473,7 +505,7 @@ impl<A: Tree, const N: usize> Tree for [A; N] {
     fn skeleton(&self) -> Skeleton {
         Skeleton::node(self.iter().enumerate().map(|(i, a)| (format!("[{i}]"), a.skeleton())))
     }
-    fn static_values(&self, out: &mut Vec<StaticValue>) {
+    fn static_values<'a>(&'a self, out: &mut Vec<StaticValue<'a>>) {
         for a in self {
             a.static_values(out);
         }
@@ -502,7 +534,7 @@ impl<A: Tree> Tree for Option<A> {
     fn skeleton(&self) -> Skeleton {
         self.as_ref().map_or(Skeleton::Node(Vec::new()), Tree::skeleton)
     }
-    fn static_values(&self, out: &mut Vec<StaticValue>) {
+    fn static_values<'a>(&'a self, out: &mut Vec<StaticValue<'a>>) {
         if let Some(a) = self {
             a.static_values(out);
         }
@@ -526,7 +558,7 @@ impl<A: Tree> Tree for Box<A> {
     fn skeleton(&self) -> Skeleton {
         (**self).skeleton()
     }
-    fn static_values(&self, out: &mut Vec<StaticValue>) {
+    fn static_values<'a>(&'a self, out: &mut Vec<StaticValue<'a>>) {
         (**self).static_values(out)
     }
 }
@@ -552,7 +584,7 @@ impl<A: Tree> Tree for BTreeMap<String, A> {
     fn skeleton(&self) -> Skeleton {
         Skeleton::node(self.iter().map(|(k, a)| (format!("[{k:?}]"), a.skeleton())))
     }
-    fn static_values(&self, out: &mut Vec<StaticValue>) {
+    fn static_values<'a>(&'a self, out: &mut Vec<StaticValue<'a>>) {
         for a in self.values() {
             a.static_values(out);
         }
@@ -597,7 +629,7 @@ macro_rules! impl_tree {
                     $((format!(".{}", stringify!($field)), $crate::Tree::skeleton(&self.$field)),)*
                 ])
             }
-            fn static_values(&self, out: &mut Vec<$crate::tree::StaticValue>) {
+            fn static_values<'a>(&'a self, out: &mut Vec<$crate::tree::StaticValue<'a>>) {
                 $($crate::Tree::static_values(&self.$field, out);)*
             }
         }

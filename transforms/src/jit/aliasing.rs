@@ -78,7 +78,9 @@ pub(crate) fn outputs_to_copy(traced: &Program, optimized: &Program, n_out: usiz
 /// the final value instead; after the write-back a call applies the same
 /// views to the caller's tensor. (`mutated[j]` is the argument whose final
 /// value is output `n_out + j`; a chain through a primitive with more
-/// than one operand is not followed, and that output stays a copy.)
+/// than one operand is not followed, and that output stays a copy. The
+/// caller keeps only the outputs the trace saw as views of that argument:
+/// a variable may be the value of two tensors, `y.copy_(x)`.)
 pub(crate) fn views_of_mutated(traced: &Program, n_out: usize, mutated: &[usize]) -> Vec<(usize, usize, Vec<Prim>)> {
     let mut producer = vec![None; traced.avals.len()];
     for (k, e) in traced.eqns.iter().enumerate() {
@@ -114,11 +116,12 @@ pub(crate) fn views_of_mutated(traced: &Program, n_out: usize, mutated: &[usize]
     views
 }
 
-/// Whether some of the first `n_out` outputs of `p` share storage with an
-/// argument (an argument returned, or a view of one) or with each other
-/// (one value returned twice, or views of it): a replay that assembles
-/// each output into its own buffer (NOTE: [batch split]) would break that
-/// sharing, so such a program is replayed whole.
+/// Whether some of the first `n_out` outputs of `p` (the program as traced:
+/// sharing the passes add is undone by `outputs_to_copy`) share storage
+/// with an argument (an argument returned, or a view of one) or with each
+/// other (one value returned twice, or views of it): a replay that
+/// assembles each output into its own buffer (NOTE: [batch split]) would
+/// break that sharing, so such a program is replayed whole.
 pub(crate) fn outputs_share_storage(p: &Program, n_out: usize) -> bool {
     let roots = output_roots(p);
     let roots = &roots[..n_out.min(roots.len())];

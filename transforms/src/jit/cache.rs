@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use xform_ops::{Aval, Device, Tensor};
 
-use crate::tree::{Skeleton, StaticValue};
+use crate::tree::{DynStatic, Skeleton, StaticValue};
 
 /// Statistics of a jitted function's cache.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -63,8 +63,8 @@ pub struct JitEntry {
 /// One compiled signature: its key, and what the call needs.
 pub(crate) struct Slot<S, C> {
     pub static_arg: S,
-    /// The input tree's static values (`Tree::static_values`).
-    pub statics: Vec<StaticValue>,
+    /// The input tree's static values (`Tree::static_values`), owned.
+    pub statics: Vec<Option<Box<dyn DynStatic>>>,
     pub skeleton: Skeleton,
     pub avals: Vec<Aval>,
     pub default_device: Device,
@@ -86,7 +86,8 @@ impl<S: PartialEq, C> Slot<S, C> {
                 .zip(leaves)
                 .all(|(a, l)| l.with_aval(|b| a.dtype == b.dtype && a.device == b.device && a.shape == *b.shape))
             && self.static_arg == *s
-            && self.statics[..] == *statics
+            && self.statics.len() == statics.len()
+            && statics.iter().zip(&self.statics).all(|(v, k)| v.matches_key(k))
             && self.skeleton == skeleton()
     }
 }
@@ -94,7 +95,7 @@ impl<S: PartialEq, C> Slot<S, C> {
 /// What a call's key holds besides its leaves' avals and tree structure.
 pub(crate) struct Key<'a, S> {
     pub static_arg: &'a S,
-    pub statics: &'a [StaticValue],
+    pub statics: &'a [StaticValue<'a>],
     pub device: Device,
 }
 
@@ -140,7 +141,9 @@ impl<S: PartialEq, C> Cache<S, C> {
     /// (another thread compiled it meanwhile) is replaced.
     pub fn insert(&mut self, slot: Slot<S, C>, leaves: &[Tensor]) {
         let sk = slot.skeleton.clone();
-        let key = Key { static_arg: &slot.static_arg, statics: &slot.statics, device: slot.default_device };
+        let statics: Vec<StaticValue<'_>> =
+            slot.statics.iter().map(|k| k.as_deref().map_or(StaticValue::Opaque, StaticValue::Eq)).collect();
+        let key = Key { static_arg: &slot.static_arg, statics: &statics, device: slot.default_device };
         if let Some(i) = self.slots.iter().position(|o| o.matches(key, leaves, &|| sk.clone())) {
             self.slots.remove(i);
         }

@@ -23,8 +23,9 @@
 //! of the program: a value computed from it during the trace, such as
 //! `c.exp()`, is a fresh constant that a later write to `c` does not
 //! reach; pass values that change as arguments), the static fields of the
-//! output tree and those of the input tree whose types are not
-//! `PartialEq` (derive it, or pass the value through [`jit_static`]), and
+//! output tree and those of the input tree that are not compared (a type
+//! without `PartialEq`, or a generic field: pass such a value through
+//! [`jit_static`]), and
 //! Rust control flow on anything but shapes.
 //!
 //! NOTE: [jit composition] With concrete inputs, a call replays the plan
@@ -57,7 +58,7 @@ mod sinks;
 mod split;
 
 use crate::functionalize::write_back;
-use crate::tree::Tree;
+use crate::tree::{StaticValue, Tree};
 use cache::{Cache, Slot};
 pub use cache::{JitEntry, JitStats};
 use plan::Plan;
@@ -423,7 +424,7 @@ where
         if c.plan.is_some() {
             let slot = Slot {
                 static_arg: s.clone(),
-                statics,
+                statics: statics.iter().map(StaticValue::to_owned_key).collect(),
                 skeleton: skeleton(),
                 avals: leaves.iter().map(Tensor::aval).collect(),
                 default_device: device,
@@ -447,7 +448,7 @@ fn compile<S, X: Tree, Y: Tree>(
 ) -> Result<Compiled<Y>> {
     let staging = Staging::new("jit", true);
     let placeholder = Tensor::scalar(0.0f32);
-    let (template, traced, n_out, mutated, returned_args) = catch(|| {
+    let (template, traced, n_out, mutated, (returned_args, views_of_args)) = catch(|| {
         with_interpreter(&staging, || {
             let ins: Vec<Tensor> = leaves.iter().map(|l| staging.new_input(l.aval())).collect();
             let y = f(s, &x.with_leaves(ins.iter().cloned()));
@@ -460,14 +461,21 @@ fn compile<S, X: Tree, Y: Tree>(
                     outs.push(t.clone());
                 }
             }
-            // outputs that are a mutated argument itself (`x.add_(1); x`)
+            // outputs that are a mutated argument itself (`x.add_(1); x`),
+            // or a view of one (`x.add_(1); x.slice(..)`), by identity:
+            // two tensors may share a variable (`y.copy_(x)` makes `y`'s
+            // value `x`'s) without being views of each other
             let mut returned_args: Vec<(usize, usize)> = Vec::new();
+            let mut views_of_args: Vec<(usize, usize)> = Vec::new();
             for (k, o) in outs[..n_out].iter().enumerate() {
                 returned_args.extend(mutated.iter().filter(|&&i| o.same_node(&ins[i])).map(|&i| (k, i)));
+                let base = o.view_base();
+                views_of_args
+                    .extend(mutated.iter().filter(|&&i| base.is_some_and(|b| b.same_node(&ins[i]))).map(|&i| (k, i)));
             }
             let program = staging.finish(&outs).or_raise();
             let template = y.with_leaves(std::iter::repeat_n(placeholder.clone(), n_out));
-            (template, program, n_out, mutated, returned_args)
+            (template, program, n_out, mutated, (returned_args, views_of_args))
         })
     })?;
     let program = if opts.optimize { passes::optimize(&traced)? } else { passes::dce::run(&traced)? };
@@ -486,7 +494,7 @@ fn compile<S, X: Tree, Y: Tree>(
     // a split that cannot be built (a constant that cannot be cut; even a
     // panic of the analysis) is only a replay not taken
     let split = match &plan {
-        Some(_) if opts.parallel_sinks && opts.batch_split && !aliasing::outputs_share_storage(&program, n_out) => {
+        Some(_) if opts.parallel_sinks && opts.batch_split && !aliasing::outputs_share_storage(&traced, n_out) => {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| split::SplitPlan::new(&program)))
                 .ok()
                 .and_then(|r| r.ok().flatten())
@@ -494,7 +502,8 @@ fn compile<S, X: Tree, Y: Tree>(
         _ => None,
     };
     // an output replaced by the caller's argument after the call needs no copy
-    let returned_views = aliasing::views_of_mutated(&traced, n_out, &mutated);
+    let mut returned_views = aliasing::views_of_mutated(&traced, n_out, &mutated);
+    returned_views.retain(|(k, i, _)| views_of_args.contains(&(*k, *i)));
     let mut copied = aliasing::outputs_to_copy(&traced, &program, n_out);
     copied.retain(|k| !returned_args.iter().any(|(r, _)| r == k) && !returned_views.iter().any(|(r, ..)| r == k));
     Ok(Compiled {
