@@ -432,7 +432,7 @@ impl Tensor {
     pub fn known(&self, op: &str) -> Result<Array> {
         self.known_or_unknown().map_err(|u| match u {
             Unknown::Batched(aval) => unknown_under_vmap(op, &aval),
-            Unknown::Staged(aval) => unknown_under_trace(op, &aval),
+            Unknown::Staged(aval, by) => unknown_under_trace(op, &aval, by),
         })
     }
 
@@ -446,7 +446,7 @@ impl Tensor {
                     TracerData::Dual { primal, .. } => primal.clone(),
                     TracerData::Functional { value } => value.clone(),
                     TracerData::Batched { .. } => return Err(Unknown::Batched(tr.aval.clone())),
-                    TracerData::Staged { .. } => return Err(Unknown::Staged(tr.aval.clone())),
+                    TracerData::Staged { .. } => return Err(Unknown::Staged(tr.aval.clone(), tr.tag.name)),
                 },
             };
             t = next;
@@ -670,8 +670,8 @@ impl std::fmt::Debug for Tensor {
 enum Unknown {
     /// A vmap tracer: a value per example.
     Batched(Aval),
-    /// A staged tracer: no value yet.
-    Staged(Aval),
+    /// A staged tracer: no value yet (and the transform staging it).
+    Staged(Aval, &'static str),
 }
 
 #[cold]
@@ -696,11 +696,11 @@ fn unknown_under_vmap(op: &str, aval: &Aval) -> Error {
 }
 
 #[cold]
-fn unknown_under_trace(op: &str, aval: &Aval) -> Error {
+fn unknown_under_trace(op: &str, aval: &Aval, by: &str) -> Error {
     Error::transform(
         op,
         format!(
-            "needs a concrete value, but this {aval} tensor is being staged into a program (trace) and has no \
+            "needs a concrete value, but this {aval} tensor is being staged into a program ({by}) and has no \
              value yet. Use `cond`/`switch`, `while_loop`, `fori_loop` or `scan`, which stage control flow, or \
              `where`/`select`"
         ),
