@@ -456,11 +456,16 @@ fn writes_to_arguments_that_overlap_are_refused() {
     assert_eq!(m.to_vec::<f32>(), [1.0, 10.0, 1.0, 10.0, 1.0, 10.0]);
     let e = Tensor::zeros([4], DType::F32);
     assert!(j(&(e.clone(), e.slice(s![2..2]))).is_ok());
-    // the same refusal from functionalize
+    // the same refusal from functionalize and vmap (every transform that
+    // writes arguments back)
     let fg = xform::functionalize(g);
     let r = xform::catch(|| fg(&(x.clone(), x.clone())));
     assert!(r.is_err());
     assert_eq!(x.to_vec::<f32>(), [0.0; 3]);
+    let xs = Tensor::zeros([2, 3], DType::F32);
+    let r = xform::catch(|| vmap(g)(&(xs.clone(), xs.clone())));
+    assert!(r.is_err_and(|e| e.to_string().contains("overlaps")));
+    assert_eq!(xs.to_vec::<f32>(), [0.0; 6]);
     assert_eq!(stack_depth(), 0);
 }
 

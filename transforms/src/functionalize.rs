@@ -114,8 +114,6 @@ pub fn functionalize_with<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y, opts: Functiona
             let finals = mutated_finals(&leaves, &wrapped, |w| interp.unwrap(w).or_raise());
             (y, outs, finals)
         });
-        let mutated = finals.iter().enumerate().filter(|(_, f)| f.is_some()).map(|(i, _)| i);
-        check_unaliased_writes("functionalize", &leaves, mutated).or_raise();
         write_back("functionalize", &leaves, finals).or_raise();
         y.with_leaves(outs)
     }
@@ -138,9 +136,9 @@ pub(crate) fn mutated_finals<T>(
 
 /// Refuses a call whose function writes in place to an argument leaf
 /// (`mutated`) that overlaps another leaf in memory (`f(&(x.clone(), x))`,
-/// an argument and a slice of it). Staged or functionalized, each leaf is
-/// its own value, so the write would not be seen through the other leaf
-/// as it is eagerly; JAX's arrays never alias, and xform says so rather
+/// an argument and a slice of it). Under a transform (staged, batched,
+/// differentiated, functionalized) each leaf is its own value, so the
+/// write would not be seen through the other leaf as it is eagerly; JAX's arrays never alias, and xform says so rather
 /// than return other numbers than eager execution. Views of one buffer
 /// that share no element (two columns of a matrix) are fine.
 pub(crate) fn check_unaliased_writes(
@@ -211,21 +209,27 @@ fn layouts_overlap(a: &xform_kernels::Layout, b: &xform_kernels::Layout) -> bool
 /// tensors, at the caller's level, all or nothing: every write is checked
 /// before the first is made, and a final value that shares storage with an
 /// argument is copied first, so that no write sees another (each argument
-/// gets the value `f` left in it, as eagerly).
+/// gets the value `f` left in it, as eagerly). A mutated argument that
+/// overlaps another argument is refused first ([`check_unaliased_writes`]).
 pub(crate) fn write_back(
     op: &str,
     originals: &[Tensor],
     finals: impl IntoIterator<Item = Option<Tensor>>,
 ) -> Result<()> {
     let mut pending: SmallVec<[(&Tensor, Tensor); 4]> = SmallVec::new();
-    for (orig, fin) in originals.iter().zip(finals) {
+    let mut written: SmallVec<[usize; 4]> = SmallVec::new();
+    for (i, (orig, fin)) in originals.iter().zip(finals).enumerate() {
         if let Some(v) = fin {
             pending.push((orig, v));
+            written.push(i);
         }
     }
     if pending.is_empty() {
         return Ok(());
     }
+    // every transform that writes arguments back saw each one as its own
+    // value (jit checks before it runs, as well)
+    check_unaliased_writes(op, originals, written)?;
     let rename = |mut e: xform_ops::Error| {
         e.op = op.to_string();
         e
