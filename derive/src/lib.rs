@@ -30,9 +30,7 @@
 //!   tree's static values (`Tree::static_values`), which `jit` keys its
 //!   cache on: a new value traces again, as JAX keys on a pytree's
 //!   auxiliary data. Other static fields (another type, or one named by a
-//!   type parameter) are carried uncompared, fixed at the first trace. A
-//!   static field whose type holds a non-`'static` reference does not
-//!   compile.
+//!   type parameter) are carried uncompared, fixed at the first trace.
 //! - Generic structs: each leaf field whose type mentions a type parameter
 //!   gets a `FieldType: Tree` bound, each such static field a
 //!   `FieldType: Clone` bound. `#[tree(bound = "T: Tree + Debug")]` on the

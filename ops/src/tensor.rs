@@ -651,9 +651,21 @@ impl Tensor {
     }
 
     /// The tensor this one is a view of (the root of its chain of view
-    /// methods: `x.slice(..).t()` gives `x`), if it was made by one.
-    pub fn view_base(&self) -> Option<&Tensor> {
-        self.view_link().map(|l| &l.base)
+    /// methods: `x.slice(..).t()` gives `x`) and the view primitives from
+    /// it to this one, base first; `None` if no view method made it.
+    pub fn view_of(&self) -> Option<(&Tensor, Vec<crate::prim::Prim>)> {
+        self.view_link().map(|l| (&l.base, l.ops.to_vec().into_iter().cloned().collect()))
+    }
+
+    /// The view primitives `ops` (as [`Tensor::view_of`] lists them)
+    /// applied to this tensor, linked to its base as the view methods link
+    /// their results (a reshape its layout cannot express is a copy, as
+    /// eagerly).
+    ///
+    /// # Errors
+    /// What the primitives raise on this tensor's shape.
+    pub fn apply_views(&self, ops: &[crate::prim::Prim]) -> Result<Tensor> {
+        crate::mutation::make_view(self, ops)
     }
 }
 

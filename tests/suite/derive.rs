@@ -293,4 +293,10 @@ fn static_fields_key_the_jit_cache() {
     let gen = Generic { inner: vec![w.clone()], scale: w.clone(), name: "a".to_string() };
     gen.static_values(&mut vals);
     assert!(matches!(vals[..], [tree::StaticValue::Eq(_)]));
+    // a NaN never equals itself: each call traces again
+    let n = xform::jitted(|p: &Pair| &p.0 * p.1 + &p.2, xform::JitOptions::default());
+    for _ in 0..3 {
+        assert!(n.call(&Pair(w.clone(), f64::NAN, w.clone())).to_vec::<f32>()[0].is_nan());
+    }
+    assert_eq!((n.stats().misses, n.stats().hits), (3, 0));
 }

@@ -310,6 +310,16 @@ fn mlp_loss(p: &Mlp, x: &Tensor, y: &Tensor) -> Tensor {
     logits.logsumexp(0, false) - logits.take(y, 0)
 }
 
+/// Weights `[d_in, h]`, `[h, c]` scaled by `scale`, biases unscaled.
+fn mlp_params(k: &Key, [d_in, h, c]: [usize; 3], scale: f64) -> Mlp {
+    (
+        k.fold_in(1).normal([d_in, h], DType::F32) * scale,
+        k.fold_in(2).normal([h], DType::F32),
+        k.fold_in(3).normal([h, c], DType::F32) * scale,
+        k.fold_in(4).normal([c], DType::F32),
+    )
+}
+
 fn per_sample((p, xs, ys): &(Mlp, Tensor, Tensor)) -> Mlp {
     let per_row = |(x, y): &(Tensor, Tensor)| grad(|p: &Mlp| mlp_loss(p, x, y))(p);
     vmap(per_row)(&(xs.clone(), ys.clone()))
@@ -320,12 +330,7 @@ fn per_sample((p, xs, ys): &(Mlp, Tensor, Tensor)) -> Mlp {
 #[test]
 fn per_sample_grads_at_odd_batch_sizes() {
     let k = Key::new(5);
-    let p: Mlp = (
-        k.fold_in(1).normal([16, 24], DType::F32) * 0.3,
-        k.fold_in(2).normal([24], DType::F32),
-        k.fold_in(3).normal([24, 5], DType::F32) * 0.3,
-        k.fold_in(4).normal([5], DType::F32),
-    );
+    let p = mlp_params(&k, [16, 24, 5], 0.3);
     let j = jitted(per_sample, JitOptions::default());
     for b in [1usize, 2, 3, 33, 64, 129] {
         let args = (
@@ -349,12 +354,7 @@ fn per_sample_grads_at_odd_batch_sizes() {
 #[test]
 fn per_sample_grads_take_the_batch_split() {
     let k = Key::new(7);
-    let p: Mlp = (
-        k.fold_in(1).normal([32, 64], DType::F32) * 0.2,
-        k.fold_in(2).normal([64], DType::F32),
-        k.fold_in(3).normal([64, 10], DType::F32) * 0.2,
-        k.fold_in(4).normal([10], DType::F32),
-    );
+    let p = mlp_params(&k, [32, 64, 10], 0.2);
     let args = (p, k.fold_in(5).normal([64, 32], DType::F32), k.fold_in(6).randint([64], 0, 10, DType::I32));
     let j = jitted(per_sample, JitOptions::default());
     let (got, want) = (j.call(&args), per_sample(&args));

@@ -228,7 +228,7 @@ pub(crate) fn write_back(
         return Ok(());
     }
     // every transform that writes arguments back saw each one as its own
-    // value (jit checks before it runs, as well)
+    // value
     check_unaliased_writes(op, originals, written)?;
     let rename = |mut e: xform_ops::Error| {
         e.op = op.to_string();

@@ -345,9 +345,7 @@ impl<T: PartialEq + Clone + Send + Sync + 'static> DynStatic for T {
 /// .static_value()` is a comparable [`StaticValue`] when the field's type
 /// allows it ([`StaticByEq`], found first by method resolution) and
 /// [`StaticValue::Opaque`] otherwise ([`StaticOpaque`]), without bounds on
-/// the user's type. (A static field whose type holds a non-`'static`
-/// reference does not compile: method resolution picks the first form
-/// before lifetimes are checked.)
+/// the user's type.
 #[doc(hidden)]
 pub struct StaticProbe<'a, T>(pub &'a T);
 

@@ -238,6 +238,47 @@ pub fn trailing_rows(l: &Layout, axes: &[usize]) -> Option<(std::ops::Range<usiz
     l.contiguous_range().map(|r| (r, row_len))
 }
 
+/// Rows folded at once by [`fold_rows_into`].
+const FOLD_ROWS: usize = 8;
+
+/// The first `dst.len()` rows of `row_len` elements of `v`, each folded by
+/// `r` in order into its slot of `dst`, eight rows at once (their
+/// dependency chains interleave; each row's own order, and so its bits,
+/// is that of the sequential fold). [`fold_rows`] runs it per task; the
+/// jit's row fusion per tile of rows.
+pub fn fold_rows_into<T, A, U, FF, FO>(
+    v: &[T],
+    row_len: usize,
+    dst: &mut [std::mem::MaybeUninit<U>],
+    r: &Reducer<A, FF, FO>,
+) where
+    T: Copy,
+    A: Copy,
+    FF: Fn(A, T) -> A,
+    FO: Fn(A) -> U,
+{
+    let mut row = 0;
+    let mut groups = dst.chunks_exact_mut(FOLD_ROWS);
+    for group in &mut groups {
+        let x = &v[row * row_len..(row + FOLD_ROWS) * row_len];
+        let mut acc = [r.init; FOLD_ROWS];
+        for j in 0..row_len {
+            for (i, a) in acc.iter_mut().enumerate() {
+                *a = (r.fold)(*a, x[i * row_len + j]);
+            }
+        }
+        for (d, a) in group.iter_mut().zip(acc) {
+            d.write((r.finish)(a));
+        }
+        row += FOLD_ROWS;
+    }
+    for d in groups.into_remainder() {
+        let a = v[row * row_len..(row + 1) * row_len].iter().fold(r.init, |a, x| (r.fold)(a, *x));
+        d.write((r.finish)(a));
+        row += 1;
+    }
+}
+
 /// [`reduce`] over the consecutive rows of `row_len` elements of `v` (the
 /// trailing axes of a contiguous array): each row folded one element after
 /// another in order, as the strided path folds it, so with the same bits.
@@ -252,7 +293,6 @@ where
     FF: Fn(A, T) -> A + Sync,
     FO: Fn(A) -> U + Sync,
 {
-    const ROWS: usize = 8;
     if v.is_empty() {
         return Vec::new();
     }
@@ -260,26 +300,7 @@ where
     let mut out = alloc_uninit::<U>(rows);
     // rows first_row.. into dst
     let block = |first_row: usize, dst: &mut [std::mem::MaybeUninit<U>]| {
-        let mut row = first_row;
-        let mut groups = dst.chunks_exact_mut(ROWS);
-        for group in &mut groups {
-            let x = &v[row * row_len..(row + ROWS) * row_len];
-            let mut acc = [r.init; ROWS];
-            for j in 0..row_len {
-                for (i, a) in acc.iter_mut().enumerate() {
-                    *a = (r.fold)(*a, x[i * row_len + j]);
-                }
-            }
-            for (d, a) in group.iter_mut().zip(acc) {
-                d.write((r.finish)(a));
-            }
-            row += ROWS;
-        }
-        for d in groups.into_remainder() {
-            let a = v[row * row_len..(row + 1) * row_len].iter().fold(r.init, |a, x| (r.fold)(a, *x));
-            d.write((r.finish)(a));
-            row += 1;
-        }
+        fold_rows_into(&v[first_row * row_len..], row_len, dst, &r)
     };
     match par {
         Par::Seq => block(0, &mut out),
@@ -288,7 +309,7 @@ where
             // whole groups of rows per task, unless there are few (long)
             // rows: then a row or a few per task
             let per_task = rows.div_ceil(rayon::current_num_threads() * 4).max(1);
-            let per_task = if per_task >= ROWS { per_task.next_multiple_of(ROWS) } else { per_task };
+            let per_task = if per_task >= FOLD_ROWS { per_task.next_multiple_of(FOLD_ROWS) } else { per_task };
             out.par_chunks_mut(per_task).enumerate().for_each(|(t, dst)| block(t * per_task, dst));
         }
     }

@@ -16,7 +16,7 @@ use crate::tensor::{AvalRef, Tensor};
 use smallvec::smallvec;
 use std::mem::MaybeUninit;
 use xform_kernels::cpu::reduce::{
-    arg_reduce, cumulative, reduce, reduced_shape, sum_row, sum_rows, trailing_rows, Reducer,
+    arg_reduce, cumulative, fold_rows_into, reduce, reduced_shape, sum_row, sum_rows, trailing_rows, Reducer,
 };
 use xform_kernels::cpu::Par;
 use xform_kernels::cuda_source::{arg_reduce_kernel, cumulative_kernel, reduce_kernel, Fold, Kernel, Ranking};
@@ -175,42 +175,15 @@ fn float_rows<T: Float>(op: ReduceOp, x: &[T], row: usize, strided: bool, out: &
                 o.write(T::from_f64(sum_row(r, |x: T| x.to_f64())));
             }
         }
-        ReduceOp::Sum => fold_each_row(x, row, out, 0.0f64, |a, x: T| a + x.to_f64(), T::from_f64),
-        ReduceOp::Max => fold_each_row(x, row, out, T::min_value().up(), max_fold::<T>, T::down),
-        ReduceOp::Min => fold_each_row(x, row, out, T::max_value().up(), min_fold::<T>, T::down),
-    }
-}
-
-/// Each row of `row` elements of `x` folded in order from `init` into one
-/// element of `out`, eight rows at once (their dependency chains
-/// interleave; each row's own order is unchanged).
-fn fold_each_row<T: Copy, A: Copy, U>(
-    x: &[T],
-    row: usize,
-    out: &mut [MaybeUninit<U>],
-    init: A,
-    fold: impl Fn(A, T) -> A,
-    finish: impl Fn(A) -> U,
-) {
-    const ROWS: usize = 8;
-    let mut blocks = out.chunks_exact_mut(ROWS);
-    let mut first = 0;
-    for block in &mut blocks {
-        let rows = &x[first * row..(first + ROWS) * row];
-        let mut acc = [init; ROWS];
-        for j in 0..row {
-            for (i, a) in acc.iter_mut().enumerate() {
-                *a = fold(*a, rows[i * row + j]);
-            }
+        ReduceOp::Sum => {
+            fold_rows_into(x, row, out, &Reducer { init: 0.0f64, fold: |a, x: T| a + x.to_f64(), finish: T::from_f64 })
         }
-        for (o, a) in block.iter_mut().zip(acc) {
-            o.write(finish(a));
+        ReduceOp::Max => {
+            fold_rows_into(x, row, out, &Reducer { init: T::min_value().up(), fold: max_fold::<T>, finish: T::down })
         }
-        first += ROWS;
-    }
-    for o in blocks.into_remainder() {
-        o.write(finish(x[first * row..(first + 1) * row].iter().fold(init, |a, v| fold(a, *v))));
-        first += 1;
+        ReduceOp::Min => {
+            fold_rows_into(x, row, out, &Reducer { init: T::max_value().up(), fold: min_fold::<T>, finish: T::down })
+        }
     }
 }
 

@@ -13,7 +13,7 @@
 //! storage with a constant of the program (`Plan::outputs`) whatever the
 //! trace said, as a constant is the same buffer on every call.
 
-use xform_ops::{Atom, Prim, Program};
+use xform_ops::{Atom, Program};
 
 /// Where a value's storage comes from: an argument, a constant, or the
 /// result of a primitive that is not a view (followed back through the
@@ -68,52 +68,6 @@ pub(crate) fn outputs_to_copy(traced: &Program, optimized: &Program, n_out: usiz
         }
     }
     copied
-}
-
-/// The outputs among the first `n_out` of `traced` that are a view of a
-/// mutated argument's final value (`x.add_(1.0); x.slice(..)`), as
-/// `(output, argument leaf, the view primitives from the argument)`: `f`
-/// wrote the argument in place and returned a view of it, so eagerly the
-/// result is a view of the caller's tensor. The program computes it from
-/// the final value instead; after the write-back a call applies the same
-/// views to the caller's tensor. (`mutated[j]` is the argument whose final
-/// value is output `n_out + j`; a chain through a primitive with more
-/// than one operand is not followed, and that output stays a copy. The
-/// caller keeps only the outputs the trace saw as views of that argument:
-/// a variable may be the value of two tensors, `y.copy_(x)`.)
-pub(crate) fn views_of_mutated(traced: &Program, n_out: usize, mutated: &[usize]) -> Vec<(usize, usize, Vec<Prim>)> {
-    let mut producer = vec![None; traced.avals.len()];
-    for (k, e) in traced.eqns.iter().enumerate() {
-        for v in &e.outputs {
-            producer[v.0 as usize] = Some(k);
-        }
-    }
-    let finals: Vec<Option<u32>> = (0..mutated.len())
-        .map(|j| match traced.outputs.get(n_out + j) {
-            Some(Atom::Var(v)) => Some(v.0),
-            _ => None,
-        })
-        .collect();
-    let mut views = Vec::new();
-    for k in 0..n_out.min(traced.outputs.len()) {
-        let Atom::Var(mut v) = traced.outputs[k] else { continue };
-        let mut chain = Vec::new();
-        while let Some(e) = producer[v.0 as usize].map(|i| &traced.eqns[i]) {
-            match (&e.inputs[..], e.outputs.len()) {
-                ([Atom::Var(u)], 1) if e.prim.aliases_operand() => {
-                    chain.push(e.prim.clone());
-                    v = *u;
-                }
-                _ => break,
-            }
-            if let Some(j) = finals.iter().position(|f| *f == Some(v.0)) {
-                chain.reverse();
-                views.push((k, mutated[j], chain));
-                break;
-            }
-        }
-    }
-    views
 }
 
 /// Whether some of the first `n_out` outputs of `p` (the program as traced:

@@ -133,7 +133,8 @@ pub(crate) struct Compiled<Y> {
     returned_args: Vec<(usize, usize)>,
     /// `(k, i, views)`: output `k` is a view of argument `i`, which `f`
     /// mutated; a call returns those views of the caller's tensor, written
-    /// back, as eager execution does (`aliasing::views_of_mutated`).
+    /// back, as eager execution does (the view primitives its trace
+    /// recorded, applied again with `Tensor::apply_views`).
     returned_views: Vec<(usize, usize, Vec<xform_ops::Prim>)>,
 }
 
@@ -448,7 +449,7 @@ fn compile<S, X: Tree, Y: Tree>(
 ) -> Result<Compiled<Y>> {
     let staging = Staging::new("jit", true);
     let placeholder = Tensor::scalar(0.0f32);
-    let (template, traced, n_out, mutated, (returned_args, views_of_args)) = catch(|| {
+    let (template, traced, n_out, mutated, (returned_args, returned_views)) = catch(|| {
         with_interpreter(&staging, || {
             let ins: Vec<Tensor> = leaves.iter().map(|l| staging.new_input(l.aval())).collect();
             let y = f(s, &x.with_leaves(ins.iter().cloned()));
@@ -462,20 +463,22 @@ fn compile<S, X: Tree, Y: Tree>(
                 }
             }
             // outputs that are a mutated argument itself (`x.add_(1); x`),
-            // or a view of one (`x.add_(1); x.slice(..)`), by identity:
-            // two tensors may share a variable (`y.copy_(x)` makes `y`'s
-            // value `x`'s) without being views of each other
+            // or a view of one (`x.add_(1); x.slice(..)`: its view link, by
+            // identity, not by program variable: `y.copy_(x)` gives `y`
+            // `x`'s variable without making views of one views of the other)
             let mut returned_args: Vec<(usize, usize)> = Vec::new();
-            let mut views_of_args: Vec<(usize, usize)> = Vec::new();
+            let mut returned_views: Vec<(usize, usize, Vec<xform_ops::Prim>)> = Vec::new();
             for (k, o) in outs[..n_out].iter().enumerate() {
                 returned_args.extend(mutated.iter().filter(|&&i| o.same_node(&ins[i])).map(|&i| (k, i)));
-                let base = o.view_base();
-                views_of_args
-                    .extend(mutated.iter().filter(|&&i| base.is_some_and(|b| b.same_node(&ins[i]))).map(|&i| (k, i)));
+                if let Some((base, ops)) = o.view_of() {
+                    if let Some(&i) = mutated.iter().find(|&&i| base.same_node(&ins[i])) {
+                        returned_views.push((k, i, ops));
+                    }
+                }
             }
             let program = staging.finish(&outs).or_raise();
             let template = y.with_leaves(std::iter::repeat_n(placeholder.clone(), n_out));
-            (template, program, n_out, mutated, (returned_args, views_of_args))
+            (template, program, n_out, mutated, (returned_args, returned_views))
         })
     })?;
     let program = if opts.optimize { passes::optimize(&traced)? } else { passes::dce::run(&traced)? };
@@ -502,8 +505,6 @@ fn compile<S, X: Tree, Y: Tree>(
         _ => None,
     };
     // an output replaced by the caller's argument after the call needs no copy
-    let mut returned_views = aliasing::views_of_mutated(&traced, n_out, &mutated);
-    returned_views.retain(|(k, i, _)| views_of_args.contains(&(*k, *i)));
     let mut copied = aliasing::outputs_to_copy(&traced, &program, n_out);
     copied.retain(|k| !returned_args.iter().any(|(r, _)| r == k) && !returned_views.iter().any(|(r, ..)| r == k));
     Ok(Compiled {
@@ -548,7 +549,6 @@ fn split_now<Y>(c: &Compiled<Y>) -> Option<&split::SplitPlan> {
 /// inputs, the program through `bind` for tracers; writes mutated
 /// arguments back.
 fn run<Y: Tree>(c: &Compiled<Y>, leaves: &[Tensor]) -> Result<Y> {
-    crate::functionalize::check_unaliased_writes("jit", leaves, c.mutated.iter().copied())?;
     let outs = match &c.plan {
         Some(plan) if leaves.iter().all(|l| !l.is_tracer()) => {
             c.program.check_consts("jit")?;
@@ -571,11 +571,7 @@ fn run<Y: Tree>(c: &Compiled<Y>, leaves: &[Tensor]) -> Result<Y> {
         outs[k] = leaves[i].clone();
     }
     for (k, i, views) in &c.returned_views {
-        let mut t = leaves[*i].clone();
-        for prim in views {
-            t = xform_ops::interp::bind1(prim, &[t])?;
-        }
-        outs[*k] = t;
+        outs[*k] = leaves[*i].apply_views(views)?;
     }
     Ok(c.template.with_leaves(outs.into_iter().take(c.n_out)))
 }
