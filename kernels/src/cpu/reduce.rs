@@ -244,7 +244,7 @@ const FOLD_ROWS: usize = 8;
 /// The first `dst.len()` rows of `row_len` elements of `v`, each folded by
 /// `r` in order into its slot of `dst`, eight rows at once (their
 /// dependency chains interleave; each row's own order, and so its bits,
-/// is that of the sequential fold). [`fold_rows`] runs it per task; the
+/// is that of the sequential fold). `fold_rows` runs it per task; the
 /// jit's row fusion per tile of rows.
 pub fn fold_rows_into<T, A, U, FF, FO>(
     v: &[T],
