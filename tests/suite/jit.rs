@@ -304,6 +304,8 @@ fn reading_a_value_inside_is_an_error() {
     let f = try_jit(|x: &Tensor| if x.sum().item::<f32>() > 0.0 { x * 2.0 } else { x.clone() });
     let err = f(&x8()).unwrap_err();
     assert!(err.to_string().contains("staged into a program (jit)"), "{err}");
+    // the error names what the user called, not what it calls
+    assert_eq!(err.op, "item", "{err}");
     assert_eq!(stack_depth(), 0);
     // shape errors inside are values too, and the stack is restored
     let g = try_jit(|x: &Tensor| x.matmul(&Tensor::ones([3], DType::F32)));

@@ -194,7 +194,12 @@ impl Tensor {
         if self.numel() != 1 {
             Error::shape("item", "needs a tensor with exactly one element", &[&self.shape()]).raise();
         }
-        self.to_vec::<T>()[0]
+        // (named `item` in its errors: a staged value, a wrong dtype)
+        let values = self.known("item").and_then(|a| a.to_vec::<T>()).map_err(|mut e| {
+            e.op = "item".into();
+            e
+        });
+        values.or_raise()[0]
     }
 
     /// The single element as f64, whatever the dtype.
