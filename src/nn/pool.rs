@@ -2,7 +2,8 @@
 //! stride is the window, zero padding, `count_include_pad=True`) and
 //! [`global_avg_pool`], on `lax::max_pool` / `lax::avg_pool`
 //! (`reduce_window`, whose max-pool VJP routes each window's cotangent to
-//! its first maximum, as PyTorch does).
+//! its first maximum, as PyTorch and JAX do; with NaNs, as JAX does: see
+//! `lax::reduce_window`).
 
 use crate::lax::{self, Padding};
 use crate::{OrRaise, Tensor};

@@ -571,9 +571,14 @@ fn softmax_log_softmax_and_cross_entropy_with_infinities() {
     close(&v(&jacfwd(|x: &Tensor| x.softmax(0))(&x)), &[0.0, 0.0, 0.0, 0.0, s, -s, 0.0, -s, s], 1e-15);
     let jl = jacrev(|x: &Tensor| x.log_softmax(0))(&x);
     close(&v(&jl), &[1.0, -p1, -p2, 0.0, p2, -p2, 0.0, -p1, p1], 1e-15);
-    // A row whose max is +inf no longer poisons the others.
+    // A row whose max is +inf no longer poisons the others; it is NaN
+    // throughout itself, as jax.nn.softmax and jax.nn.log_softmax (and
+    // torch) give it.
     let m = Tensor::from_vec(vec![f64::INFINITY, 0.0, 0.0, 0.0], [2, 2]);
     close(&v(&m.softmax(1))[2..], &[0.5, 0.5], 1e-15);
+    let inf_row = t1(&[0.5, f64::INFINITY, 1.0]);
+    assert!(v(&inf_row.softmax(0)).iter().all(|p| p.is_nan()));
+    assert!(v(&inf_row.log_softmax(0)).iter().all(|p| p.is_nan()));
     // Cross-entropy with a -inf logit away from the label.
     let logits = Tensor::from_vec(vec![ninf, 1.0, 2.0], [1, 3]);
     let labels = Tensor::from_vec(vec![1i32], [1]);

@@ -47,6 +47,29 @@ fn max_pool_matches_jax() {
     })
 }
 
+/// NaNs in a window route the max-pool gradient as JAX does (PyTorch
+/// sends it to the first NaN instead): each NaN reached takes the
+/// selection, and the next tap takes it from the NaN.
+#[test]
+fn max_pool_gradients_around_nans_match_jax() {
+    on_each_device(|| {
+        // mp = lambda x: lax.reduce_window(x, -jnp.inf, lax.max, (1, 1, 2), (1, 1, 1), 'VALID')
+        // jax.grad(lambda x: mp(x).sum())(x); jax.jvp(mp, (x,), (t,))[1]
+        let nan = f64::NAN;
+        let pool = |x: &Tensor| lax::max_pool(x, &[2], &[1], &Padding::Valid).unwrap();
+        let tangent = t(&[1.0, 10.0, 100.0, 1000.0], &[1, 1, 4]);
+        for (x, g, j) in [
+            ([1.0, nan, 3.0, 2.0], [0.0, 1.0, 2.0, 0.0], [10.0, 100.0, 100.0]),
+            ([nan, nan, 1.0, 1.0], [0.0, 1.0, 2.0, 0.0], [10.0, 100.0, 100.0]),
+            ([3.0, 3.0, nan, 5.0], [1.0, 0.0, 1.0, 1.0], [1.0, 100.0, 1000.0]),
+        ] {
+            let x = t(&x, &[1, 1, 4]);
+            close(&v(&grad(|x: &Tensor| pool(x).sum())(&x)), &g, 0.0);
+            close(&v(&jvp(pool, &x, &tangent).1), &j, 0.0);
+        }
+    })
+}
+
 #[test]
 fn avg_pool_counts_padding_like_jax_and_pytorch() {
     on_each_device(|| {

@@ -321,7 +321,8 @@ pub struct VmapOptions {
     /// The batch size, required when no input is batched.
     pub axis_size: Option<usize>,
     /// Process at most this many examples at a time (bounds memory; the
-    /// chunks' results are concatenated).
+    /// chunks' results are concatenated). At least 1: `Some(0)` is an
+    /// error when the map is called (as torch.func's `chunk_size=0`).
     pub chunk_size: Option<usize>,
 }
 
@@ -471,8 +472,14 @@ pub fn try_vmap_call<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &VmapOptions,
             *s
         }
     };
+    if opts.chunk_size == Some(0) {
+        return Err(Error::batching(
+            "vmap",
+            "chunk_size must be at least 1 (got 0); leave it unset to map every example at once",
+        ));
+    }
     match opts.chunk_size {
-        Some(c) if c > 0 && c < size => vmap_chunked(f, opts, x, &leaves, &batch_axes, size, c),
+        Some(c) if c < size => vmap_chunked(f, opts, x, &leaves, &batch_axes, size, c),
         _ => {
             let (y, outs, finals) = vmap_once(f, opts, x, &leaves, &batch_axes, size)?;
             crate::functionalize::write_back("vmap", &leaves, finals)?;

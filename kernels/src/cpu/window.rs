@@ -9,8 +9,9 @@
 //! hold the reduction's identity, so a window reduces exactly the operand
 //! elements its taps land on (its *valid taps*). The selections pick, in
 //! each window, the first valid tap in row-major window order whose operand
-//! value is the largest (smallest), NaN beating every number (PyTorch's
-//! max_pool and XLA's CPU select-and-scatter); a window without a valid tap
+//! value is the largest (smallest); with NaNs, as JAX's select-and-scatter
+//! (`ge`/`le` select, see `beats`): each NaN reached takes the selection
+//! and the next tap takes it from a NaN. A window without a valid tap
 //! selects nothing.
 //!
 //! Every kernel reads any strided layout and writes a contiguous result.
@@ -320,17 +321,17 @@ where
     })
 }
 
-/// True when `a` beats `b` for the selection: larger (`MAX`) or smaller,
-/// NaN beating every number.
+/// True when the tap `a` takes the selection from the tap `b` selected so
+/// far (earlier in the window): unless `b >= a` (`MAX`; `b <= a` else).
+/// This is XLA's select-and-scatter with JAX's `ge` (`le`) select: ties
+/// keep the first, a NaN is taken when reached and handed on to the next
+/// tap (so a window's last NaN or the first number after it wins).
 #[inline(always)]
 fn beats<T: Element, const MAX: bool>(a: T, b: T) -> bool {
-    if a.is_nan() {
-        return !b.is_nan();
-    }
     if MAX {
-        a > b
+        !(b >= a)
     } else {
-        a < b
+        !(b <= a)
     }
 }
 
@@ -485,11 +486,23 @@ mod tests {
         assert_eq!(select_and_gather(&t, &l, &x, &l, &g, false, Par::Seq), vec![10.0, 10.0, 30.0, 30.0, 40.0]);
         let ct = [1.0f32, 2.0, 4.0, 8.0, 16.0];
         assert_eq!(select_and_scatter(&ct, &x, &l, &g, true, Par::Seq), vec![3.0, 4.0, 0.0, 24.0]);
-        // NaN is the extreme for both selections
+        // NaNs as JAX 0.10 (jax.grad / jax.jvp of lax.reduce_window max and
+        // min, checked): a NaN takes the selection, the next tap takes it
+        // from the NaN
         let x = [1.0f64, f64::NAN, 2.0];
         let l = Layout::contiguous(Shape::from([3]));
         let g = geom(&[3], &[3], &[1], &[(0, 0)]);
-        assert_eq!(select_and_gather(&[5.0, 6.0, 7.0], &l, &x, &l, &g, false, Par::Seq), vec![6.0]);
+        assert_eq!(select_and_gather(&[5.0, 6.0, 7.0], &l, &x, &l, &g, false, Par::Seq), vec![7.0]);
+        let x = [1.0f64, f64::NAN, 3.0, 2.0];
+        let l4 = Layout::contiguous(Shape::from([4]));
+        let g = geom(&[4], &[2], &[1], &[(0, 0)]);
+        assert_eq!(select_and_scatter(&[1.0, 1.0, 1.0], &x, &l4, &g, true, Par::Seq), vec![0.0, 1.0, 2.0, 0.0]);
+        assert_eq!(select_and_scatter(&[1.0, 1.0, 1.0], &x, &l4, &g, false, Par::Seq), vec![0.0, 1.0, 1.0, 1.0]);
+        let t = [1.0, 10.0, 100.0, 1000.0];
+        assert_eq!(select_and_gather(&t, &l4, &x, &l4, &g, true, Par::Seq), vec![10.0, 100.0, 100.0]);
+        let x = [f64::NAN, f64::NAN, 1.0, 1.0];
+        assert_eq!(select_and_scatter(&[1.0, 1.0, 1.0], &x, &l4, &g, true, Par::Seq), vec![0.0, 1.0, 2.0, 0.0]);
+        let x = [1.0f64, f64::NAN, 2.0];
         // a window entirely in padding selects nothing
         let g = geom(&[3], &[2], &[1], &[(3, 0)]);
         assert_eq!(select_and_gather(&[5.0, 6.0, 7.0], &l, &x, &l, &g, true, Par::Seq)[..2], [0.0, 0.0]);

@@ -94,11 +94,12 @@ pub fn reduce_window_kernel(f: &Fold, d: DType) -> Kernel {
     Kernel { name, source: s, needs_half: half }
 }
 
-/// The selection test of the window kernels: `a` beats `b` when larger
-/// (`max`) or smaller, NaN beating every number (as `crate::cpu::window`).
+/// The selection test of the window kernels: tap `a` takes the selection
+/// from the earlier tap `b` unless `b >= a` (`max`; `b <= a` else), as
+/// `crate::cpu::window` (JAX's `ge`/`le` select, NaNs included).
 fn window_beats(max: bool) -> String {
-    let cmp = if max { "a > b" } else { "a < b" };
-    format!("static __device__ __forceinline__ bool xf_beats(double a, double b) {{ return (a != a) ? (b == b) : ({cmp}); }}\n")
+    let cmp = if max { "!(b >= a)" } else { "!(b <= a)" };
+    format!("static __device__ __forceinline__ bool xf_beats(double a, double b) {{ return {cmp}; }}\n")
 }
 
 fn select_tag(max: bool) -> &'static str {

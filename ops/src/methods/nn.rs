@@ -54,20 +54,27 @@ impl Tensor {
         self * &self.sigmoid()
     }
 
-    /// Softmax along `axis`, computed stably.
+    /// Softmax along `axis`, computed stably: `exp(x - m) / sum(exp(x - m))`
+    /// with `m` the maximum (not differentiated), as `jax.nn.softmax`. A
+    /// slice holding `+inf`, or only `-inf`, gives NaN throughout, as in JAX
+    /// and PyTorch.
     #[track_caller]
     pub fn softmax(&self, axis: isize) -> Tensor {
         norm_axis("softmax", axis, self.rank()).or_raise();
-        // A stop_gradient'ed shift, 0 where the max is infinite (see logsumexp).
-        let m = super::reduction::finite_or_zero(&self.max_axis(axis, true).stop_gradient()).or_raise();
+        let m = self.max_axis(axis, true).stop_gradient();
         let e = (self - &m).exp();
         let s = e.sum_axis(axis, true);
         &e / &s
     }
 
-    /// `log(softmax(x))` along `axis`, computed stably.
+    /// `log(softmax(x))` along `axis`, computed stably: `(x - m) -
+    /// log(sum(exp(x - m)))` with `m` the maximum (not differentiated), as
+    /// `jax.nn.log_softmax` (the same roundings; NaN where softmax is).
     #[track_caller]
     pub fn log_softmax(&self, axis: isize) -> Tensor {
-        self - &self.logsumexp(axis, true)
+        norm_axis("log_softmax", axis, self.rank()).or_raise();
+        let shifted = self - &self.max_axis(axis, true).stop_gradient();
+        let lse = shifted.exp().sum_axis(axis, true).log();
+        &shifted - &lse
     }
 }

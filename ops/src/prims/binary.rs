@@ -174,7 +174,8 @@ binary_table! {
         },
     }
     /// `a ^ b` (integers: wrapping for b >= 0; b < 0 truncates to 0 but for
-    /// |a| = 1).
+    /// |a| = 1). Its derivative in `a` is 0 at `a = b = 0` (as PyTorch; JAX
+    /// gives NaN).
     Pow => pow "pow" {
         cost: 8,
         float: |x, y| x.powf(y), cuda: |c| c.expr(format!("{}(x, y)", c.math("pow"))),

@@ -252,7 +252,7 @@ unary_table! {
         method: float cbrt,
         sample: Dom::AwayFromZero(0.2, 3.0),
     }
-    /// `|x|`.
+    /// `|x|`. Its derivative is `sign(x)`, 0 at 0 (as PyTorch; JAX gives 1).
     Abs => abs "abs" {
         cost: 1,
         float: |x| x.abs(), cuda: |c| c.call("fabs"),

@@ -12,10 +12,16 @@
 //! `strides`. Padding and the holes of base dilation hold the reduction's
 //! identity (0 for sum, -inf for max and +inf for min, or an integer type's
 //! lowest and highest value). A selection picks the first maximum (minimum)
-//! in row-major window order, NaN beating numbers, as PyTorch's max_pool
-//! and XLA on the CPU; padding and holes are never selected, and a window
-//! entirely in padding selects nothing (gather gives 0, scatter adds
-//! nothing).
+//! in row-major window order. With NaNs it follows JAX (XLA's
+//! select-and-scatter with a `ge`/`le` select): a tap takes the selection
+//! unless the one selected so far is `>=` (`<=`) it, so a NaN takes it and
+//! the next tap takes it from the NaN (max-pooling `[NaN, 3]` routes the
+//! gradient to the 3; PyTorch routes it to the NaN). Padding and holes are
+//! never selected, and a window entirely in padding selects nothing
+//! (gather gives 0, scatter adds nothing). (XLA's CPU selection differs
+//! there: a padded position is a candidate holding `-inf` (`+inf`), which
+//! keeps a window whose valid taps are all `-inf` and takes one whose last
+//! valid tap is a NaN; xform selects the first `-inf`, or the NaN.)
 //!
 //! The selections take floats; `reduce_window` floats and integers (f16 and
 //! bf16 compute in f32, float sums accumulate in f64, integer sums wrap).

@@ -91,4 +91,7 @@ fn prefixes_that_do_not_fit_name_the_path() {
     assert!(e.to_string().contains("names some children but not .b"), "{e}");
     let e = catch(|| vmap_axes(|a: &Tensor| (a * 2.0, a.sum()), 0, (0, 0, 0))(&x)).unwrap_err();
     assert!(e.to_string().contains("out_axes does not fit the tree"), "{e}");
+    // a chunk of no examples is refused (torch.func: chunk_size=0 is a ValueError)
+    let e = catch(|| vmap_with(|a: &Tensor| a * 2.0, VmapOptions::new().chunk_size(0))(&x)).unwrap_err();
+    assert!(e.to_string().contains("chunk_size must be at least 1"), "{e}");
 }

@@ -33,7 +33,9 @@ fn tap(x: &[usize], w: &WindowParams, o: &[usize], k: &[usize]) -> Option<Vec<us
     Some(at)
 }
 
-/// The first maximum (minimum) of `x` over window `o`, NaN beating numbers.
+/// The first maximum (minimum) of `x` over window `o`; a tap takes the
+/// selection unless the one selected so far is `>=` it (`<=`), as JAX's
+/// select-and-scatter (so a NaN is taken, and handed on to the next tap).
 fn selected(x: &Nd, w: &WindowParams, o: &[usize], select: SelectOp) -> Option<Vec<usize>> {
     let mut best: Option<(Vec<usize>, f64)> = None;
     for k in indices(&w.dims) {
@@ -41,10 +43,9 @@ fn selected(x: &Nd, w: &WindowParams, o: &[usize], select: SelectOp) -> Option<V
             let v = x.at(&at);
             let wins = match &best {
                 None => true,
-                Some((_, b)) if v.is_nan() => !b.is_nan(),
                 Some((_, b)) => match select {
-                    SelectOp::Max => v > *b,
-                    SelectOp::Min => v < *b,
+                    SelectOp::Max => !(*b >= v),
+                    SelectOp::Min => !(*b <= v),
                 },
             };
             if wins {

@@ -55,8 +55,7 @@ fn aval(shape: &[usize], d: DType) -> Aval {
 /// bit-identical to eager, f32 and f64.
 #[test]
 fn random_chains_are_bit_identical() {
-    let unary =
-        [UnaryOp::Sin, UnaryOp::Exp, UnaryOp::Tanh, UnaryOp::Neg, UnaryOp::Log, UnaryOp::Sqrt, UnaryOp::Abs];
+    let unary = [UnaryOp::Sin, UnaryOp::Exp, UnaryOp::Tanh, UnaryOp::Neg, UnaryOp::Log, UnaryOp::Sqrt, UnaryOp::Abs];
     let binary = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Max, BinaryOp::Pow];
     let (r, c) = (37usize, 29usize);
     for d in [DType::F32, DType::F64] {
@@ -68,10 +67,8 @@ fn random_chains_are_bit_identical() {
             let p = build(&[x.clone(), y.clone(), row.clone()], |b: &mut ProgramBuilder, ins| {
                 let full = aval(&[r, c], d);
                 let bc = |b: &mut ProgramBuilder, a, dims: &[usize]| {
-                    let op = ShapeOp::BroadcastInDim {
-                        shape: Shape::from([r, c]),
-                        dims: dims.iter().copied().collect(),
-                    };
+                    let op =
+                        ShapeOp::BroadcastInDim { shape: Shape::from([r, c]), dims: dims.iter().copied().collect() };
                     push1(b, Prim::Shape(op), &[a], Some(full.clone()))
                 };
                 let k = b.constant(&scalar);
@@ -88,8 +85,7 @@ fn random_chains_are_bit_identical() {
                         0 | 1 => push1(b, Prim::Unary(unary[pick(unary.len())]), &[a], None),
                         2 | 3 => push1(b, Prim::Binary(binary[pick(binary.len())]), &[a, bb], None),
                         _ => {
-                            let m =
-                                push1(b, Prim::Compare(CompareOp::Gt), &[a, bb], Some(aval(&[r, c], DType::Bool)));
+                            let m = push1(b, Prim::Compare(CompareOp::Gt), &[a, bb], Some(aval(&[r, c], DType::Bool)));
                             let other = if d == DType::F32 { DType::F64 } else { DType::F32 };
                             let w = push1(
                                 b,
@@ -98,8 +94,7 @@ fn random_chains_are_bit_identical() {
                                 Some(aval(&[r, c], other)),
                             );
                             let w = push1(b, Prim::Unary(UnaryOp::Exp), &[w], None);
-                            let w =
-                                push1(b, Prim::Elementwise(ElementwiseOp::Convert(d)), &[w], Some(full.clone()));
+                            let w = push1(b, Prim::Elementwise(ElementwiseOp::Convert(d)), &[w], Some(full.clone()));
                             push1(b, Prim::Elementwise(ElementwiseOp::Select), &[m, w, bb], Some(full.clone()))
                         }
                     };
@@ -196,10 +191,7 @@ fn strided_operands() {
             let rev = push1(b, Prim::Shape(ShapeOp::Rev { axes: [0, 1].into_iter().collect() }), &[ins[1]], None);
             let bc = push1(
                 b,
-                Prim::Shape(ShapeOp::BroadcastInDim {
-                    shape: Shape::from([r, c]),
-                    dims: [0].into_iter().collect(),
-                }),
+                Prim::Shape(ShapeOp::BroadcastInDim { shape: Shape::from([r, c]), dims: [0].into_iter().collect() }),
                 &[ins[2]],
                 Some(full.clone()),
             );
