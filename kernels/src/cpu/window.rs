@@ -328,10 +328,13 @@ where
 /// tap (so a window's last NaN or the first number after it wins).
 #[inline(always)]
 fn beats<T: Element, const MAX: bool>(a: T, b: T) -> bool {
-    if MAX {
-        !(b >= a)
-    } else {
-        !(b <= a)
+    use std::cmp::Ordering::{Equal, Greater, Less};
+    // (unordered, a NaN on either side, takes it)
+    match b.partial_cmp(&a) {
+        Some(Equal) => false,
+        Some(Greater) => !MAX,
+        Some(Less) => MAX,
+        None => true,
     }
 }
 

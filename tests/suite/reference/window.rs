@@ -43,9 +43,11 @@ fn selected(x: &Nd, w: &WindowParams, o: &[usize], select: SelectOp) -> Option<V
             let v = x.at(&at);
             let wins = match &best {
                 None => true,
-                Some((_, b)) => match select {
-                    SelectOp::Max => !(*b >= v),
-                    SelectOp::Min => !(*b <= v),
+                // unless the selected one is >= (<=) the tap; NaN: unordered
+                Some((_, b)) => match (select, b.partial_cmp(&v)) {
+                    (_, None) => true,
+                    (SelectOp::Max, Some(o)) => o == std::cmp::Ordering::Less,
+                    (SelectOp::Min, Some(o)) => o == std::cmp::Ordering::Greater,
                 },
             };
             if wins {
