@@ -579,6 +579,8 @@ fn softmax_log_softmax_and_cross_entropy_with_infinities() {
     let inf_row = t1(&[0.5, f64::INFINITY, 1.0]);
     assert!(v(&inf_row.softmax(0)).iter().all(|p| p.is_nan()));
     assert!(v(&inf_row.log_softmax(0)).iter().all(|p| p.is_nan()));
+    let dead_row = t1(&[ninf, ninf]);
+    assert!(v(&dead_row.softmax(0)).iter().chain(&v(&dead_row.log_softmax(0))).all(|p| p.is_nan()));
     // Cross-entropy with a -inf logit away from the label.
     let logits = Tensor::from_vec(vec![ninf, 1.0, 2.0], [1, 3]);
     let labels = Tensor::from_vec(vec![1i32], [1]);

@@ -138,8 +138,9 @@ pub(crate) fn mutated_finals<T>(
 /// (`mutated`) that overlaps another leaf in memory (`f(&(x.clone(), x))`,
 /// an argument and a slice of it). Under a transform (staged, batched,
 /// differentiated, functionalized) each leaf is its own value, so the
-/// write would not be seen through the other leaf as it is eagerly; JAX's arrays never alias, and xform says so rather
-/// than return other numbers than eager execution. Views of one buffer
+/// write would not be seen through the other leaf as it is eagerly; JAX's
+/// arrays never alias, and xform says so rather than return other numbers
+/// than eager execution. Views of one buffer
 /// that share no element (two columns of a matrix) are fine.
 pub(crate) fn check_unaliased_writes(
     op: &str,

@@ -505,8 +505,17 @@ mod tests {
         assert_eq!(select_and_gather(&t, &l4, &x, &l4, &g, true, Par::Seq), vec![10.0, 100.0, 100.0]);
         let x = [f64::NAN, f64::NAN, 1.0, 1.0];
         assert_eq!(select_and_scatter(&[1.0, 1.0, 1.0], &x, &l4, &g, true, Par::Seq), vec![0.0, 1.0, 2.0, 0.0]);
-        let x = [1.0f64, f64::NAN, 2.0];
+        // padding is never selected: windows [pad -inf] and [NaN pad] take
+        // the -inf and the NaN (XLA's CPU selection: the padding)
+        let x = [f64::NEG_INFINITY, 1.0, f64::NAN];
+        let g = geom(&[3], &[2], &[2], &[(1, 1)]);
+        // windows [pad -inf] [1 NaN]
+        assert_eq!(select_and_scatter(&[1.0, 1.0], &x, &l, &g, true, Par::Seq), vec![1.0, 0.0, 1.0]);
+        let g = geom(&[3], &[2], &[2], &[(0, 1)]);
+        // windows [-inf 1] [NaN pad]
+        assert_eq!(select_and_scatter(&[1.0, 1.0], &x, &l, &g, true, Par::Seq), vec![0.0, 1.0, 1.0]);
         // a window entirely in padding selects nothing
+        let x = [1.0f64, f64::NAN, 2.0];
         let g = geom(&[3], &[2], &[1], &[(3, 0)]);
         assert_eq!(select_and_gather(&[5.0, 6.0, 7.0], &l, &x, &l, &g, true, Par::Seq)[..2], [0.0, 0.0]);
     }

@@ -195,7 +195,7 @@ impl Tensor {
             Error::shape("item", "needs a tensor with exactly one element", &[&self.shape()]).raise();
         }
         // (named `item` in its errors: a staged value, a wrong dtype)
-        let values = self.known("item").and_then(|a| a.to_vec::<T>()).map_err(|mut e| {
+        let values = self.try_to_vec::<T>().map_err(|mut e| {
             e.op = "item".into();
             e
         });

@@ -69,7 +69,7 @@ impl Tensor {
 
     /// `log(softmax(x))` along `axis`, computed stably: `(x - m) -
     /// log(sum(exp(x - m)))` with `m` the maximum (not differentiated), as
-    /// `jax.nn.log_softmax` (the same roundings; NaN where softmax is).
+    /// `jax.nn.log_softmax` (the same formula; NaN where softmax is).
     #[track_caller]
     pub fn log_softmax(&self, axis: isize) -> Tensor {
         norm_axis("log_softmax", axis, self.rank()).or_raise();
