@@ -325,17 +325,18 @@ fn per_sample((p, xs, ys): &(Mlp, Tensor, Tensor)) -> Mlp {
     vmap(per_row)(&(xs.clone(), ys.clone()))
 }
 
-/// Per-sample gradients (the batch-split replay) at batch sizes around the
-/// split: one row, odd sizes, a large one; bit-identical to eager.
+/// Per-sample gradients at batch sizes around the batch split (one row
+/// and odd sizes replayed whole, 64 and 129 split): bit-identical to
+/// eager.
 #[test]
 fn per_sample_grads_at_odd_batch_sizes() {
     let k = Key::new(5);
-    let p = mlp_params(&k, [16, 24, 5], 0.3);
+    let p = mlp_params(&k, [64, 64, 5], 0.3);
     let j = jitted(per_sample, JitOptions::default());
     for b in [1usize, 2, 3, 33, 64, 129] {
         let args = (
             p.clone(),
-            k.fold_in(10 + b as u32).normal([b, 16], DType::F32),
+            k.fold_in(10 + b as u32).normal([b, 64], DType::F32),
             k.fold_in(99).randint([b], 0, 5, DType::I32),
         );
         let want = per_sample(&args);
@@ -346,16 +347,19 @@ fn per_sample_grads_at_odd_batch_sizes() {
             }
         }
     }
+    let split: Vec<_> = j.entries().iter().map(|e| e.batch_split).collect();
+    assert_eq!(split, [None, None, None, None, Some((32, 32)), Some((65, 64))]);
 }
 
-/// Per-sample gradients of W1 small's size take the batch split (their
-/// outputs are fresh, distinct per-parameter gradients: nothing for the
-/// split to break), with eager's bits.
+/// Per-sample gradients of a two-layer MLP of W1 small's batch and width
+/// (B = h = 64, d_in = 64) take the batch split (their outputs are fresh,
+/// distinct per-parameter gradients: nothing for the split to break),
+/// with eager's bits.
 #[test]
 fn per_sample_grads_take_the_batch_split() {
     let k = Key::new(7);
-    let p = mlp_params(&k, [32, 64, 10], 0.2);
-    let args = (p, k.fold_in(5).normal([64, 32], DType::F32), k.fold_in(6).randint([64], 0, 10, DType::I32));
+    let p = mlp_params(&k, [64, 64, 10], 0.2);
+    let args = (p, k.fold_in(5).normal([64, 64], DType::F32), k.fold_in(6).randint([64], 0, 10, DType::I32));
     let j = jitted(per_sample, JitOptions::default());
     let (got, want) = (j.call(&args), per_sample(&args));
     for (g, w) in [(&got.0, &want.0), (&got.1, &want.1), (&got.2, &want.2), (&got.3, &want.3)] {

@@ -8,7 +8,6 @@
 //! a batch whose other operand is shared into M (one GEMM instead of B).
 
 use super::elementwise::map1;
-use super::pair;
 use super::small_gemm;
 use super::Par;
 use crate::dtype::Float;
@@ -201,16 +200,6 @@ pub fn gemm_offsets_into<T: FaerElem + num_one::One>(
             for (bi, dst) in out.chunks_mut(m * n).enumerate() {
                 run(bi, 0, dst, faer::Par::rayon(0));
             }
-        }
-        // One product worth two halves of rows on a lent thread (NOTE:
-        // [paired halves]): the direct kernel computes each row alone, so
-        // the halves are the same bits. The first, larger half (whole
-        // blocks of the kernel's rows) is this thread's, which starts it
-        // first.
-        Par::Seq if batch == 1 && direct && m >= 2 * small_gemm::ROW_BLOCK && pair::worth(per) => {
-            let half = (m / 2).next_multiple_of(small_gemm::ROW_BLOCK).min(m);
-            let (first, second) = out.split_at_mut(half * n);
-            pair::join(|| run(0, 0, first, faer::Par::Seq), || run(0, half, second, faer::Par::Seq));
         }
         Par::Seq => {
             for (bi, dst) in out.chunks_mut(m * n).enumerate() {

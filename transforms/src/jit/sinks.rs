@@ -25,7 +25,9 @@
 //! sequential time. The helper serves registered replays in order, spins
 //! for `SPIN` for the next one (a replay in a loop posts again
 //! within microseconds, and waking a sleeping thread costs tens of them
-//! on a virtual machine), then sleeps. Results are the same bits whichever
+//! on a virtual machine), then sleeps. Both spins yield the CPU after
+//! their first microseconds (`spin_until`), so two threads the scheduler
+//! placed on one CPU do not spin through each other's time slices. Results are the same bits whichever
 //! thread computes them (the lowerings are deterministic); the helper's
 //! arrays become tensors on the replaying thread, which owns them as it
 //! owns its other results. A panic in a job is caught there and resumed
@@ -144,10 +146,7 @@ impl Half {
 /// microseconds), then on the condition variable. Returns with the lock
 /// held.
 fn wait_until<'m, T>(lock: &'m Mutex<T>, cv: &Condvar, ready: impl Fn() -> bool) -> std::sync::MutexGuard<'m, T> {
-    let start = std::time::Instant::now();
-    while !ready() && start.elapsed() < SPIN {
-        std::hint::spin_loop();
-    }
+    spin_until(&ready);
     let mut guard = lock.lock().unwrap_or_else(|e| e.into_inner());
     while !ready() {
         guard = cv.wait(guard).unwrap_or_else(|e| e.into_inner());
@@ -280,6 +279,35 @@ impl Shared {
 /// sleeping thread costs about as much here (25-50 us on the 2-core VM).
 const SPIN: std::time::Duration = std::time::Duration::from_micros(200);
 
+/// How long a spin polls without yielding the CPU.
+const SPIN_BUSY: std::time::Duration = std::time::Duration::from_micros(2);
+
+/// Spins until `ready()` or `SPIN` has passed (returns whether it is
+/// ready). After `SPIN_BUSY` it yields the CPU between polls: when the
+/// other thread shares this CPU (the scheduler placed both there, or
+/// another process holds the second core), a pure spin would hold the
+/// CPU the other thread needs to make `ready()` true. Measured on W1
+/// small's split replay with another process busy on the second core:
+/// median 83 us and a tenth of the calls past 300 us with a pure spin
+/// (the sequential replay takes 70 us); alone, yielding costs nothing.
+fn spin_until(ready: &dyn Fn() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    loop {
+        if ready() {
+            return true;
+        }
+        let waited = start.elapsed();
+        if waited >= SPIN {
+            return false;
+        }
+        if waited < SPIN_BUSY {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
 /// The process's helper thread: replays with jobs for it wait in its
 /// inbox, in order.
 #[derive(Default)]
@@ -326,10 +354,8 @@ impl Helper {
                 replay.help();
                 continue;
             }
-            let (idle, seen) = (std::time::Instant::now(), self.registered.load(Ordering::Acquire));
-            while self.registered.load(Ordering::Acquire) == seen && idle.elapsed() < SPIN {
-                std::hint::spin_loop();
-            }
+            let seen = self.registered.load(Ordering::Acquire);
+            spin_until(&|| self.registered.load(Ordering::Acquire) != seen);
             let mut inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
             while inbox.replays.is_empty() {
                 inbox.asleep = true;

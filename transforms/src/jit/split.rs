@@ -50,8 +50,15 @@ use xform_ops::prim::{shape_rule, IndexOp, LinalgOp, Reduction, ShapeOp};
 use xform_ops::{Array, Atom, Aval, DType, Device, Eqn, Error, Prim, Program, ProgramBuilder, Result, Tensor, Var};
 
 /// The least work on rows (elements written, times the contracted size for
-/// a product) worth a hand-off: about 1.5 us of the 2-core target's time.
-pub const MIN_ROWS_WORK: usize = 1 << 16;
+/// a product) worth a hand-off. The split costs about 2.5 us on the 2-core
+/// target (the other core pulls its half's operands and writes its rows
+/// from and into lines this core holds). Jitted, split against whole: a
+/// product 32x32x64 (2^16 of work, the bound before) 4.0 vs 1.5 us,
+/// 128x32x64 (2^18) 5.3 vs 4.0 us, 256x32x64 (2^19) 6.9 vs 7.1 us; two
+/// layers `tanh(tanh(x W1) W2)` of 64 rows (2^18.6) 10.0 vs 9.6 us, of
+/// 128 rows (2^19.6) 14.0 vs 17.4 us. W1 small's per-sample gradients
+/// (about 2^20.5): 45 vs 55 us.
+pub const MIN_ROWS_WORK: usize = 1 << 19;
 
 /// How each half holds a variable.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

@@ -62,7 +62,7 @@ fn mlp(d_in: usize, h: usize, c: usize) -> Mlp {
 
 /// Per-sample gradients of a softmax cross-entropy MLP (W1's shape): a
 /// weight whose leading axis has the batch's length (h = B = 64) drops
-/// out at its first product; an odd batch splits 5 + 4.
+/// out at its first product; an odd batch splits 17 + 16.
 #[test]
 fn per_sample_gradients_split_bitwise() {
     let per_sample = |(p, xs, ys): &(Mlp, Tensor, Tensor)| {
@@ -73,7 +73,7 @@ fn per_sample_gradients_split_bitwise() {
             })(p)
         })(&(xs.clone(), ys.clone()))
     };
-    for (b, d_in, h, c) in [(64, 32, 64, 10), (9, 40, 64, 10)] {
+    for (b, d_in, h, c) in [(64, 64, 64, 10), (33, 200, 64, 10)] {
         let ys = Tensor::from_vec((0..b as i32).map(|i| i % c as i32).collect::<Vec<_>>(), [b]);
         let x = (mlp(d_in, h, c), values(&[b, d_in], 5), ys);
         assert_eq!(split_rows(per_sample, &x), Some((b.div_ceil(2), b / 2)), "B = {b}");
@@ -86,16 +86,16 @@ fn per_sample_gradients_split_bitwise() {
 fn indexing_and_shape_ops_keep_rows() {
     let f = |(x, idx, w): &(Tensor, Tensor, Tensor)| {
         let g = x.take_along_axis(idx, 1);
-        let y = x.reshape(&[256, 8, 5]).permute(&[0, 2, 1]).reshape(&[256, 40]);
+        let y = x.reshape(&[1024, 8, 5]).permute(&[0, 2, 1]).reshape(&[1024, 40]);
         let z = Tensor::concat(&[&y, &x.narrow(1, 0, 8)], 1).pad(&[(0, 0), (1, 2)], 0.5);
         let s = (z.exp() * 0.5).sum_axis(1, true);
         let m = x.matmul(w).tanh();
         let back = Tensor::zeros_like(x).scatter_add(idx, &g, 1, 1);
         (g, z * &s, m, back)
     };
-    let idx = Tensor::from_vec((0..256 * 3i32).map(|i| i * 7 % 40).collect::<Vec<_>>(), [256, 3]);
-    let x = (values(&[256, 40], 6), idx, values(&[40, 16], 7));
-    assert_eq!(split_rows(f, &x), Some((128, 128)));
+    let idx = Tensor::from_vec((0..1024 * 3i32).map(|i| i * 7 % 40).collect::<Vec<_>>(), [1024, 3]);
+    let x = (values(&[1024, 40], 6), idx, values(&[40, 16], 7));
+    assert_eq!(split_rows(f, &x), Some((512, 512)));
 }
 
 /// Outputs that share storage as eager results do (an argument
@@ -104,10 +104,10 @@ fn indexing_and_shape_ops_keep_rows() {
 /// a program is replayed whole. (The same program without them splits.)
 #[test]
 fn outputs_sharing_storage_are_not_split_apart() {
-    let x = values(&[128, 512], 13);
+    let x = values(&[512, 512], 13);
     let heavy = |x: &Tensor| (x * 1.5).tanh().exp() * x;
-    assert_eq!(split_rows(heavy, &x), Some((64, 64)));
-    let g = jit(|x: &Tensor| (x.clone(), heavy(x), x.reshape(&[128, 2, 256])));
+    assert_eq!(split_rows(heavy, &x), Some((256, 256)));
+    let g = jit(|x: &Tensor| (x.clone(), heavy(x), x.reshape(&[512, 2, 256])));
     let (a, b, c) = g(&x);
     assert!(a.same_node(&x), "the argument itself");
     assert!(c.shares_storage(&x), "a view of the argument");
