@@ -92,3 +92,29 @@ pub fn assert_close(a: &[f64], b: &[f64], tol: f64) {
         assert!((x - y).abs() <= tol * (1.0 + y.abs()), "{a:?} vs {b:?} (tolerance {tol})");
     }
 }
+
+/// W1 small's parameters (three tanh layers 32-64-64-10): weights
+/// `[in, out]` times 0.2, biases as drawn.
+pub type W1 = (xform::Tensor, xform::Tensor, xform::Tensor, xform::Tensor, xform::Tensor, xform::Tensor);
+
+/// W1 small's parameters from `k`, in `dtype`.
+pub fn w1_params(k: &xform::Key, dtype: DType) -> W1 {
+    let w = |i: u32, s: [usize; 2]| k.fold_in(i).normal(s, dtype) * 0.2;
+    let b = |i: u32, n: usize| k.fold_in(i).normal([n], dtype);
+    (w(1, [32, 64]), b(2, 64), w(3, [64, 64]), b(4, 64), w(5, [64, 10]), b(6, 10))
+}
+
+/// W1's loss of one example: softmax cross-entropy of the MLP's logits.
+pub fn w1_loss(p: &W1, x: &xform::Tensor, y: &xform::Tensor) -> xform::Tensor {
+    let h = (x.matmul(&p.0) + &p.1).tanh();
+    let h = (h.matmul(&p.2) + &p.3).tanh();
+    let logits = h.matmul(&p.4) + &p.5;
+    logits.logsumexp(0, false) - logits.take(y, 0)
+}
+
+/// W1's per-sample gradients, `vmap(grad)` over the batch (the
+/// benchmark's `jit(vmap(grad))` when jitted).
+pub fn w1_per_sample((p, xs, ys): &(W1, xform::Tensor, xform::Tensor)) -> W1 {
+    use xform::{grad, vmap};
+    vmap(|(x, y): &(xform::Tensor, xform::Tensor)| grad(|p: &W1| w1_loss(p, x, y))(p))(&(xs.clone(), ys.clone()))
+}

@@ -543,27 +543,10 @@ fn donated_arguments_and_dead_intermediates_are_written_over() {
 /// sink.
 #[test]
 fn sinks_run_beside_the_replay_bit_identical() {
-    type Params = (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor);
-    let loss = |p: &Params, x: &Tensor, y: &Tensor| {
-        let h = (x.matmul(&p.0) + &p.1).tanh();
-        let h = (h.matmul(&p.2) + &p.3).tanh();
-        let logits = h.matmul(&p.4) + &p.5;
-        logits.logsumexp(0, false) - logits.take(y, 0)
-    };
-    let per_sample = |(p, xs, ys): &(Params, Tensor, Tensor)| {
-        vmap(|(x, y): &(Tensor, Tensor)| grad(|p: &Params| loss(p, x, y))(p))(&(xs.clone(), ys.clone()))
-    };
+    let per_sample = crate::harness::w1_per_sample;
     for d in [DType::F32, DType::F64] {
         let k = Key::new(21);
-        let w = |i: u32, s: [usize; 2]| k.fold_in(i).normal(s, d) * 0.2;
-        let params: Params = (
-            w(1, [32, 64]),
-            k.fold_in(2).normal([64], d),
-            w(3, [64, 64]),
-            k.fold_in(4).normal([64], d),
-            w(5, [64, 10]),
-            k.fold_in(6).normal([10], d),
-        );
+        let params = crate::harness::w1_params(&k, d);
         let args = (params, k.fold_in(7).normal([64, 32], d), k.fold_in(8).randint([64], 0, 10, DType::I32));
         let bits = |t: &(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)| -> Vec<Vec<u64>> {
             [&t.0, &t.1, &t.2, &t.3, &t.4, &t.5].iter().map(|x| v(x).iter().map(|e| e.to_bits()).collect()).collect()

@@ -368,6 +368,27 @@ fn per_sample_grads_take_the_batch_split() {
     assert_eq!(j.entries()[0].batch_split, Some((32, 32)));
 }
 
+/// W1 small itself (three tanh layers 32-64-64-10, B = 64, as the
+/// benchmark's `jit(vmap(grad))`): its replay runs as two halves of the
+/// batch (the README's claim), with eager's bits.
+#[test]
+fn w1_small_takes_the_batch_split() {
+    use crate::harness::{w1_params, w1_per_sample as per_sample};
+    let k = Key::new(11);
+    let args = (
+        w1_params(&k, DType::F32),
+        k.fold_in(7).normal([64, 32], DType::F32),
+        k.fold_in(8).randint([64], 0, 10, DType::I32),
+    );
+    let j = jitted(per_sample, JitOptions::default());
+    let (got, want) = (j.call(&args), per_sample(&args));
+    let pairs = [(&got.0, &want.0), (&got.1, &want.1), (&got.2, &want.2), (&got.3, &want.3), (&got.4, &want.4)];
+    for (g, w) in pairs.into_iter().chain([(&got.5, &want.5)]) {
+        same("W1 small per-sample gradient", g, w);
+    }
+    assert_eq!(j.entries()[0].batch_split, Some((32, 32)));
+}
+
 /// Two donated arguments that are one tensor: neither result is computed
 /// from a buffer the other wrote over.
 #[test]

@@ -157,7 +157,7 @@ pub fn for_ranges(n: usize, step: usize, cost: usize, body: impl Fn(std::ops::Ra
     let step = step.max(1);
     let steps = n.div_ceil(step);
     let tasks = match Par::for_work(n, cost) {
-        Par::Seq if steps >= 2 && pair::worth(n.saturating_mul(cost)) => {
+        Par::Seq if pair::halves(n, step, cost) && pair::lent() => {
             let half = (steps / 2) * step;
             pair::join(|| body(0..half), || body(half..n));
             return;

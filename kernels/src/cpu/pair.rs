@@ -12,8 +12,8 @@
 //! busy or sleeping helper costs only the offer. Each half writes its own
 //! rows or ranges exactly as the whole would, so results are the same bits.
 //! The kernels that split are loops over ranges (`for_ranges`: the jit's
-//! fused loops). Products do not: below `PAR_MIN_WORK` multiply-adds the
-//! direct GEMM kernel takes under 9 us, and halves measured slower or even
+//! fused loops). Products do not: the direct GEMM kernel takes at most
+//! 2^18 multiply-adds (about 4 us), and halves measured slower or even
 //! (jitted, sequential against halved: 32x64x64 2.2 vs 3.6 us, 64x64x64
 //! 3.6 vs 4.3 us, 64x128x48 5.7 vs 5.7 us).
 //! A half must not depend on thread-local state (xform's error scopes, the
@@ -63,9 +63,26 @@ pub fn lend<R>(pair: &dyn Pair, f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Whether a pair is lent to this thread.
+pub fn lent() -> bool {
+    LENT.with(|l| l.get().is_some())
+}
+
+/// Whether `work` is worth splitting (between the bounds).
+fn splits(work: usize) -> bool {
+    (PAIR_MIN_WORK..super::PAR_MIN_WORK).contains(&work)
+}
+
 /// Whether a pair is lent to this thread and `work` is worth splitting.
 pub fn worth(work: usize) -> bool {
-    (PAIR_MIN_WORK..super::PAR_MIN_WORK).contains(&work) && LENT.with(|l| l.get().is_some())
+    splits(work) && lent()
+}
+
+/// Whether [`super::for_ranges`] halves a loop of `n` elements in steps of
+/// `step` at `cost` per element where a pair is lent: two steps or more,
+/// and work worth a split (what a jit plan asks before lending its helper).
+pub fn halves(n: usize, step: usize, cost: usize) -> bool {
+    n.div_ceil(step.max(1)) >= 2 && splits(n.saturating_mul(cost))
 }
 
 /// Runs `a` and `b`, `b` on the lent thread when there is one and it takes
@@ -130,6 +147,8 @@ mod tests {
             });
             assert!(seen.iter().all(|c| c.load(Ordering::SeqCst) == 1), "n {n}");
             assert_eq!(pair.0.load(Ordering::SeqCst), split as usize, "n {n} cost {cost}");
+            // what a jit plan asks before lending its helper agrees
+            assert_eq!(halves(n, 1024, cost), split, "n {n} cost {cost}");
         }
         // nothing lent outside `lend`
         assert!(!worth(PAIR_MIN_WORK));

@@ -507,6 +507,17 @@ fn tile_periodic(layout: &xform_kernels::Layout) -> bool {
 }
 
 impl Fused {
+    /// The loop's cost per element, as `for_ranges` weighs it: 2 per op.
+    fn cost(&self) -> usize {
+        2 * self.ops.len()
+    }
+
+    /// Whether the loop runs in halves where a pair is lent (NOTE: [paired
+    /// halves] in `xform_kernels::cpu::pair`).
+    pub fn halves(&self) -> bool {
+        xform_kernels::cpu::pair::halves(self.shape.numel(), TILE, self.cost())
+    }
+
     /// Runs the fused loop on the step's operands (CPU arrays of the
     /// planned shapes and dtypes). Output `j` with `donors[j] = Some(i)` is
     /// written over operand `i`'s buffer (the plan checked that nothing
@@ -527,7 +538,7 @@ impl Fused {
         for i in donors.iter().flatten() {
             is_donor[*i as usize] = true;
         }
-        let cost = 2 * self.ops.len();
+        let cost = self.cost();
         // the output each op writes in place of its scratch: a fresh one
         // (one written over a donor waits for the tile's last read of it)
         let mut direct: SmallVec<[Option<usize>; 8]> = SmallVec::from_elem(None, self.ops.len());

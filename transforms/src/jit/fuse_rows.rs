@@ -274,7 +274,7 @@ impl RowFused {
     pub fn run(&self, arrays: &[&Array]) -> Result<xform_ops::Outs> {
         let dtypes: SmallVec<[DType; 4]> = self.outputs.iter().map(|(j, _)| self.ops[*j as usize].dtype).collect();
         let donors: SmallVec<[bool; 8]> = SmallVec::from_elem(false, arrays.len());
-        let cost = 2 * self.ops.len() * self.row;
+        let cost = self.cost();
         let outs = with_fused_inputs(arrays, &donors, |ins| {
             run_fused_shaped(
                 &dtypes,
@@ -289,6 +289,18 @@ impl RowFused {
         .flatten()
         .ok_or_else(|| Error::invalid("jit", "a row step got an operand it was not planned for (internal error)"))?;
         Ok(outs.into_iter().map(|o| xform_ops::Tensor::from_array(o.expect("a fresh output"))).collect())
+    }
+
+    /// The loop's cost per row, as `for_ranges` weighs it: 2 per op and
+    /// element.
+    fn cost(&self) -> usize {
+        2 * self.ops.len() * self.row
+    }
+
+    /// Whether the loop runs in halves where a pair is lent (NOTE: [paired
+    /// halves] in `xform_kernels::cpu::pair`).
+    pub fn halves(&self) -> bool {
+        xform_kernels::cpu::pair::halves(self.rows, self.chunk(), self.cost())
     }
 
     /// Rows per chunk: as many whole rows as a scratch tile holds.

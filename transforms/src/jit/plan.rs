@@ -114,9 +114,9 @@ pub struct Plan {
     /// Whether sink steps may run on a helper thread (NOTE: [parallel
     /// sinks]; `JitOptions::parallel_sinks`).
     sinks: bool,
-    /// Whether a step may split its kernel in halves (a fused loop of two
-    /// tiles or more and at least `PAIR_MIN_WORK`): only then is the helper
-    /// lent (NOTE: [paired halves]), which costs a queue per replay.
+    /// Whether a step may split its loop in halves (`Fused::halves`,
+    /// `RowFused::halves`): only then is the helper lent (NOTE: [paired
+    /// halves]), which costs a queue per replay.
     lends: bool,
 }
 
@@ -256,14 +256,9 @@ impl Plan {
             })
             .collect();
         let graph = GraphReplay::new(p, &steps);
-        // a fused loop of two tiles or more and enough work halves (the
-        // loop's cost per element is 2 per op, as `Fused::run` passes it)
-        let halves = |numel: usize, ops: usize| {
-            numel >= 2 * fuse::TILE && numel.saturating_mul(2 * ops) >= xform_kernels::cpu::pair::PAIR_MIN_WORK
-        };
         let lends = steps.iter().any(|s| match &s.op {
-            StepOp::Fused(f) => halves(f.shape.numel(), f.ops.len()),
-            StepOp::Rows(r) => halves(r.shape.numel(), r.ops.len()),
+            StepOp::Fused(f) => f.halves(),
+            StepOp::Rows(r) => r.halves(),
             StepOp::Prim(_) => false,
         });
         Ok(Plan {

@@ -57,7 +57,7 @@ use xform_ops::{Array, Atom, Aval, DType, Device, Eqn, Error, Prim, Program, Pro
 /// 128x32x64 (2^18) 5.3 vs 4.0 us, 256x32x64 (2^19) 6.9 vs 7.1 us; two
 /// layers `tanh(tanh(x W1) W2)` of 64 rows (2^18.6) 10.0 vs 9.6 us, of
 /// 128 rows (2^19.6) 14.0 vs 17.4 us. W1 small's per-sample gradients
-/// (about 2^20.5): 45 vs 55 us.
+/// (about 2^20): 45 vs 55 us.
 pub const MIN_ROWS_WORK: usize = 1 << 19;
 
 /// How each half holds a variable.
