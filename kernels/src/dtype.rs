@@ -44,6 +44,17 @@ impl DType {
         matches!(self, DType::I32 | DType::I64 | DType::U32)
     }
 
+    /// The values an integer dtype holds, `lo..=hi` (`None` for the
+    /// others).
+    pub fn int_range(self) -> Option<(i128, i128)> {
+        match self {
+            DType::I32 => Some((i32::MIN as i128, i32::MAX as i128)),
+            DType::I64 => Some((i64::MIN as i128, i64::MAX as i128)),
+            DType::U32 => Some((0, u32::MAX as i128)),
+            DType::F32 | DType::F64 | DType::F16 | DType::BF16 | DType::Bool => None,
+        }
+    }
+
     /// True for the signed types (floats and signed integers).
     pub fn is_signed(self) -> bool {
         self.is_float() || matches!(self, DType::I32 | DType::I64)

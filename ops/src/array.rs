@@ -8,7 +8,7 @@
 use crate::error::{Error, Result};
 use crate::storage_ref::StorageRef;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use xform_kernels::{CpuBuffer, DType, Element, Layout, Shape};
 
 /// Where an array's elements live.
@@ -111,11 +111,16 @@ pub struct Storage {
     /// version it saw, so an in-place write after recording is an error,
     /// never a silently different number.
     version: AtomicU64,
+    /// Held by an eager in-place op for its whole read-modify-write (see
+    /// [`Array::lock_updates`]), so that concurrent in-place ops on this
+    /// storage (through any of its views) serialize instead of losing
+    /// updates.
+    updates: Mutex<()>,
 }
 
 impl Storage {
     fn new(data: Buffer, device: Device) -> Storage {
-        Storage { data: RwLock::new(data), device, version: AtomicU64::new(0) }
+        Storage { data: RwLock::new(data), device, version: AtomicU64::new(0), updates: Mutex::new(()) }
     }
 }
 
@@ -212,6 +217,18 @@ impl Array {
         let guard = self.storage.data.write().unwrap_or_else(|e| e.into_inner());
         self.storage.version.fetch_add(1, Ordering::Relaxed);
         guard
+    }
+
+    /// Serializes eager in-place ops on this storage: an in-place op holds
+    /// the guard from before it reads its target until after it wrote it,
+    /// so `x.add_scalar_(1.0)` on two threads at once adds 2 (the data lock
+    /// alone is taken per read and per write, and a read-modify-write made
+    /// of the two could lose the other thread's update). Readers do not
+    /// take it.
+    pub fn lock_updates(&self) -> MutexGuard<'_, ()> {
+        // no data lives under the mutex, so a panic while it was held
+        // (an op that failed) left nothing inconsistent
+        self.storage.updates.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// How many times the storage was opened for writing: equal versions

@@ -340,10 +340,37 @@ impl ConvTranspose2d {
     /// The layer applied to `[batch, in_channels, H, W]` or `[in_channels, H, W]`.
     ///
     /// # Panics
-    /// On shapes the convolution refuses.
+    /// On shapes the convolution refuses, and on hyperparameters PyTorch
+    /// refuses: a stride or dilation of zero, an `output_padding` not
+    /// smaller than either the stride or the dilation on some axis.
     #[track_caller]
     pub fn forward(&self, x: &Tensor) -> Tensor {
         self.try_forward(x).or_raise()
+    }
+
+    /// PyTorch's checks of the hyperparameters (made when the layer runs,
+    /// as PyTorch makes them, since the builders may come in any order).
+    fn check_hyperparameters(&self) -> crate::Result<()> {
+        let layer = "ConvTranspose2d";
+        let c = &self.config;
+        for (what, v) in [("stride", &c.stride), ("dilation", &c.dilation)] {
+            if v.len() != 2 || v.contains(&0) {
+                return Err(Error::invalid(layer, format!("{what} must be two positive sizes, got {v:?}")));
+            }
+        }
+        for i in 0..2 {
+            let (p, s, d) = (self.output_padding[i], c.stride[i], c.dilation[i]);
+            if p >= s && p >= d {
+                return Err(Error::invalid(
+                    layer,
+                    format!(
+                        "output_padding must be smaller than either the stride or the dilation (as PyTorch \
+                         requires), but axis {i} has output_padding {p}, stride {s} and dilation {d}"
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn try_forward(&self, x: &Tensor) -> crate::Result<Tensor> {
@@ -355,6 +382,7 @@ impl ConvTranspose2d {
             return Err(Error::shape(layer, format!("weights must be [in, out / {g}, kH, kW]"), &[&ws]));
         }
         let (cin, og, kh, kw) = (ws[0], ws[1], ws[2], ws[3]);
+        self.check_hyperparameters()?;
         // [in, out/g, k] -> [out, in/g, k], flipped: the forward kernel of the equivalent convolution.
         let w = self
             .w

@@ -284,3 +284,40 @@ fn bad_convolutions_are_clear_errors() {
     assert!(r.is_err());
     assert_eq!(xform::core::interp::stack_depth(), 0);
 }
+
+/// Hyperparameters PyTorch refuses are refused by the layers too:
+/// `ConvTranspose2d`'s `output_padding` must be smaller than either the
+/// stride or the dilation on each axis ("output padding must be smaller
+/// than either stride or dilation"), and its stride and dilation positive.
+/// A padding string with lhs dilation in `conv_general_dilated` is refused
+/// as JAX refuses it.
+#[test]
+fn hyperparameters_pytorch_and_jax_refuse() {
+    let x = Tensor::zeros([1, 2, 4, 4], DType::F32);
+    let up = |stride: [usize; 2], dil: [usize; 2], out_pad: [usize; 2]| {
+        ConvTranspose2d::init(&Key::new(0), 2, 3, [3, 3], DType::F32)
+            .with_stride(stride)
+            .with_dilation(dil)
+            .with_output_padding(out_pad)
+    };
+    for (stride, dil, out_pad) in [([1, 1], [1, 1], [1, 0]), ([2, 2], [1, 1], [0, 2]), ([2, 1], [2, 3], [2, 0])] {
+        let e = catch(|| up(stride, dil, out_pad).forward(&x)).unwrap_err();
+        assert!(e.to_string().contains("ConvTranspose2d") && e.to_string().contains("output_padding"), "{e}");
+    }
+    // smaller than the stride, or than the dilation: fine (PyTorch's rule)
+    assert_eq!(up([2, 2], [1, 1], [1, 1]).forward(&x).shape().dims(), &[1, 3, 10, 10]);
+    assert_eq!(up([1, 1], [2, 2], [1, 0]).forward(&x).shape().dims(), &[1, 3, 9, 8]);
+    let e = catch(|| up([0, 1], [1, 1], [0, 0]).forward(&x)).unwrap_err();
+    assert!(e.to_string().contains("stride must be two positive sizes"), "{e}");
+    assert_eq!(xform::core::interp::stack_depth(), 0);
+
+    let w = Tensor::zeros([3, 2, 3, 3], DType::F32);
+    for padding in [Padding::Same, Padding::Valid] {
+        let opts = ConvOptions { padding, lhs_dilation: vec![2, 1], ..ConvOptions::default() };
+        let e = lax::conv_general_dilated(&x, &w, &opts).unwrap_err();
+        assert!(e.to_string().contains("lhs dilation") && e.to_string().contains("explicit (low, high)"), "{e}");
+    }
+    // lhs dilation 1 with SAME is an ordinary convolution
+    let opts = ConvOptions { padding: Padding::Same, lhs_dilation: vec![1, 1], ..ConvOptions::default() };
+    assert_eq!(lax::conv_general_dilated(&x, &w, &opts).unwrap().shape().dims(), &[1, 3, 4, 4]);
+}

@@ -249,3 +249,28 @@ fn bad_windows_are_clear_errors() {
     let e = err(lax::select_and_scatter_add(&x, &x, SelectOp::Max, &w));
     assert!(e.contains("select_and_scatter_add: the cotangent must have the windows' shape [2]"), "{e}");
 }
+
+/// "SAME" padding with a base dilation is resolved as JAX's
+/// `reduce_window` resolves it, from the undilated operand and the
+/// dilated window: x = [1, 2], window 3, stride 2, base dilation 2 is
+/// `[1, 0, 2]` padded (0, 1), one window:
+/// `lax.reduce_window(jnp.array([1., 2.]), 0., lax.add, (3,), (2,), "SAME", base_dilation=(2,))`
+/// is `[3.]` (the padding was taken from the dilated size before, which
+/// gave `[1., 2.]`). With window dilation 2 the window spans 5:
+/// `padtype_to_pads((2,), (5,), (2,), "SAME") == [(1, 2)]`.
+#[test]
+fn same_padding_with_base_dilation_matches_jax() {
+    let x = t(&[1.0, 2.0], &[2]);
+    let w = WindowParams::dilated("t", &[2], &[3], &[2], &Padding::Same, &[2], &[1]).unwrap();
+    let y = lax::reduce_window(ReduceOp::Sum, &x, &w).unwrap();
+    assert_eq!(y.shape().dims(), &[1]);
+    assert_eq!(y.to_vec::<f64>(), vec![3.0]);
+    let w = WindowParams::dilated("t", &[2], &[3], &[2], &Padding::Same, &[2], &[2]).unwrap();
+    assert_eq!(w.padding.as_slice(), &[(1, 2)]);
+    // the gradient goes through the same parameters
+    let g = grad(|x: &Tensor| {
+        let w = WindowParams::dilated("t", &[2], &[3], &[2], &Padding::Same, &[2], &[1]).unwrap();
+        lax::reduce_window(ReduceOp::Sum, x, &w).unwrap().sum()
+    })(&x);
+    assert_eq!(g.to_vec::<f64>(), vec![1.0, 1.0]);
+}

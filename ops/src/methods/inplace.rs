@@ -99,11 +99,34 @@ pub(crate) fn write(op: &str, target: &Tensor, value: &Tensor) -> Result<()> {
     }
 }
 
+/// An in-place op on `target`: `compute` gives the value to write
+/// (reading the target if it needs to), which is checked and written.
+///
+/// NOTE: [atomic in-place ops] Eagerly, the whole read-modify-write runs
+/// under the target storage's update lock (`Array::lock_updates`), so
+/// in-place ops on one storage (through any of its views) from several
+/// threads serialize as PyTorch's do under its GIL: each is atomic with
+/// respect to the others, and no completed write is lost. What is not
+/// atomic: a sequence of in-place ops (another thread's op may run between
+/// two of them), and an out-of-place read racing with an in-place op (it
+/// sees the storage before or after that op's write, as a whole, since
+/// the write holds the data lock, but nothing orders the two). Under a
+/// transform the write is functionalized: there is no shared storage to
+/// race on.
+fn update(op: &str, target: &Tensor, compute: impl FnOnce() -> Result<Tensor>) -> Result<()> {
+    let eager = crate::interp::stack_depth() == 0;
+    let array = if eager { target.array() } else { None };
+    let _serialized = array.as_ref().map(crate::Array::lock_updates);
+    let value = compute()?;
+    assign_check(op, target, &value)?;
+    write(op, target, &value)
+}
+
 fn arith_(op: BinaryOp, name: &str, target: &Tensor, other: &Tensor) -> Result<()> {
-    let (a, b) = align(name, target, other)?;
-    let r = lax::binary(op, &a, &b)?;
-    assign_check(name, target, &r)?;
-    write(name, target, &r)
+    update(name, target, || {
+        let (a, b) = align(name, target, other)?;
+        lax::binary(op, &a, &b)
+    })
 }
 
 macro_rules! inplace_arith {
@@ -155,8 +178,7 @@ impl Tensor {
 
     /// [`Tensor::copy_`] returning an error instead of panicking.
     pub fn try_copy_(&self, value: &Tensor) -> Result<()> {
-        assign_check("copy_", self, value)?;
-        write("copy_", self, value)
+        update("copy_", self, || Ok(value.clone()))
     }
 
     /// In place: every element set to `v`.

@@ -128,22 +128,12 @@ pub(crate) fn weak_dtype<S: Scalar>(d: DType) -> DType {
     }
 }
 
-/// The values an integer dtype holds, `lo..=hi` (`None` for the others).
-fn int_range(d: DType) -> Option<(i128, i128)> {
-    match d {
-        DType::I32 => Some((i32::MIN as i128, i32::MAX as i128)),
-        DType::I64 => Some((i64::MIN as i128, i64::MAX as i128)),
-        DType::U32 => Some((0, u32::MAX as i128)),
-        _ => None,
-    }
-}
-
 /// Checks that the integer dtype `d` can hold `v` (any value fits the
 /// other dtypes): an exact check for integer scalars; a float is first
 /// truncated toward zero, as numpy's and JAX's `full` cast it, and must
 /// be finite.
 pub(crate) fn check_scalar_fits<S: Scalar>(op: &str, v: S, d: DType) -> Result<()> {
-    let Some((lo, hi)) = int_range(d) else {
+    let Some((lo, hi)) = d.int_range() else {
         return Ok(());
     };
     let fits = match v.to_i128() {

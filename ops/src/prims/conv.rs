@@ -208,6 +208,7 @@ pub fn conv_general_dilated(lhs: &Tensor, rhs: &Tensor, o: &ConvOptions) -> Resu
     let padding: Pads = match &o.padding {
         Padding::Explicit(p) => p.iter().copied().collect(),
         pad => {
+            pad.check_no_lhs_dilation(OP, &lhs_dilation)?;
             check_dims(&dims, lhs.rank())?;
             let (ls, rs) = (lhs.shape(), rhs.shape());
             let input: Vec<usize> = (0..n).map(|i| ls[dims.lhs[2 + i]]).collect();

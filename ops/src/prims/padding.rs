@@ -70,7 +70,11 @@ impl Padding {
         }
     }
 
-    /// [`Padding::resolve`] for undilated sizes with per-axis dilations.
+    /// [`Padding::resolve`] for undilated sizes with per-axis dilations,
+    /// as JAX's `reduce_window` resolves a padding string: from the
+    /// *undilated* input sizes and the window sizes after window dilation
+    /// (the base dilation does not enter: `x = [1, 2]`, window 3, stride
+    /// 2, base dilation 2 pads `(0, 1)`, one window summing to 3).
     pub fn resolve_dilated(
         &self,
         op: &str,
@@ -88,9 +92,33 @@ impl Padding {
         ] {
             check_len(op, what, len, input.len())?;
         }
-        let i: Vec<usize> = input.iter().zip(base_dilation).map(|(&n, &d)| dilated(n, d)).collect();
         let w: Vec<usize> = window.iter().zip(window_dilation).map(|(&n, &d)| dilated(n, d)).collect();
-        self.resolve(op, &i, &w, strides)
+        self.resolve(op, input, &w, strides)
+    }
+
+    /// The error for a padding string ("SAME", "VALID") with an lhs (base)
+    /// dilation above 1 in a convolution, which JAX refuses too: the
+    /// padding a transposed convolution needs depends on what it
+    /// transposes, so it is given explicitly (as `nn::ConvTranspose2d`
+    /// does).
+    pub fn check_no_lhs_dilation(&self, op: &str, lhs_dilation: &[usize]) -> Result<()> {
+        let name = match self {
+            Padding::Same => "SAME",
+            Padding::Valid => "VALID",
+            Padding::Explicit(_) => return Ok(()),
+        };
+        // (a zero dilation is refused by the positivity check)
+        if lhs_dilation.iter().all(|&d| d <= 1) {
+            return Ok(());
+        }
+        Err(Error::invalid(
+            op,
+            format!(
+                "{name} padding with lhs dilation {lhs_dilation:?} is not defined (as in JAX): a transposed \
+                 convolution's padding depends on the convolution it transposes; give explicit (low, high) \
+                 pairs (as nn::ConvTranspose2d does)"
+            ),
+        ))
     }
 }
 
@@ -116,5 +144,14 @@ mod tests {
         assert!(Padding::Explicit(vec![(1, 1)]).resolve("t", &[4, 4], &[3, 3], &[1, 1]).is_err());
         let e = Padding::Same.resolve_dilated("t", &[4, 4], &[1, 1], &[3, 3], &[1, 1], &[1, 1, 1]).unwrap_err();
         assert!(e.to_string().contains("strides has 3 entries for 2 spatial axes"), "{e}");
+        // the base dilation does not enter (jax.lax.reduce_window's
+        // padtype_to_pads(operand.shape, dilated window, strides)); the
+        // window dilation does: a window 3 dilated by 2 spans 5
+        assert_eq!(Padding::Same.resolve_dilated("t", &[2], &[2], &[3], &[1], &[2]).unwrap(), vec![(0, 1)]);
+        assert_eq!(Padding::Same.resolve_dilated("t", &[5], &[3], &[3], &[2], &[1]).unwrap(), vec![(2, 2)]);
+        assert!(Padding::Same.check_no_lhs_dilation("t", &[1, 2]).is_err());
+        assert!(Padding::Valid.check_no_lhs_dilation("t", &[2]).is_err());
+        assert!(Padding::Same.check_no_lhs_dilation("t", &[1, 1]).is_ok());
+        assert!(Padding::Explicit(vec![(1, 1)]).check_no_lhs_dilation("t", &[2]).is_ok());
     }
 }

@@ -175,3 +175,39 @@ fn loop_bodies_that_change_the_carry() {
     let (c, _) = scan(|c: &Tensor, x: &Tensor| (c + x, ()), &Tensor::scalar(0.0f64), &xs);
     assert_eq!(c.item_f64(), 6.0);
 }
+
+/// A trip count that the loop index cannot represent is an `Overflow`
+/// error, never a loop of a wrong length (`i64::MIN..i64::MAX` computed in
+/// the dtype wraps to -1, which ran zero steps); bounds that fit still
+/// run, up to the index dtype's edge.
+#[test]
+fn fori_trip_counts_that_overflow() {
+    let x = x2();
+    let body = |_: &Tensor, c: &Tensor| c + 1.0;
+    let overflow = |lo: Bound<'_>, hi: Bound<'_>| {
+        let e = fails(try_fori_loop(lo, hi, body, &x));
+        assert!(matches!(e.kind, ErrorKind::Overflow { .. }), "{e}");
+        says(&e, &["fori_loop"]);
+    };
+    overflow(Bound::Static(i64::MIN), Bound::Static(i64::MAX));
+    // static bounds index with i32, as JAX's
+    overflow(Bound::Static(0), Bound::Static(i32::MAX as i64 + 2));
+    overflow(Bound::Static(-(1 << 40)), Bound::Static(0));
+    // tensor bounds: counted in their dtype
+    let (lo, hi) = (Tensor::scalar(i64::MIN), Tensor::scalar(i64::MAX));
+    overflow(Bound::Dynamic(&lo), Bound::Dynamic(&hi));
+    let (lo32, hi32) = (Tensor::scalar(i32::MIN), Tensor::scalar(1i32));
+    overflow(Bound::Dynamic(&lo32), Bound::Dynamic(&hi32));
+    // a static bound that the tensor bound's dtype cannot hold
+    overflow(Bound::Static(i64::MAX), Bound::Dynamic(&hi32));
+    // what fits runs: the index's last value is i32::MAX, and a reversed
+    // range runs no step
+    let edge = i32::MAX as i64;
+    let last = try_fori_loop(Bound::Static(edge - 2), Bound::Static(edge + 1), |i: &Tensor, _: &Tensor| i.clone(), &Tensor::scalar(0i32)).unwrap();
+    assert_eq!(last.item::<i32>(), i32::MAX);
+    let big = (Tensor::scalar(i64::MAX - 3), Tensor::scalar(i64::MAX));
+    let last = try_fori_loop(Bound::Dynamic(&big.0), Bound::Dynamic(&big.1), |i: &Tensor, _: &Tensor| i.clone(), &Tensor::scalar(0i64)).unwrap();
+    assert_eq!(last.item::<i64>(), i64::MAX - 1);
+    let none = try_fori_loop(Bound::Static(5), Bound::Static(-5), body, &x).unwrap();
+    assert_eq!(none.to_vec::<f64>(), x.to_vec::<f64>());
+}

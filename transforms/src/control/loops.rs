@@ -158,7 +158,8 @@ pub fn try_fori_loop<C: Tree>(
     let device = xform_ops::default_device();
     match (&lower, &upper) {
         (Bound::Static(lo), Bound::Static(hi)) => {
-            let n = (hi - lo).max(0) as usize;
+            // the index is an i32, as JAX's for Python int bounds
+            let n = trip_count(*lo as i128, *hi as i128, DType::I32)?;
             let i = lax::iota(DType::I32, &Shape::from([n]), 0, device)?;
             let i = lax::add(&i, &lax::full_like(&i, *lo as f64)?)?;
             let (c, ()) = try_scan_with(|c: &C, i: &Tensor| (body(i, c), ()), init, &i, &ScanOptions::default())?;
@@ -167,7 +168,17 @@ pub fn try_fori_loop<C: Tree>(
         _ => {
             let as_tensor = |b: &Bound<'_>, dtype: DType| -> Result<Tensor> {
                 match b {
-                    Bound::Static(v) => lax::scalar(*v as f64, dtype, device),
+                    Bound::Static(v) => {
+                        let (lo, hi) = dtype.int_range().expect("an integer dtype");
+                        if !(lo..=hi).contains(&(*v as i128)) {
+                            return Err(Error::overflow(
+                                "fori_loop",
+                                format!("the bound {v} does not fit the loop index's dtype {dtype} (the other bound's)"),
+                            ));
+                        }
+                        // exact: an i64 scalar converted, not an f64 one
+                        lax::convert(&Tensor::scalar(*v).try_to_device(device)?, dtype)
+                    }
                     Bound::Dynamic(t) => {
                         let a = t.aval();
                         if a.shape.rank() != 0 || !a.dtype.is_int() {
@@ -189,6 +200,12 @@ pub fn try_fori_loop<C: Tree>(
                 })
                 .unwrap_or(DType::I32);
             let (lo, hi) = (as_tensor(&lower, dtype)?, as_tensor(&upper, dtype)?);
+            // bounds whose values are known now: the trip count must fit
+            // their dtype (under jit or vmap the loop runs as the bounds
+            // say, one step at a time)
+            if let (Some(l), Some(h)) = (known_int(&lo), known_int(&hi)) {
+                trip_count(l, h, dtype)?;
+            }
             let state = (lo, hi, init.with_leaves(init.leaves().iter().cloned()));
             let out = try_while_loop_with(
                 |s: &(Tensor, Tensor, C)| s.0.lt(&s.1),
@@ -202,6 +219,37 @@ pub fn try_fori_loop<C: Tree>(
             Ok(out.2)
         }
     }
+}
+
+/// The number of steps of a loop from `lo` to `hi` (exclusive; none if
+/// `hi <= lo`) whose index has dtype `dtype`.
+///
+/// # Errors
+/// `Overflow` where the count or an index value cannot be represented in
+/// `dtype` (`fori_loop(i64::MIN, i64::MAX, ..)`: computed in the dtype,
+/// `hi - lo` would wrap, and the loop would run a wrong number of times).
+fn trip_count(lo: i128, hi: i128, dtype: DType) -> Result<usize> {
+    if hi <= lo {
+        return Ok(0);
+    }
+    let (min, max) = dtype.int_range().expect("an integer dtype");
+    let count = hi - lo;
+    if lo < min || hi - 1 > max || count > max {
+        return Err(Error::overflow(
+            "fori_loop",
+            format!(
+                "the loop from {lo} to {hi} takes {count} steps, which its index's dtype {dtype} cannot represent \
+                 (it holds {min} to {max})"
+            ),
+        ));
+    }
+    usize::try_from(count).map_err(|_| Error::overflow("fori_loop", format!("{count} steps do not fit usize")))
+}
+
+/// The value of an integer scalar known at this level, widened.
+fn known_int(t: &Tensor) -> Option<i128> {
+    let a = xform_ops::lax::convert(&Tensor::from_array(t.known_array()?), DType::I64).ok()?;
+    Some(a.to_vec::<i64>().first().copied()? as i128)
 }
 
 /// What reverse mode through a [`scan`] keeps.

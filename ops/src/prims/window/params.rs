@@ -43,7 +43,8 @@ impl WindowParams {
     }
 
     /// [`WindowParams::new`] with base and window dilations ("SAME" padding
-    /// is resolved on the dilated sizes, as JAX's `padtype_to_pads`).
+    /// is resolved as JAX's `reduce_window` resolves it: `padtype_to_pads`
+    /// of the undilated operand and the dilated window).
     ///
     /// # Errors
     /// An error naming `op` and the shape for a parameter without one
