@@ -280,7 +280,15 @@ pub fn bind_at(level: Level, prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
         Some((level, interp)) => unsafe { &*interp }.process(level, prim, inputs),
         // Concrete inputs, or tracers of no interpreter below (escaped:
         // eval reports them).
-        None => eval(prim, inputs),
+        None => {
+            let outs = eval(prim, inputs)?;
+            // under a transform, while a program is staged: what this was
+            // computed from (NOTE: [trace-time values] in `staging`)
+            if level > 0 && crate::staging::recording() {
+                crate::staging::note_eval(inputs, &outs);
+            }
+            Ok(outs)
+        }
     }
 }
 

@@ -32,7 +32,7 @@ pub use error::{catch, raise, Error, ErrorKind, OrRaise, Result};
 pub use interp::{bind, bind1, Interpreter, Level, Outs, Tag};
 pub use methods::{Idx, Scalar};
 pub use prim::{DotDims, LinearArg, Prim};
-pub use program::{Atom, Eqn, Program, ProgramBuilder, Var};
+pub use program::{Atom, Eqn, Program, ProgramBuilder, Var, VersionGuard};
 pub use random::Key;
 pub use tensor::{Aval, AvalRef, Tensor, Tracer, TracerData, Value, ValueRef};
 pub use xform_kernels::{half, DType, Element, Shape};

@@ -52,6 +52,42 @@ pub struct Program {
     /// concrete constant when it was captured (`u64::MAX`: not concrete).
     /// See [`Program::check_consts`].
     const_versions: Vec<u64>,
+    /// Storages some constant was computed from while the program was
+    /// staged (or that a staged decision read), with their versions then:
+    /// checked with the constants (NOTE: [trace-time values] in
+    /// `staging`). Usually empty.
+    guards: Vec<VersionGuard>,
+}
+
+/// A storage a recorded program depends on, and its version when the
+/// program was recorded: an eager write to the storage since (through any
+/// view) makes [`Program::check_consts`] refuse the program.
+#[derive(Clone, Debug)]
+pub struct VersionGuard {
+    /// An array over the storage (kept alive with it).
+    pub array: crate::Array,
+    /// [`crate::Array::storage_version`] when it was seen.
+    pub version: u64,
+}
+
+impl VersionGuard {
+    /// The guard of `array`'s storage at its version now.
+    pub fn now(array: &crate::Array) -> VersionGuard {
+        VersionGuard { array: array.clone(), version: array.storage_version() }
+    }
+
+    /// True if the storage was written since.
+    pub fn is_stale(&self) -> bool {
+        self.array.storage_version() != self.version
+    }
+}
+
+/// Adds `g` to `guards` unless a guard of its storage at its version is
+/// there.
+pub(crate) fn push_guard(guards: &mut Vec<VersionGuard>, g: VersionGuard) {
+    if !guards.iter().any(|h| h.version == g.version && h.array.shares_storage(&g.array)) {
+        guards.push(g);
+    }
 }
 
 /// The storage version of a concrete constant (`u64::MAX` for a tracer).
@@ -134,6 +170,20 @@ impl Program {
     /// # Errors
     /// An in-place error naming `op` and the constant.
     pub fn check_consts(&self, op: &str) -> Result<()> {
+        if let Some(g) = self.guards.iter().find(|g| g.is_stale()) {
+            return Err(Error::in_place(
+                op,
+                format!(
+                    "a tensor captured by the recorded program ({}) was modified by an in-place operation after \
+                     the program was recorded (storage version {}, recorded at {}); a value the program computed \
+                     from it when it was recorded would be stale. Copy the tensor before writing to it, or \
+                     record the program again",
+                    g.array.aval_ref().to_owned(),
+                    g.array.storage_version(),
+                    g.version
+                ),
+            ));
+        }
         for (i, (c, &seen)) in self.consts.iter().zip(&self.const_versions).enumerate() {
             if seen == u64::MAX {
                 continue;
@@ -153,6 +203,18 @@ impl Program {
             }
         }
         Ok(())
+    }
+
+    /// Every storage this program depends on, with the version it saw:
+    /// its concrete constants' and its guards (see [`VersionGuard`]).
+    pub fn version_guards(&self) -> Vec<VersionGuard> {
+        let mut out = self.guards.clone();
+        for (c, &seen) in self.consts.iter().zip(&self.const_versions) {
+            if let (crate::tensor::Value::Array(a), true) = (&*c.value(), seen != u64::MAX) {
+                push_guard(&mut out, VersionGuard { array: a.clone(), version: seen });
+            }
+        }
+        out
     }
 
     /// The program with its constants turned into leading inputs (in the
@@ -217,6 +279,17 @@ impl Program {
     /// [`Program::check_consts`]), or an equation fails.
     pub fn eval(&self, args: &[Tensor]) -> Result<Vec<Tensor>> {
         self.check_consts("Program::eval")?;
+        // evaluated while a program is staged: what this one computed from
+        // captured tensors when it was recorded is computed from them in
+        // that program too
+        if crate::staging::recording() {
+            let guards = self.version_guards();
+            for c in &self.consts {
+                if let crate::tensor::Value::Array(a) = &*c.value() {
+                    crate::staging::note_derived(a, &guards);
+                }
+            }
+        }
         if args.len() != self.inputs.len() {
             return Err(Error::invalid(
                 "Program::eval",
@@ -378,6 +451,19 @@ impl ProgramBuilder {
         Atom::Const(i)
     }
 
+    /// Adds version guards to the program (see [`VersionGuard`]).
+    pub fn guard(&mut self, guards: impl IntoIterator<Item = VersionGuard>) {
+        for g in guards {
+            push_guard(&mut self.program.guards, g);
+        }
+    }
+
+    /// Guards the program being built with every storage `old` depends on
+    /// (a pass that folds or drops a constant of `old` keeps its check).
+    pub fn inherit_guards(&mut self, old: &Program) {
+        self.guard(old.version_guards());
+    }
+
     /// The constant at index `i` of the program being built.
     pub fn const_at(&self, i: usize) -> Option<&Tensor> {
         self.program.consts.get(i)
@@ -462,6 +548,7 @@ mod spare {
                 outputs: b.outputs,
                 avals: b.avals,
                 const_versions: b.const_versions,
+                guards: Vec::new(),
             },
             None => Program {
                 inputs: Vec::with_capacity(4),
@@ -470,6 +557,7 @@ mod spare {
                 outputs: Vec::with_capacity(4),
                 avals: Vec::with_capacity(32),
                 const_versions: Vec::with_capacity(8),
+                guards: Vec::new(),
             },
         };
         let keys = KEYS.try_with(|k| k.try_borrow_mut().ok().and_then(|mut k| k.pop())).ok().flatten();
@@ -491,6 +579,7 @@ mod spare {
         p.outputs.clear();
         p.avals.clear();
         p.const_versions.clear();
+        p.guards = Vec::new();
         let bufs = Bufs {
             inputs: std::mem::take(&mut p.inputs),
             consts: std::mem::take(&mut p.consts),

@@ -441,7 +441,11 @@ impl Tensor {
         let mut t = self.clone();
         loop {
             let next = match &*t.value() {
-                Value::Array(a) => return Ok(a.clone()),
+                Value::Array(a) => {
+                    // a value staged code decides on (NOTE: [trace-time values])
+                    crate::staging::note_read(a);
+                    return Ok(a.clone());
+                }
                 Value::Tracer(tr) => match &tr.data {
                     TracerData::Dual { primal, .. } => primal.clone(),
                     TracerData::Functional { value } => value.clone(),
@@ -460,7 +464,10 @@ impl Tensor {
     /// predicate holds.
     pub fn known_any(&self) -> Option<bool> {
         match &*self.value() {
-            Value::Array(a) if a.dtype == DType::Bool => Some(a.to_vec::<bool>().ok()?.into_iter().any(|v| v)),
+            Value::Array(a) if a.dtype == DType::Bool => {
+                crate::staging::note_read(a);
+                Some(a.to_vec::<bool>().ok()?.into_iter().any(|v| v))
+            }
             Value::Array(_) => None,
             Value::Tracer(t) => match &t.data {
                 TracerData::Dual { primal, .. } => primal.known_any(),

@@ -330,11 +330,41 @@ fn grad_errors() {
     on_each_device(|| {
         let e = catch(|| grad(|x: &Tensor| x * 2.0)(&Tensor::ones([3], DType::F32))).unwrap_err();
         assert!(e.to_string().contains("the function must return a scalar, but it returned shape [3]"), "{e}");
-        // Integer arguments are allowed (zero gradients); an integer loss is not.
-        let e = catch(|| grad(|x: &Tensor| x.sum())(&Tensor::ones([3], DType::I32))).unwrap_err();
+        // Integer arguments beside float ones are allowed (zero gradients,
+        // JAX's allow_int); an integer loss is not.
+        let e = catch(|| grad(|x: &Tensor| x.cast(DType::I32).sum())(&Tensor::ones([3], DType::F32))).unwrap_err();
         assert!(e.to_string().contains("the function must return a float, but it returned int32"), "{e}");
         let g = grad(|p: &(Tensor, Tensor)| p.0.sum())(&(Tensor::ones([2], DType::F32), Tensor::ones([2], DType::I64)));
         assert_eq!((g.0.to_vec::<f32>(), g.1.to_vec::<i64>()), (vec![1.0, 1.0], vec![0, 0]));
+        // An argument with nothing to differentiate is an error (JAX and
+        // PyTorch raise; it returned zeros) that says how to select what to
+        // differentiate, for each derivative transform.
+        let ints = (Tensor::ones([3], DType::I32), Tensor::scalar(true));
+        let loss = |p: &(Tensor, Tensor)| p.0.cast(DType::F32).sum();
+        let vector = |p: &(Tensor, Tensor)| p.0.cast(DType::F32) * 2.0;
+        let fails = |f: &dyn Fn()| {
+            catch(|| {
+                f();
+                Tensor::scalar(0.0f32)
+            })
+            .unwrap_err()
+        };
+        let errors = [
+            ("grad", fails(&|| drop(grad(loss)(&ints)))),
+            ("value_and_grad", fails(&|| drop(value_and_grad(loss)(&ints)))),
+            ("jacfwd", fails(&|| drop(jacfwd(vector)(&ints)))),
+            ("jacrev", fails(&|| drop(jacrev(vector)(&ints)))),
+            ("hessian", fails(&|| drop(hessian(loss)(&ints)))),
+        ];
+        for (op, e) in errors {
+            assert_eq!(e.op, op, "{e}");
+            let m = e.to_string();
+            assert!(m.contains("no floating-point leaf") && m.contains(".0: i32[3]") && m.contains(".1: bool[]"), "{m}");
+            assert!(m.contains(&format!("{op}_argnums")) && m.contains("cast"), "{m}");
+        }
+        assert_eq!(xform::core::interp::stack_depth(), 0);
+        // an argument without leaves has an empty gradient, as in JAX
+        assert_eq!(grad(|_: &()| Tensor::scalar(1.0f32))(&()), ());
         let e = catch(|| jvp(|x: &Tensor| x.sin(), &Tensor::ones([3], DType::F32), &Tensor::ones([2], DType::F32)))
             .unwrap_err();
         assert!(e.to_string().contains("the tangent for <root> must have its primal's shape"), "{e}");

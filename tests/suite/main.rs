@@ -7,6 +7,7 @@ mod reference_conv;
 mod registry;
 
 mod accountant;
+mod captured;
 mod api;
 mod compositions;
 mod control;

@@ -22,12 +22,36 @@ fn check_scalar(op: &str, y: &Tensor) -> Result<()> {
     Ok(())
 }
 
+/// Refuses an argument that has leaves but no floating-point one: there
+/// is nothing to differentiate (JAX and PyTorch raise too; integer and
+/// bool leaves beside float ones get zero gradients, JAX's `allow_int`).
+/// An argument without leaves has an empty gradient, as in JAX.
+pub(crate) fn check_differentiable<X: Tree>(op: &str, x: &X) -> Result<()> {
+    let leaves = x.leaves();
+    if leaves.is_empty() || leaves.iter().any(|l| l.dtype().is_float()) {
+        return Ok(());
+    }
+    let paths = x.paths();
+    let shown: Vec<String> = paths.iter().zip(leaves.iter()).take(4).map(|(p, l)| format!("{p}: {}", l.aval())).collect();
+    let more = if leaves.len() > 4 { format!(", and {} more", leaves.len() - 4) } else { String::new() };
+    Err(Error::transform(
+        op,
+        format!(
+            "the argument has no floating-point leaf to differentiate ({}{more}); integer and bool leaves get zero \
+             derivatives only beside float ones. Pass the values to differentiate as floats (`x.cast(DType::F32)`), \
+             or select the arguments to differentiate with `{op}_argnums`",
+            shown.join(", ")
+        ),
+    ))
+}
+
 /// Value, aux and gradient, all at once.
 fn value_grad_aux<X: Tree, A: Tree>(
     op: &'static str,
     f: impl FnOnce(&X) -> (Tensor, A),
     x: &X,
 ) -> Result<((Tensor, A), X)> {
+    check_differentiable(op, x)?;
     let lin = linearize_flat(op, f, x);
     let y = lin.out_leaves[0].clone();
     check_scalar(op, &y)?;
@@ -54,6 +78,8 @@ fn value_grad_aux<X: Tree, A: Tree>(
 /// Integer and bool leaves of the argument are not differentiated (JAX's
 /// `allow_int` with float0, Equinox's `filter_grad`): their gradient is
 /// zeros in the leaf's own dtype, so `(params, labels)` can be one argument.
+/// An argument with leaves but no float leaf is an error (nothing to
+/// differentiate), as in JAX and PyTorch.
 /// Gradients with respect to some arguments only: [`grad_argnums`](crate::grad_argnums).
 ///
 /// # Panics

@@ -142,11 +142,14 @@ pub(crate) fn try_jacfwd<X: Tree, Y: Tree, A: Tree>(
     x: &X,
     int_outputs: bool,
 ) -> Result<(Y::Map<X>, A)> {
+    // (the outer Jacobian of a Hessian: named as the user called it)
+    crate::grad::check_differentiable(if int_outputs { "hessian" } else { "jacfwd" }, x)?;
     let ins = x.leaves();
     let diff: SmallVec<[bool; 4]> = ins.iter().map(|l| l.dtype().is_float()).collect();
     let dins: Vec<Tensor> = ins.iter().filter(|l| l.dtype().is_float()).cloned().collect();
     if dins.is_empty() {
-        // Nothing to differentiate: every block is zeros.
+        // No leaves at all (an empty tree; one without float leaves was
+        // refused above): every block is empty.
         let (y, aux) = f(x);
         check_outputs("jacfwd", &y, &y.leaves(), int_outputs)?;
         let blocks: Vec<X> = y
@@ -258,6 +261,7 @@ pub(crate) fn try_jacrev<X: Tree, Y: Tree, A: Tree>(
     opts: &JacOptions,
     x: &X,
 ) -> Result<(Y::Map<X>, A)> {
+    crate::grad::check_differentiable("jacrev", x)?;
     let ins = x.leaves();
     let lin = linearize_flat("jacrev", f, x);
     let (y, aux) = &lin.out;

@@ -18,8 +18,16 @@
 //! - Neither may differentiate a value its closures capture: pass it as an
 //!   argument (JAX refuses the same; its `closure_convert` is not needed
 //!   here, since xform hoists the captured values itself).
+//! - A function that writes to its arguments in place (which JAX's pure
+//!   functions cannot) leaves them written as its eager call would, under
+//!   every transform: the final values are computed by the function's own
+//!   code beside the custom rule's primitive, and differentiated as
+//!   ordinary code (the custom rule gives the derivative of the results
+//!   only; the rules' own writes to their arguments are not seen). The
+//!   same holds for [`checkpoint`], whose body returns the final values
+//!   with its results.
 
-use super::{avals, check_leaf_types, check_same_types, stage_fn};
+use super::{avals, check_leaf_types, check_same_types, stage_fn, stage_writing, write_back_written};
 use crate::tree::Tree;
 use xform_ops::prim::{Body, ControlOp, Prim, RematPolicy};
 use xform_ops::{bind, Aval, Error, OrRaise, Program, Result, Tensor};
@@ -73,7 +81,8 @@ impl<F, R> CustomJvp<F, R> {
         let op = "custom_jvp";
         let in_avals = avals(x);
         let n = in_avals.len();
-        let fun = stage_fn(op, &in_avals, |ins| (self.f)(&x.with_leaves(ins.iter().cloned())))?;
+        let (fun, written) = stage_writing(op, &in_avals, |ins| (self.f)(&x.with_leaves(ins.iter().cloned())))?;
+        let (fun, finals) = split_finals(fun);
         let rule_avals: Vec<Aval> = in_avals.iter().chain(&in_avals).cloned().collect();
         let rule = stage_fn(op, &rule_avals, |ins| {
             (self.rule)(&x.with_leaves(ins[..n].iter().cloned()), &x.with_leaves(ins[n..].iter().cloned()))
@@ -89,7 +98,9 @@ impl<F, R> CustomJvp<F, R> {
             fun_consts: fun.consts.len(),
             rule_consts: rule.consts.len(),
         });
-        Ok(fun.out.with_leaves(bind(&prim, &operands)?))
+        let y = bind(&prim, &operands)?;
+        write_back_finals(op, finals, &fun.consts, x, &written)?;
+        Ok(fun.out.with_leaves(y))
     }
 }
 
@@ -188,7 +199,8 @@ impl<F, Fw, B, J> CustomVjp<F, Fw, B, J> {
     {
         let op = "custom_vjp";
         let in_avals = avals(x);
-        let fun = stage_fn(op, &in_avals, |ins| (self.f)(&x.with_leaves(ins.iter().cloned())))?;
+        let (fun, written) = stage_writing(op, &in_avals, |ins| (self.f)(&x.with_leaves(ins.iter().cloned())))?;
+        let (fun, finals) = split_finals(fun);
         let fwd = stage_fn(op, &in_avals, |ins| (self.fwd)(&x.with_leaves(ins.iter().cloned())))?;
         check_same_types(op, "the function", &fun.out, "fwd's output", &fwd.out.0)?;
         let (y, r) = &fwd.out;
@@ -225,8 +237,47 @@ impl<F, Fw, B, J> CustomVjp<F, Fw, B, J> {
             jvp: jvp.map(|j| Body::new(j.0)),
             consts: [fun.consts.len(), fwd.consts.len(), bwd.consts.len(), jvp_consts],
         });
-        Ok(fun.out.with_leaves(bind(&prim, &operands)?))
+        let y = bind(&prim, &operands)?;
+        write_back_finals(op, finals, &fun.consts, x, &written)?;
+        Ok(fun.out.with_leaves(y))
     }
+}
+
+/// A staged function whose program returns its results and then the final
+/// values of the arguments it wrote: the program of its results alone (the
+/// custom primitive's body) and, if it wrote any, the program of the final
+/// values alone.
+fn split_finals<Y: Tree>(mut s: super::Staged<Y>) -> (super::Staged<Y>, Option<Program>) {
+    let n_out = s.out.leaves().len();
+    if s.program.outputs.len() == n_out {
+        return (s, None);
+    }
+    let mut finals = s.program.clone();
+    finals.outputs.drain(..n_out);
+    let n_finals = finals.outputs.len();
+    finals.keep_outputs(n_finals);
+    s.program.keep_outputs(n_out);
+    (s, Some(finals))
+}
+
+/// Computes the final values of the arguments a custom function wrote
+/// (its program `finals` on its captured values `consts` and the
+/// arguments, as ordinary code that every transform sees) and writes them
+/// back to the caller's arguments.
+fn write_back_finals<X: Tree>(
+    op: &str,
+    finals: Option<Program>,
+    consts: &[Tensor],
+    x: &X,
+    written: &[bool],
+) -> Result<()> {
+    let Some(p) = finals else {
+        return Ok(());
+    };
+    let leaves = x.leaves();
+    let operands: Vec<Tensor> = consts.iter().chain(leaves.iter()).cloned().collect();
+    let values = p.eval(&operands)?;
+    write_back_written(op, &leaves, written, values)
 }
 
 /// `f` checkpointed (JAX's `jax.checkpoint` / `remat`, PyTorch's
@@ -252,11 +303,18 @@ pub fn checkpoint<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y) -> impl Fn(&X) -> Y {
 pub fn checkpoint_with<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y, policy: RematPolicy) -> impl Fn(&X) -> Y {
     move |x: &X| {
         let run = || -> Result<Y> {
-            let s = stage_fn("checkpoint", &avals(x), |ins| f(&x.with_leaves(ins.iter().cloned())))?;
+            let (s, written) = stage_writing("checkpoint", &avals(x), |ins| f(&x.with_leaves(ins.iter().cloned())))?;
+            let leaves = x.leaves();
             let mut operands = s.consts.clone();
-            operands.extend(x.leaves().iter().cloned());
+            operands.extend(leaves.iter().cloned());
+            let n_out = s.out.leaves().len();
             let prim = Prim::Control(ControlOp::Checkpoint { body: Body::new(s.program), policy });
-            Ok(s.out.with_leaves(bind(&prim, &operands)?))
+            // the body returns the final values of the arguments it wrote
+            // after its results
+            let mut outs = bind(&prim, &operands)?.into_vec();
+            let finals = outs.split_off(n_out);
+            write_back_written("checkpoint", &leaves, &written, finals)?;
+            Ok(s.out.with_leaves(outs))
         };
         run().or_raise()
     }

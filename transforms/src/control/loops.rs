@@ -169,7 +169,10 @@ pub fn try_fori_loop<C: Tree>(
             let as_tensor = |b: &Bound<'_>, dtype: DType| -> Result<Tensor> {
                 match b {
                     Bound::Static(v) => {
-                        let (lo, hi) = dtype.int_range().expect("an integer dtype");
+                        // (a tensor bound of another dtype is refused below)
+                        let Some((lo, hi)) = dtype.int_range() else {
+                            return lax::scalar(*v as f64, dtype, device);
+                        };
                         if !(lo..=hi).contains(&(*v as i128)) {
                             return Err(Error::overflow(
                                 "fori_loop",
@@ -199,7 +202,17 @@ pub fn try_fori_loop<C: Tree>(
                     Bound::Static(_) => None,
                 })
                 .unwrap_or(DType::I32);
-            let (lo, hi) = (as_tensor(&lower, dtype)?, as_tensor(&upper, dtype)?);
+            // the tensor bound first: its error names what is wrong with it
+            let (lo, hi) = match lower {
+                Bound::Dynamic(_) => {
+                    let lo = as_tensor(&lower, dtype)?;
+                    (lo, as_tensor(&upper, dtype)?)
+                }
+                Bound::Static(_) => {
+                    let hi = as_tensor(&upper, dtype)?;
+                    (as_tensor(&lower, dtype)?, hi)
+                }
+            };
             // bounds whose values are known now: the trip count must fit
             // their dtype (under jit or vmap the loop runs as the bounds
             // say, one step at a time)

@@ -47,6 +47,43 @@ pub(crate) fn stage_fn<Y: Tree>(
     Ok(Staged { program, consts, out: out.expect("the staged function returned") })
 }
 
+/// [`stage_fn`] for a function that may write to its arguments in place,
+/// as eager code would: also says which arguments it wrote, and the
+/// program returns their final values after `f`'s own results (the
+/// written ones only, in argument order).
+pub(crate) fn stage_writing<Y: Tree>(
+    name: &'static str,
+    in_avals: &[Aval],
+    f: impl FnOnce(&[Tensor]) -> Y,
+) -> Result<(Staged<Y>, Vec<bool>)> {
+    let mut written = vec![false; in_avals.len()];
+    let s = stage_fn(name, in_avals, |ins| {
+        let y = f(ins);
+        for (w, t) in written.iter_mut().zip(ins) {
+            *w = t.version() > 0;
+        }
+        (y, ins.to_vec())
+    })?;
+    let Staged { mut program, consts, out: (y, _) } = s;
+    keep_written_finals(&mut program, y.leaves().len(), &written);
+    Ok((Staged { program, consts, out: y }, written))
+}
+
+/// Keeps a staged body's first `n_out` outputs and, of the final values of
+/// its arguments that follow, those of the `written` ones.
+fn keep_written_finals(program: &mut Program, n_out: usize, written: &[bool]) {
+    let finals = program.outputs.split_off(n_out);
+    program.outputs.extend(finals.into_iter().zip(written).filter(|(_, &w)| w).map(|(a, _)| a));
+}
+
+/// Writes the final values `finals` of the `written` arguments back into
+/// the caller's `leaves` (all or nothing: `functionalize::write_back`).
+pub(crate) fn write_back_written(op: &str, leaves: &[Tensor], written: &[bool], finals: Vec<Tensor>) -> Result<()> {
+    let mut finals = finals.into_iter();
+    let finals: Vec<Option<Tensor>> = written.iter().map(|&w| if w { finals.next() } else { None }).collect();
+    crate::functionalize::write_back(op, leaves, finals)
+}
+
 /// The abstract values of a tree's leaves.
 pub(crate) fn avals<X: Tree>(x: &X) -> Vec<Aval> {
     x.leaves().iter().map(Tensor::aval).collect()
@@ -142,16 +179,9 @@ fn run_branches<X: Tree, Y: Tree>(
         staged.push((name, Staged { program, consts, out: y }));
     }
     let n_out = staged.first().map_or(0, |(_, s)| s.out.leaves().len());
-    let any_mutated = mutated.iter().any(|&m| m);
+    // every branch returns the final values of the operands any branch wrote
     for (_, s) in staged.iter_mut() {
-        if any_mutated {
-            // Keep the final values of the mutated operands only.
-            let finals: Vec<_> = s.program.outputs[n_out..].to_vec();
-            s.program.outputs.truncate(n_out);
-            s.program.outputs.extend(finals.into_iter().zip(&mutated).filter(|(_, &m)| m).map(|(a, _)| a));
-        } else {
-            s.program.outputs.truncate(n_out);
-        }
+        keep_written_finals(&mut s.program, n_out, &mutated);
     }
     let const_avals: Vec<Vec<Aval>> = staged.iter().map(|(_, s)| avals(&s.consts)).collect();
     let mut operands_all = vec![index.clone()];
@@ -171,11 +201,8 @@ fn run_branches<X: Tree, Y: Tree>(
     }
     let prim = Prim::Control(ControlOp::Cond { branches: bodies.into() });
     let mut outs = bind(&prim, &operands_all)?.into_vec();
-    if any_mutated {
-        let mut finals = outs.split_off(n_out).into_iter();
-        let finals: Vec<Option<Tensor>> = mutated.iter().map(|&m| if m { finals.next() } else { None }).collect();
-        crate::functionalize::write_back(op, &leaves, finals)?;
-    }
+    let finals = outs.split_off(n_out);
+    write_back_written(op, &leaves, &mutated, finals)?;
     Ok(template.expect("at least one branch").with_leaves(outs))
 }
 

@@ -526,7 +526,11 @@ fn compile<S, X: Tree, Y: Tree>(
 /// (a caller's clone sees the writes), so it runs as [`run`].
 fn run_donated<Y: Tree>(c: &Compiled<Y>, leaves: Vec<Tensor>) -> Result<Y> {
     match &c.plan {
-        Some(plan) if c.mutated.is_empty() && leaves.iter().all(|l| !l.is_tracer()) => {
+        // (while another program is staged, `run` records what the
+        // results were computed from)
+        Some(plan)
+            if c.mutated.is_empty() && !xform_ops::staging::recording() && leaves.iter().all(|l| !l.is_tracer()) =>
+        {
             c.program.check_consts("jit")?;
             let outs = match split_now(c) {
                 Some(s) => s.run(&leaves)?,
@@ -559,6 +563,12 @@ fn run<Y: Tree>(c: &Compiled<Y>, leaves: &[Tensor]) -> Result<Y> {
         }
         _ => c.program.eval(leaves)?,
     };
+    // replayed while another program is staged: its results were computed
+    // from the arguments and from what this program captured (NOTE:
+    // [trace-time values] in xform_ops::staging)
+    if xform_ops::staging::recording() {
+        xform_ops::staging::note_computed(leaves, &outs, &c.program.version_guards());
+    }
     if !c.mutated.is_empty() {
         let mut finals: Vec<Option<Tensor>> = vec![None; leaves.len()];
         for (k, &i) in c.mutated.iter().enumerate() {

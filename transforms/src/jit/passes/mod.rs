@@ -70,7 +70,10 @@ pub fn optimize(p: &Program) -> Result<Program> {
 /// inputs (same order and abstract values), and each old variable is
 /// renamed to an atom of the new program once its equation was decided.
 /// Constants enter the new program only when an equation or an output
-/// reads them, so unused ones disappear.
+/// reads them, so unused ones disappear; the new program keeps the old
+/// one's version guards (its constants' and its own), so a write to a
+/// captured tensor after tracing is refused even where the passes folded
+/// or dropped the constant.
 pub struct Rebuild<'p> {
     old: &'p Program,
     b: ProgramBuilder,
@@ -84,6 +87,10 @@ impl<'p> Rebuild<'p> {
     /// A rebuild of `old` with its inputs defined.
     pub fn new(old: &'p Program) -> Self {
         let mut b = ProgramBuilder::new();
+        // a pass may fold a constant into another or drop it (`x * c` with
+        // `c` all ones): the new program still checks every storage the old
+        // one did (NOTE: [trace-time values] in xform_ops::staging)
+        b.inherit_guards(old);
         let mut map = vec![None; old.avals.len()];
         for v in &old.inputs {
             let nv = b.new_input(old.aval(*v).clone());
