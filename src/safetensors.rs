@@ -40,7 +40,7 @@
 //! # Ok::<(), xform::Error>(())
 //! ```
 
-use crate::{DType, Error, Result, Tensor, Tree};
+use crate::{DType, Error, ErrorKind, Result, Tensor, Tree};
 use ::safetensors::tensor::{Dtype, SafeTensors, TensorView, View};
 use half::{bf16, f16};
 use std::borrow::Cow;
@@ -225,6 +225,24 @@ fn encode_tree<T: Tree>(op: &str, tree: &T) -> Result<Vec<(String, Encoded)>> {
         }
     }
     let leaves = tree.leaves();
+    // a leaf without one value here (a tracer of vmap, jit or trace) is
+    // refused before anything is encoded, naming the leaf
+    for (p, l) in paths.iter().zip(&leaves) {
+        if let Err(e) = l.known(op) {
+            return Err(match e.kind {
+                ErrorKind::EscapedTracer { .. } | ErrorKind::ForeignTracer { .. } => e,
+                _ => Error::transform(
+                    op,
+                    format!(
+                        "leaf {p} ({}) has no single value here (under vmap it differs per example; staged \
+                         by jit or trace, it has none yet): save the tensors outside the transformed function, \
+                         from its results",
+                        l.aval()
+                    ),
+                ),
+            });
+        }
+    }
     crate::catch(|| paths.iter().zip(&leaves).map(|(p, l)| (name_of_path(p), encode(l))).collect())
 }
 

@@ -222,6 +222,14 @@ impl Error {
     pub fn raise(self) -> ! {
         raise(self)
     }
+
+    /// The same error named after `op`: the call the user made, where the
+    /// error came from a primitive or helper it is built on
+    /// (`broadcast_to`'s `broadcast_in_dim`, `zeros`' `full`).
+    pub fn named(mut self, op: &str) -> Error {
+        op.clone_into(&mut self.0.op);
+        self
+    }
 }
 
 impl fmt::Display for Error {

@@ -433,6 +433,7 @@ impl Tensor {
         self.known_or_unknown().map_err(|u| match u {
             Unknown::Batched(aval) => unknown_under_vmap(op, &aval),
             Unknown::Staged(aval, by) => unknown_under_trace(op, &aval, by),
+            Unknown::Escaped(e) => e.named(op),
         })
     }
 
@@ -445,6 +446,11 @@ impl Tensor {
                     // a value staged code decides on (NOTE: [trace-time values])
                     crate::staging::note_read(a);
                     return Ok(a.clone());
+                }
+                // a tracer whose transform is not on this thread's stack
+                // has no value to read here, whatever its kind
+                Value::Tracer(tr) if !crate::interp::pushed_after(0, tr.tag) => {
+                    return Err(Unknown::Escaped(crate::interp::escaped("", &t, tr.tag)))
                 }
                 Value::Tracer(tr) => match &tr.data {
                     TracerData::Dual { primal, .. } => primal.clone(),
@@ -691,6 +697,9 @@ enum Unknown {
     Batched(Aval),
     /// A staged tracer: no value yet (and the transform staging it).
     Staged(Aval, &'static str),
+    /// A tracer whose transform returned, or that reached another thread:
+    /// the error says so.
+    Escaped(Error),
 }
 
 #[cold]

@@ -27,7 +27,7 @@ fn shape_errors_name_the_op_and_shapes() {
     let e = err(|| t(&[2, 3]).reshape(&[5]));
     assert!(e.to_string().starts_with("reshape: cannot reshape 6 elements to [5]"), "{e}");
     let e = err(|| Tensor::concat(&[t(&[2, 3]), t(&[2, 4])], 0));
-    assert!(e.to_string().contains("concatenate: operands must agree on every axis but 0"), "{e}");
+    assert!(e.to_string().contains("concat: operands must agree on every axis but 0"), "{e}");
     let e = err(|| t(&[2]).broadcast_to([3]));
     assert!(e.to_string().contains("broadcast_to"), "{e}");
 }
@@ -158,8 +158,8 @@ fn overflow(e: &xform::Error, op: &str) {
 fn element_counts_past_isize_max_are_overflow_errors() {
     let big = 1usize << 32;
     // Constructors.
-    overflow(&err(|| Tensor::zeros([big, big], DType::F32)), "full");
-    overflow(&err(|| Tensor::ones([1 << 62], DType::F32)), "full"); // 2^64 bytes
+    overflow(&err(|| Tensor::zeros([big, big], DType::F32)), "zeros");
+    overflow(&err(|| Tensor::ones([1 << 62], DType::F32)), "ones"); // 2^64 bytes
     assert!(matches!(Tensor::try_full([big, big, 2], 0.0, DType::I64).unwrap_err().kind, ErrorKind::Overflow { .. }));
     overflow(&err(|| Tensor::from_vec(Vec::<f32>::new(), [big, big])), "from_vec");
     overflow(&err(|| Tensor::eye_nm(big, big, 0, DType::F32)), "eye");
@@ -168,22 +168,19 @@ fn element_counts_past_isize_max_are_overflow_errors() {
     // Shape rules: views and products of views that would be too large.
     let one = Tensor::scalar(1.0f32);
     let e = err(|| one.broadcast_to([big, big]));
-    overflow(&e, "broadcast_in_dim");
+    overflow(&e, "broadcast_to");
     assert!(e.to_string().contains("[4294967296, 4294967296]"), "{e}");
     let col = one.broadcast_to([big, 1]);
-    overflow(&err(|| col.matmul(&col.t())), "dot_general");
+    overflow(&err(|| col.matmul(&col.t())), "matmul");
     let half = Tensor::scalar(true).broadcast_to([1 << 62]);
-    overflow(&err(|| Tensor::concat(&[half.clone(), half.clone()], 0)), "concatenate");
-    overflow(
-        &err(|| Tensor::concat(&[half.clone(), half.clone(), half.clone(), half.clone(), half], 0)),
-        "concatenate",
-    );
+    overflow(&err(|| Tensor::concat(&[half.clone(), half.clone()], 0)), "concat");
+    overflow(&err(|| Tensor::concat(&[half.clone(), half.clone(), half.clone(), half.clone(), half], 0)), "concat");
     // The same refusals under transforms, with the stack restored.
     let x = Tensor::from_vec(vec![1.0f64, 2.0], [2]);
     let e = err(|| grad(|x: &Tensor| x.broadcast_to([big, big, 2]).sum())(&x));
-    overflow(&e, "broadcast_in_dim");
+    overflow(&e, "broadcast_to");
     assert_eq!(e.transforms, "grad");
-    overflow(&err(|| vmap(|x: &Tensor| x.broadcast_to([big, big]))(&x)), "broadcast_in_dim");
+    overflow(&err(|| vmap(|x: &Tensor| x.broadcast_to([big, big]))(&x)), "broadcast_to");
     // Size arithmetic in the methods.
     let x4 = Tensor::from_vec(vec![0.0f32, 1.0, 2.0, 3.0], [4]);
     let e = err(|| x4.narrow(0, usize::MAX, 2));
@@ -299,5 +296,67 @@ fn a_tracer_with_another_interpreters_data_is_an_internal_error() {
     check(e, "trace", "dual", "staged");
     let e = catch(|| trace(|x: &Tensor| forge(x, dual(x)), &x)).unwrap_err();
     check(e, "trace", "dual", "staged");
+    assert_eq!(xform::core::interp::stack_depth(), 0);
+}
+
+/// Errors name the call the user made (issue 46, item 11): a shape that
+/// overflows in `zeros`, `ones`, `broadcast_to`, `repeat` and `tile`
+/// (which reported the internal `full` and `broadcast_in_dim`); reading a
+/// tracer that escaped its transform says it escaped (it said "under vmap
+/// the value differs per example"); saving under vmap names
+/// `safetensors::save` and the leaf (it said `to_vec`).
+#[test]
+fn errors_name_the_users_call() {
+    let big = 1usize << 62;
+    let x = t(&[3]);
+    for (op, e) in [
+        ("zeros", err(|| Tensor::zeros([big, 4], DType::F32))),
+        ("ones", err(|| Tensor::ones([big, 4], DType::F32))),
+        ("broadcast_to", err(|| x.broadcast_to([big, 3]))),
+        ("repeat", err(|| x.repeat(big, None))),
+        ("tile", err(|| x.tile(&[big]))),
+    ] {
+        assert_eq!(e.op, op, "{e}");
+        assert!(matches!(e.kind, ErrorKind::Overflow { .. }), "{e}");
+        assert!(e.to_string().starts_with(&format!("{op}: a float32 array of shape")), "{e}");
+    }
+
+    let xs = t(&[2, 3]);
+    let kept = std::cell::RefCell::new(Vec::new());
+    let _ = vmap(|r: &Tensor| {
+        kept.borrow_mut().push(r.clone());
+        r * 2.0
+    })(&xs);
+    let _ = trace(
+        |r: &Tensor| {
+            kept.borrow_mut().push(r.clone());
+            r * 2.0
+        },
+        &x,
+    );
+    for (k, name) in [(0, "vmap"), (1, "trace")] {
+        let tracer = kept.borrow()[k].clone();
+        let e = tracer.try_to_vec::<f32>().unwrap_err();
+        assert!(matches!(e.kind, ErrorKind::EscapedTracer { .. }), "{e}");
+        assert_eq!(e.op, "to_vec");
+        assert!(e.to_string().contains(&format!("traced by {name} was used after {name} returned")), "{e}");
+        let e = catch(|| Tensor::scalar(tracer.slice(s![0]).item::<f32>())).unwrap_err();
+        assert!(matches!(e.kind, ErrorKind::EscapedTracer { .. }), "{e}");
+    }
+
+    let dir = std::env::temp_dir().join(format!("xform-errors-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("under_vmap.safetensors");
+    let e = catch(|| {
+        vmap(|r: &Tensor| {
+            xform::safetensors::save(&path, &(r.clone(), r.sum())).or_raise();
+            r.clone()
+        })(&xs)
+    })
+    .unwrap_err();
+    assert_eq!(e.op, "safetensors::save", "{e}");
+    assert!(e.to_string().contains("leaf .0 (f32[3]) has no single value here"), "{e}");
+    assert!(!path.exists(), "nothing was written");
+    let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(xform::core::interp::stack_depth(), 0);
 }

@@ -29,11 +29,11 @@ fn still_usable() {
 #[test]
 fn zeros_larger_than_memory_is_an_out_of_memory_error() {
     let e = catch(|| Tensor::zeros([1usize << 40], DType::F32)).unwrap_err();
-    assert_eq!(e.op, "full");
+    assert_eq!(e.op, "zeros");
     assert_eq!(oom(&e), (Some(vec![1 << 40]), Some(DType::F32), Device::Cpu, 4 << 40));
     assert_eq!(
         e.to_string(),
-        "full: out of memory: cannot allocate 4398046511104 bytes on cpu for a float32 array of shape [1099511627776]"
+        "zeros: out of memory: cannot allocate 4398046511104 bytes on cpu for a float32 array of shape [1099511627776]"
     );
     still_usable();
     let e = catch(|| Tensor::ones([1usize << 20, 1 << 20], DType::F64)).unwrap_err();

@@ -7,6 +7,15 @@ use crate::prims::check_size;
 use crate::tensor::Tensor;
 use xform_kernels::{CpuBuffer, DType, Element, Shape};
 
+/// `shape` filled with `value` for the constructor `op` (which its errors
+/// name).
+fn filled(op: &str, shape: Shape, value: f64, dtype: DType) -> Result<Tensor> {
+    check_size(op, &shape, dtype)?;
+    super::check_scalar_fits(op, value, dtype)?;
+    let a = Array::try_full(op, shape, dtype, value)?;
+    Ok(Tensor::from_array(a.to_device(crate::array::default_device())?))
+}
+
 impl Tensor {
     /// A tensor over `data` with `shape` (row-major).
     ///
@@ -63,23 +72,25 @@ impl Tensor {
     /// infinite or out of its range; numpy 2 refuses these too); an
     /// out-of-memory error if the buffer cannot be allocated.
     pub fn try_full(shape: impl Into<Shape>, value: f64, dtype: DType) -> Result<Tensor> {
-        let shape = shape.into();
-        check_size("full", &shape, dtype)?;
-        super::check_scalar_fits("full", value, dtype)?;
-        let a = Array::try_full("full", shape, dtype, value)?;
-        Ok(Tensor::from_array(a.to_device(crate::array::default_device())?))
+        filled("full", shape.into(), value, dtype)
     }
 
     /// Zeros.
+    ///
+    /// # Panics
+    /// As [`Tensor::try_full`] (the error names `zeros`).
     #[track_caller]
     pub fn zeros(shape: impl Into<Shape>, dtype: DType) -> Tensor {
-        Tensor::full(shape, 0.0, dtype)
+        filled("zeros", shape.into(), 0.0, dtype).or_raise()
     }
 
     /// Ones.
+    ///
+    /// # Panics
+    /// As [`Tensor::try_full`] (the error names `ones`).
     #[track_caller]
     pub fn ones(shape: impl Into<Shape>, dtype: DType) -> Tensor {
-        Tensor::full(shape, 1.0, dtype)
+        filled("ones", shape.into(), 1.0, dtype).or_raise()
     }
 
     /// `value` shaped, typed and placed like `self` (fresh storage; under a
@@ -124,6 +135,8 @@ impl Tensor {
     /// `n` evenly spaced values from `start` to `end` inclusive.
     #[track_caller]
     pub fn linspace(start: f64, end: f64, n: usize, dtype: DType) -> Tensor {
+        // (computed in f64 first, then cast: both must fit)
+        check_size("linspace", &Shape::from([n]), dtype).or_raise();
         check_size("linspace", &Shape::from([n]), DType::F64).or_raise();
         let at = |i: usize| if n == 1 { start } else { start + (end - start) * i as f64 / (n - 1) as f64 };
         let a = Array::try_from_fn("linspace", Shape::from([n]), at).or_raise();
@@ -195,10 +208,7 @@ impl Tensor {
             Error::shape("item", "needs a tensor with exactly one element", &[&self.shape()]).raise();
         }
         // (named `item` in its errors: a staged value, a wrong dtype)
-        let values = self.try_to_vec::<T>().map_err(|mut e| {
-            e.op = "item".into();
-            e
-        });
+        let values = self.try_to_vec::<T>().map_err(|e| e.named("item"));
         values.or_raise()[0]
     }
 

@@ -29,6 +29,11 @@ impl Tensor {
 
     /// [`Tensor::matmul`] returning an error instead of panicking.
     pub fn try_matmul(&self, other: &Tensor) -> Result<Tensor> {
+        // (errors of the products and broadcasts it is built on name matmul)
+        self.matmul_unnamed(other).map_err(|e| e.named("matmul"))
+    }
+
+    fn matmul_unnamed(&self, other: &Tensor) -> Result<Tensor> {
         let (a, b) = promote(self, other)?;
         let (sa, sb) = (a.shape(), b.shape());
         let (ra, rb) = (sa.rank(), sb.rank());

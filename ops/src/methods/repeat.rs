@@ -35,10 +35,11 @@ impl Tensor {
         let mut wide = s.clone();
         wide.0.insert(a + 1, repeats);
         let dims: Vec<usize> = (0..s.rank()).map(|d| if d <= a { d } else { d + 1 }).collect();
-        let b = lax::broadcast_in_dim(&x, &wide, &dims)?;
+        // (errors name the user's call, not the broadcast and reshape)
+        let b = lax::broadcast_in_dim(&x, &wide, &dims).map_err(|e| e.named("repeat"))?;
         let mut out = s;
         out.0[a] *= repeats;
-        lax::reshape(&b, &out)
+        lax::reshape(&b, &out).map_err(|e| e.named("repeat"))
     }
 
     /// Element `i` along `axis` repeated `repeats[i]` times (jnp's `repeat`
@@ -98,12 +99,14 @@ impl Tensor {
         let dims: Vec<usize> = std::iter::repeat_n(1, r - s.rank()).chain(s.iter().copied()).collect();
         let reps: Vec<usize> = std::iter::repeat_n(1, r - reps.len()).chain(reps.iter().copied()).collect();
         // [a0, a1, ..] -> [reps0, a0, reps1, a1, ..] (a broadcast) -> [reps0 * a0, ..]
-        let x = lax::reshape(self, &Shape::from(dims.clone()))?;
+        // (errors name the user's call, not the broadcast and reshapes)
+        let named = |e: Error| e.named("tile");
+        let x = lax::reshape(self, &Shape::from(dims.clone())).map_err(named)?;
         let wide: Vec<usize> = (0..r).flat_map(|d| [reps[d], dims[d]]).collect();
         let into: Vec<usize> = (0..r).map(|d| 2 * d + 1).collect();
-        let b = lax::broadcast_in_dim(&x, &Shape::from(wide), &into)?;
+        let b = lax::broadcast_in_dim(&x, &Shape::from(wide), &into).map_err(named)?;
         let out: Vec<usize> = (0..r).map(|d| reps[d] * dims[d]).collect();
-        lax::reshape(&b, &Shape::from(out))
+        lax::reshape(&b, &Shape::from(out)).map_err(named)
     }
 }
 

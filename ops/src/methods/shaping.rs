@@ -133,7 +133,7 @@ impl Tensor {
             return Err(Error::shape("broadcast_to", "cannot broadcast to this shape", &[&own, &shape]));
         }
         let dims: Axes = (shape.rank() - own.rank()..shape.rank()).collect();
-        make_view(self, &[Prim::Shape(ShapeOp::BroadcastInDim { shape, dims })])
+        make_view(self, &[Prim::Shape(ShapeOp::BroadcastInDim { shape, dims })]).map_err(|e| e.named("broadcast_to"))
     }
 
     /// Removes axis `axis`, which must have size 1 (a view).
@@ -269,7 +269,7 @@ impl Tensor {
         let a = norm_axis("concat", axis, first.rank())?;
         let d = tensors.iter().map(|t| t.borrow().dtype()).reduce(xform_kernels::DType::promote).expect("nonempty");
         let ts: Vec<Tensor> = tensors.iter().map(|t| lax::convert(t.borrow(), d)).collect::<Result<_>>()?;
-        let out = lax::concatenate(&ts, a)?;
+        let out = lax::concatenate(&ts, a).map_err(|e| e.named("concat"))?;
         if ts.len() == 1 {
             lax::copy(&out)
         } else {
