@@ -63,7 +63,7 @@ pub use xform_transforms::{
 /// primitives' rules, and the kernels.
 pub mod core {
     pub use xform_kernels as kernels;
-    pub use xform_ops::{interp, prim, prims, program, tensor};
+    pub use xform_ops::{interp, prim, prims, program, stack, tensor};
     pub use xform_transforms::backward_pass;
 
     /// jit's passes over programs and its replay plan.

@@ -88,11 +88,15 @@ pub enum ErrorKind {
         /// The bytes requested (exact, even past `usize`).
         bytes: u128,
     },
-    /// Transforms nested deeper than [`crate::interp::MAX_DEPTH`]
-    /// interpreters (each would cost native stack; see there).
+    /// Transforms nested so deep that this thread's native stack is used
+    /// down to its limit (NOTE: [stack guard] in [`crate::stack`]): one
+    /// more level could overflow it, which would abort the process.
     TooDeep {
-        /// The limit.
-        max: usize,
+        /// The interpreters on the thread's stack when it was refused.
+        depth: usize,
+        /// The bytes kept free below the deepest level
+        /// ([`crate::stack::RESERVE`]).
+        reserve: usize,
     },
     /// Any other invalid argument.
     Invalid {
@@ -283,10 +287,12 @@ impl fmt::Display for Error {
                     write!(f, " for a {dtype} array of shape {shape}")?;
                 }
             }
-            ErrorKind::TooDeep { max } => write!(
+            ErrorKind::TooDeep { depth, reserve } => write!(
                 f,
-                "transforms nested deeper than {max} interpreters (the documented maximum, \
-                 xform::core::interp::MAX_DEPTH); restructure the computation to nest less"
+                "transforms nested too deep for this thread's stack: {depth} interpreters use it down to the \
+                 last {} KiB, which are kept for the innermost function and the kernels; run the computation \
+                 on a thread with a larger stack (std::thread::Builder::stack_size), or nest less",
+                reserve >> 10
             )?,
             ErrorKind::Transform { message }
             | ErrorKind::Overflow { message }

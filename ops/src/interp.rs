@@ -150,24 +150,6 @@ impl Drop for PushGuard {
     }
 }
 
-/// The most interpreters one thread's stack holds at once: a transform call
-/// that would push one more fails with [`ErrorKind::TooDeep`] (raised like
-/// any error inside a transformed function, so [`crate::catch`] returns it,
-/// and every pushed interpreter is popped) instead of overflowing the
-/// native stack.
-///
-/// Each level costs native stack: the transform's frames while `f` runs,
-/// and a rule's frames when an op dispatches down through the levels. A
-/// vmap level, the costliest per interpreter, measured 3.5 KiB in the test
-/// profile (about 880 KiB for 256 nested vmaps, nesting and dispatch; a
-/// vmap-of-grad level, three interpreters, 7.5 KiB), so this many fit in a
-/// 2 MiB thread (Rust's default for spawned threads) with more than half
-/// of it to spare for the user's code and the kernels; tests/suite/limits.rs
-/// runs the maximum on one. `vmap`, `jvp`, `trace` and
-/// `functionalize` push one interpreter each; `grad`, `vjp` and
-/// `linearize` push two (see ARCHITECTURE.md).
-pub const MAX_DEPTH: usize = 256;
-
 /// Runs `f` with `interp` pushed (the current level as its parent) and
 /// current; pops it when `f` returns or panics. This is how every
 /// transform call runs the user's function.
@@ -176,8 +158,9 @@ pub const MAX_DEPTH: usize = 256;
 /// frame, so pushing one allocates nothing.
 ///
 /// # Panics
-/// Raises [`ErrorKind::TooDeep`] (see [`crate::raise`]) when the stack
-/// already holds [`MAX_DEPTH`] interpreters.
+/// Raises [`ErrorKind::TooDeep`] (see [`crate::raise`]) when this thread's
+/// native stack is used down to its limit (NOTE: [stack guard] in
+/// [`crate::stack`]): nothing is pushed.
 pub fn with_interpreter<R>(interp: &dyn Interpreter, f: impl FnOnce() -> R) -> R {
     let _guard = push(interp);
     f()
@@ -188,7 +171,7 @@ pub fn with_interpreter<R>(interp: &dyn Interpreter, f: impl FnOnce() -> R) -> R
 /// is here, not in each generic instance.
 #[inline(never)]
 fn push(interp: &dyn Interpreter) -> PushGuard {
-    if stack_depth() >= MAX_DEPTH {
+    if crate::stack::exhausted() {
         too_deep(interp.tag().name);
     }
     let ptr: *const (dyn Interpreter + '_) = interp;
@@ -216,7 +199,15 @@ fn push(interp: &dyn Interpreter) -> PushGuard {
 #[inline(never)]
 #[track_caller]
 fn too_deep(transform: &str) -> ! {
-    crate::raise(Error::new(transform, ErrorKind::TooDeep { max: MAX_DEPTH }))
+    crate::raise(too_deep_error(transform))
+}
+
+/// The error of a transform call or an op that would go past the stack
+/// limit.
+#[cold]
+#[inline(never)]
+fn too_deep_error(op: &str) -> Error {
+    Error::new(op, ErrorKind::TooDeep { depth: stack_depth(), reserve: crate::stack::RESERVE })
 }
 
 /// Restores the current level when dropped.
@@ -274,6 +265,9 @@ pub fn bind1(prim: &Prim, inputs: &[Tensor]) -> Result<Tensor> {
 /// forward it down, level 0 evaluates it.
 pub fn bind_at(level: Level, prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
     match owner(level, inputs) {
+        // the op's dispatch through the levels recurses on the native
+        // stack (NOTE: [stack guard])
+        Some(_) if crate::stack::exhausted() => Err(too_deep_error(prim.name())),
         // SAFETY: `owner` found the entry on the stack, so the interpreter
         // it points at is alive (see `with_interpreter`) and outlives this
         // call, which runs inside the `with_interpreter` that pushed it.

@@ -22,6 +22,7 @@ pub mod prim;
 pub mod prims;
 pub mod program;
 pub mod random;
+pub mod stack;
 pub mod staging;
 mod storage_ref;
 pub mod tensor;
