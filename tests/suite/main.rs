@@ -29,6 +29,7 @@ mod prims_eval;
 mod random;
 mod rules;
 mod safetensors;
+mod special_ops;
 mod threads;
 mod tree;
 mod views;
