@@ -27,6 +27,7 @@ mod nn;
 mod nn_layers;
 mod prims_eval;
 mod random;
+mod random_original;
 mod rules;
 mod safetensors;
 mod special_ops;
