@@ -431,6 +431,9 @@ pub trait Real:
     /// (`x.via(f32::sinh, f64::sinh)`, or `crate::special`'s pairs), so a
     /// new op adds no method here.
     fn via(self, f32: impl Fn(f32) -> f32, f64: impl Fn(f64) -> f64) -> Self;
+    /// [`Real::via`] for a function of two arguments
+    /// (`x.via2(y, f32::hypot, f64::hypot)`).
+    fn via2(self, y: Self, f32: impl Fn(f32, f32) -> f32, f64: impl Fn(f64, f64) -> f64) -> Self;
 }
 
 macro_rules! real_impl {
@@ -534,6 +537,15 @@ macro_rules! real_impl {
                     f32(self as f32) as $t
                 } else {
                     f64(self as f64) as $t
+                }
+            }
+            #[inline(always)]
+            #[allow(clippy::unnecessary_cast)]
+            fn via2(self, y: Self, f32: impl Fn(f32, f32) -> f32, f64: impl Fn(f64, f64) -> f64) -> Self {
+                if $is_f32 {
+                    f32(self as f32, y as f32) as $t
+                } else {
+                    f64(self as f64, y as f64) as $t
                 }
             }
         }

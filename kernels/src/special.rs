@@ -1,6 +1,7 @@
 //! Scalar special functions for elementwise primitives (digamma,
-//! polygamma, erfinv, lgamma) on the CPU, and [`cuda_helpers`], the CUDA C
-//! device source of the same digamma / polygamma algorithms.
+//! polygamma, erfinv, lgamma, erfc with erfcx and `ln(erfc)`) on the CPU,
+//! and [`cuda_helpers`], the CUDA C device source of the same digamma /
+//! polygamma algorithms.
 //!
 //! Conventions follow `jax.scipy.special` / XLA where JAX is right, and the
 //! true limit where JAX returns NaN without reason (see each function).
@@ -17,6 +18,9 @@
 
 use std::f64::consts::PI;
 use std::fmt::Write;
+
+mod erfc;
+pub use erfc::{erfc, erfc_f32, erfcx, log_erfc};
 
 /// `B_2k / (2k)` for k = 1..=8: digamma's asymptotic series
 /// ψ(x) ~ ln x - 1/(2x) - Σ B_2k / (2k x^2k).

@@ -17,8 +17,8 @@ pub use crate::prims::conv::{conv_general_dilated, ConvDims, ConvOptions};
 pub use crate::prims::padding::Padding;
 pub use crate::prims::unary::{api::*, unary};
 pub use crate::prims::window::{
-    avg_pool, max_pool, reduce_window, reduce_window_max, reduce_window_min, reduce_window_sum, select_and_gather_add,
-    select_and_scatter_add, SelectOp, WindowParams,
+    avg_pool, avg_pool_with, max_pool, reduce_window, reduce_window_max, reduce_window_min, reduce_window_sum,
+    select_and_gather_add, select_and_scatter_add, SelectOp, WindowParams,
 };
 
 /// Converts to `dtype` (no-op if already).

@@ -2,14 +2,32 @@
 //! is a value (a `u32[2]` tensor), every draw is a pure function of it,
 //! so `vmap` over keys gives exactly the per-key streams of a loop.
 //!
-//! The streams are JAX 0.10's defaults: the Threefry-2x32 key of
-//! `jax.random.key(seed)` with `jax_threefry_partitionable = True`. Element
-//! `i` of a draw of any shape hashes the 64-bit counter `i` (as the words
-//! `(i >> 32, i & 0xffffffff)`) under the key; `split` and `fold_in` hash the
-//! key index or the data the same way. Every draw is composed from `lax`
-//! primitives around the `threefry2x32` primitive, so it runs under every
-//! transform and on every device. What matches JAX bit for bit and what
-//! within ulps is stated on each sampler (and in the README).
+//! The streams are JAX 0.10's: the Threefry-2x32 key of
+//! `jax.random.key(seed)`, by default with `jax_threefry_partitionable =
+//! True` (JAX's default since 0.5). Element `i` of a draw of any shape
+//! hashes the 64-bit counter `i` (as the words `(i >> 32, i & 0xffffffff)`)
+//! under the key; `split` and `fold_in` hash the key index or the data the
+//! same way. [`Key::with_partitionable`]`(false)` gives the streams of
+//! `jax_threefry_partitionable = False` (the default of older JAX), where a
+//! draw of `m` 32-bit words hashes the counters `0..m` in two halves (see
+//! NOTE: [original threefry layout]); the key carries the choice, so
+//! `split`, `fold_in` and every sampler follow it, under every transform.
+//! Every draw is composed from `lax` primitives around the `threefry2x32`
+//! primitive, so it runs under every transform and on every device. What
+//! matches JAX bit for bit and what within ulps is stated on each sampler
+//! (and in the README).
+//!
+//! NOTE: [original threefry layout] JAX's `_threefry_random_bits_original`
+//! and `_threefry_split_original` (jax/_src/random/threefry2x32.py) apply
+//! `threefry_2x32(key, iota(m))`: the counters `0..m`, padded with one 0 if
+//! `m` is odd, are cut into halves `x0 = [0, h)` and `x1 = [h, 2h)`
+//! (`h = ceil(m / 2)`), hashed pairwise, and the two output words
+//! concatenated (`y0 ++ y1`, the padding's word dropped). A draw of `n`
+//! 32-bit values takes `m = n` words; of 64-bit values `m = 2n`, the high
+//! halves first (`y[:n] << 32 | y[n:]`); of 16- or 8-bit values `m = ceil(n
+//! / 2)` or `ceil(n / 4)`, each word giving 2 or 4 values from its low bits
+//! up. `split(n)` takes `m = 2n` words as `n` pairs. `fold_in` is the same
+//! in both layouts (the counter pair `(0, data)`).
 
 mod erfinv;
 mod randint;
@@ -21,9 +39,14 @@ use crate::methods::norm_axis;
 use crate::tensor::Tensor;
 use xform_kernels::{CpuBuffer, DType, Element, Shape};
 
-/// A random key: two u32 words (or, under vmap, a batch of them).
+/// A random key: two u32 words (or, under vmap, a batch of them), and the
+/// layout of its streams (JAX's `jax_threefry_partitionable`, true unless
+/// [`Key::with_partitionable`] says otherwise).
 #[derive(Clone, Debug)]
-pub struct Key(Tensor);
+pub struct Key {
+    data: Tensor,
+    partitionable: bool,
+}
 
 /// A scalar constant of exactly `v` (no trip through f64), broadcast to `shape`.
 fn konst<T: Element>(v: T, shape: &Shape, device: Device) -> Result<Tensor> {
@@ -78,10 +101,13 @@ impl Key {
     /// The key for an integer seed (JAX's `jax.random.key(seed)` and
     /// `PRNGKey(seed)`: the words are the high and low halves of the seed).
     pub fn new(seed: u64) -> Key {
-        Key(Tensor::from_vec(vec![(seed >> 32) as u32, seed as u32], [2]))
+        Key { data: Tensor::from_vec(vec![(seed >> 32) as u32, seed as u32], [2]), partitionable: true }
     }
 
-    /// Wraps a `u32[2]` tensor (for example one row of [`Key::split_tensor`]).
+    /// Wraps a `u32[2]` tensor (for example one row of [`Key::split_tensor`])
+    /// as a partitionable key; `.with_partitionable(false)` makes it draw
+    /// the original streams (a row of a non-partitionable key's
+    /// `split_tensor` is one of those).
     ///
     /// # Panics
     /// If the tensor is not `u32[2]`.
@@ -95,25 +121,79 @@ impl Key {
             )
             .raise();
         }
-        Key(t)
+        Key { data: t, partitionable: true }
+    }
+
+    /// The same key words drawing the streams of JAX's
+    /// `jax_threefry_partitionable = partitionable`: `true` (every key's
+    /// default, JAX's since 0.5) or `false`, the default of older JAX, for
+    /// reproducing numbers made with it (NOTE: [original threefry layout]).
+    /// The keys that `split` and `fold_in` derive keep the choice.
+    ///
+    /// ```
+    /// use xform_ops::Key;
+    /// // jax.config.update('jax_threefry_partitionable', False)
+    /// // jax.random.bits(jax.random.key(0), (3,), jnp.uint32)
+    /// let key = Key::new(0).with_partitionable(false);
+    /// assert_eq!(key.bits([3]).to_vec::<u32>(), [4146024105, 1351547692, 2718843009]);
+    /// assert!(!key.split(2)[1].is_partitionable());
+    /// ```
+    pub fn with_partitionable(self, partitionable: bool) -> Key {
+        Key { partitionable, ..self }
+    }
+
+    /// Whether the key draws JAX's partitionable streams (see
+    /// [`Key::with_partitionable`]).
+    pub fn is_partitionable(&self) -> bool {
+        self.partitionable
     }
 
     /// The `u32[2]` tensor.
     pub fn tensor(&self) -> &Tensor {
-        &self.0
+        &self.data
+    }
+
+    /// A key of the same layout over the words `t`.
+    fn derived(&self, t: Tensor) -> Key {
+        Key { data: t, partitionable: self.partitionable }
     }
 
     fn device(&self) -> Device {
-        self.0.device()
+        self.data.device()
     }
 
     /// The two key words, each broadcast to `shape`.
     fn words(&self, shape: &Shape) -> Result<(Tensor, Tensor)> {
         let word = |i: usize| -> Result<Tensor> {
-            let w = lax::reshape(&lax::slice_axis(&self.0, 0, i, i + 1)?, &Shape::scalar())?;
+            let w = lax::reshape(&lax::slice_axis(&self.data, 0, i, i + 1)?, &Shape::scalar())?;
             lax::broadcast_in_dim(&w, shape, &[])
         };
         Ok((word(0)?, word(1)?))
+    }
+
+    /// JAX's `threefry_2x32(key, iota(m))`, the `m` words of the original
+    /// layout (NOTE: [original threefry layout]), as a `u32[m]`.
+    fn words_original(&self, op: &str, m: usize) -> Result<Tensor> {
+        if m as u64 > u32::MAX as u64 {
+            // JAX hashes such draws in blocks under split keys; no such tensor fits in memory.
+            return Err(Error::shape(
+                op,
+                "a draw from a non-partitionable key takes at most 2^32 - 1 32-bit words",
+                &[&Shape::from([m])],
+            ));
+        }
+        let dev = self.device();
+        let h = m.div_ceil(2);
+        let half = Shape::from([h]);
+        let x0 = lax::iota(DType::U32, &half, 0, dev)?;
+        let mut x1 = lax::add(&x0, &konst(h as u32, &half, dev)?)?;
+        if m % 2 == 1 {
+            // the padding counter 0 in place of m
+            x1 = lax::concatenate(&[lax::slice_axis(&x1, 0, 0, h - 1)?, konst(0u32, &Shape::from([1]), dev)?], 0)?;
+        }
+        let (k0, k1) = self.words(&half)?;
+        let (y0, y1) = lax::threefry2x32(&k0, &k1, &x0, &x1)?;
+        lax::slice_axis(&lax::concatenate(&[y0, y1], 0)?, 0, 0, m)
     }
 
     /// Threefry of the row-major counters `0..numel` of `shape` (JAX's
@@ -137,18 +217,29 @@ impl Key {
     }
 
     fn try_split_tensor(&self, n: usize) -> Result<Tensor> {
+        if !self.partitionable {
+            let words = self.words_original("split", n.saturating_mul(2))?;
+            return lax::reshape(&words, &Shape::from([n, 2]));
+        }
         let (y0, y1) = self.hash("split", &Shape::from([n]))?;
         lax::concatenate(&[lax::expand_dims(&y0, 1)?, lax::expand_dims(&y1, 1)?], 1)
     }
 
-    /// `n` new independent keys (the rows of [`Key::split_tensor`]).
+    /// `n` new independent keys (the rows of [`Key::split_tensor`], of this
+    /// key's layout).
     pub fn split(&self, n: usize) -> Vec<Key> {
         let t = self.split_tensor(n);
-        (0..n as isize).map(|i| Key(t.index(i))).collect()
+        (0..n as isize).map(|i| self.derived(t.index(i))).collect()
     }
 
-    /// A new key derived from this one and `data` (JAX's `fold_in`; equal to
-    /// row `data` of `split_tensor(n)` for any `n > data`).
+    /// Row `i` of `split_tensor(n)` as a key of this key's layout.
+    fn split_key(&self, keys: &Tensor, i: isize) -> Key {
+        self.derived(keys.index(i))
+    }
+
+    /// A new key derived from this one and `data` (JAX's `fold_in`; for a
+    /// partitionable key, equal to row `data` of `split_tensor(n)` for any
+    /// `n > data`).
     pub fn fold_in(&self, data: u32) -> Key {
         self.try_fold_in(data).or_raise()
     }
@@ -159,18 +250,65 @@ impl Key {
         let lo = konst(data, &s, self.device())?;
         let (k0, k1) = self.words(&s)?;
         let (y0, y1) = lax::threefry2x32(&k0, &k1, &hi, &lo)?;
-        Ok(Key(lax::concatenate(&[y0, y1], 0)?))
+        Ok(self.derived(lax::concatenate(&[y0, y1], 0)?))
     }
 
     /// Uniform random u32 words of `shape` (JAX's `jax.random.bits(key,
-    /// shape)`, bit for bit): the xor of the two Threefry output words.
+    /// shape)`, bit for bit): the xor of the two Threefry output words (of
+    /// a non-partitionable key: its words `0..numel`).
     pub fn bits(&self, shape: impl Into<Shape>) -> Tensor {
         self.bits32("bits", &shape.into()).or_raise()
     }
 
     fn bits32(&self, op: &str, shape: &Shape) -> Result<Tensor> {
-        let (y0, y1) = self.hash(op, shape)?;
-        xor(&y0, &y1)
+        self.bits_narrow(op, shape, 32)
+    }
+
+    /// JAX's `random_bits(key, width, shape)` for a width of 8, 16 or 32,
+    /// as u32 values below `2^width`.
+    fn bits_narrow(&self, op: &str, shape: &Shape, width: u32) -> Result<Tensor> {
+        let dev = self.device();
+        let mask = |w: &Tensor| -> Result<Tensor> {
+            if width == 32 {
+                Ok(w.clone())
+            } else {
+                lax::and(w, &konst((1u32 << width) - 1, &w.shape(), dev)?)
+            }
+        };
+        if self.partitionable {
+            // the low bits of each element's word
+            let (y0, y1) = self.hash(op, shape)?;
+            return mask(&xor(&y0, &y1)?);
+        }
+        let n = shape.numel();
+        let per = (32 / width) as usize;
+        let words = self.words_original(op, n.div_ceil(per))?;
+        if per == 1 {
+            return lax::reshape(&words, shape);
+        }
+        // word j holds values j * per + k as its bits from width * k up
+        let m = words.shape();
+        let subs = (0..per)
+            .map(|k| {
+                let shifted = lax::div(&words, &konst(1u32 << (width as usize * k), &m, dev)?)?;
+                lax::expand_dims(&mask(&shifted)?, 1)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let flat = lax::reshape(&lax::concatenate(&subs, 1)?, &Shape::from([m.numel() * per]))?;
+        lax::reshape(&lax::slice_axis(&flat, 0, 0, n)?, shape)
+    }
+
+    /// JAX's 64-bit `random_bits(key, 64, shape)` as the high and low u32
+    /// halves of each value.
+    fn bits64(&self, op: &str, shape: &Shape) -> Result<(Tensor, Tensor)> {
+        if self.partitionable {
+            return self.hash(op, shape);
+        }
+        let n = shape.numel();
+        let words = self.words_original(op, n.saturating_mul(2))?;
+        let hi = lax::reshape(&lax::slice_axis(&words, 0, 0, n)?, shape)?;
+        let lo = lax::reshape(&lax::slice_axis(&words, 0, n, 2 * n)?, shape)?;
+        Ok((hi, lo))
     }
 
     /// JAX's `floats` in `_uniform`: the top mantissa bits of the random
@@ -179,25 +317,22 @@ impl Key {
     fn unit_floats(&self, op: &str, shape: &Shape, dtype: DType) -> Result<Tensor> {
         let dev = self.device();
         let u32c = |v: u32| konst(v, shape, dev);
-        // (mask of the random word JAX keeps, shift right, mantissa bits)
-        let (mask, shift, nmant) = match dtype {
+        // (bits JAX draws, shift right, mantissa bits)
+        let (width, shift, nmant) = match dtype {
             DType::F64 => {
                 // 64 bits (y0 << 32 | y1) >> 12: y0 * 2^20 + (y1 >> 12), exact in f64.
-                let (y0, y1) = self.hash(op, shape)?;
+                let (y0, y1) = self.bits64(op, shape)?;
                 let hi = lax::mul(&lax::convert(&y0, DType::F64)?, &konst(2f64.powi(20), shape, dev)?)?;
                 let lo = lax::convert(&lax::div(&y1, &u32c(1 << 12)?)?, DType::F64)?;
                 return lax::mul(&lax::add(&hi, &lo)?, &konst(2f64.powi(-52), shape, dev)?);
             }
-            DType::F32 => (None, 9, 23),
-            DType::F16 => (Some(0xffff), 6, 10),
+            DType::F32 => (32, 9, 23),
+            DType::F16 => (16, 6, 10),
             // nmant = 7 < 8: JAX draws 8 bits and shifts them right by 1.
-            DType::BF16 => (Some(0xff), 1, 7),
+            DType::BF16 => (8, 1, 7),
             other => return Err(Error::dtype(op, "needs a float dtype", &[other])),
         };
-        let mut w = self.bits32(op, shape)?;
-        if let Some(m) = mask {
-            w = lax::and(&w, &u32c(m)?)?;
-        }
+        let w = self.bits_narrow(op, shape, width)?;
         let m = lax::convert(&lax::div(&w, &u32c(1 << shift)?)?, dtype)?;
         lax::mul_scalar(&m, 2f64.powi(-nmant))
     }

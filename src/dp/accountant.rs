@@ -54,8 +54,10 @@
 
 use crate::{Error, Result};
 
-mod special;
-pub use special::{erfc, erfcx, log_erfc};
+/// The complementary error functions the fractional-order series needs:
+/// the kernels' (`xform_kernels::special`), which the `erfc` primitive
+/// computes with too.
+pub use xform_kernels::special::{erfc, erfcx, log_erfc};
 
 /// The Rényi orders the accountant tries: `1.1, 1.2, ..., 10.9` and then
 /// `12, 13, ..., 63`, Opacus's `RDPAccountant.DEFAULT_ALPHAS` (each

@@ -1,5 +1,6 @@
 //! Pooling layers: [`MaxPool2d`], [`AvgPool2d`] (PyTorch's defaults: the
-//! stride is the window, zero padding, `count_include_pad=True`) and
+//! stride is the window, zero padding, `count_include_pad=True`, which
+//! [`AvgPool2d::with_count_include_pad`] turns off) and
 //! [`global_avg_pool`], on `lax::max_pool` / `lax::avg_pool`
 //! (`reduce_window`, whose max-pool VJP routes each window's cotangent to
 //! its first maximum, as PyTorch and JAX do; with NaNs, as JAX does: see
@@ -64,7 +65,9 @@ impl MaxPool2d {
 
 /// 2-D average pooling of `[N, C, H, W]` (or `[C, H, W]`): PyTorch's
 /// `AvgPool2d(kernel_size, stride=kernel_size, padding=0)`, dividing by the
-/// window size with padded zeros counted (`count_include_pad=True`).
+/// window size with padded zeros counted (`count_include_pad=True`), or,
+/// with [`AvgPool2d::with_count_include_pad`]`(false)`, by the number of
+/// the window's elements inside the input.
 ///
 /// ```
 /// use xform::prelude::*;
@@ -72,6 +75,10 @@ impl MaxPool2d {
 ///
 /// let x = Tensor::from_vec((0..16).map(|i| i as f32).collect::<Vec<_>>(), [1, 1, 4, 4]);
 /// assert_eq!(AvgPool2d::new([2, 2]).forward(&x).to_vec::<f32>(), vec![2.5, 4.5, 10.5, 12.5]);
+/// // A corner window holds one input element and three padded zeros.
+/// let padded = AvgPool2d::new([2, 2]).with_padding([1, 1]);
+/// assert_eq!(padded.forward(&x).to_vec::<f32>()[0], 0.0 / 4.0);
+/// assert_eq!(padded.with_count_include_pad(false).forward(&(&x + 1.0)).to_vec::<f32>()[0], 1.0);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, crate::Tree)]
 #[tree(crate = crate)]
@@ -82,15 +89,27 @@ pub struct AvgPool2d {
     /// Window strides.
     #[tree(static)]
     pub stride: [usize; 2],
-    /// Padding per axis, both sides (zeros, counted in the average).
+    /// Padding per axis, both sides (zeros).
     #[tree(static)]
     pub padding: [usize; 2],
+    /// Whether padded elements count in the average (PyTorch's
+    /// `count_include_pad`; `true` by default): if not, each window's sum
+    /// is divided by the number of its elements inside the input.
+    #[tree(static)]
+    pub count_include_pad: bool,
 }
 
 impl AvgPool2d {
-    /// Windows of `kernel` moving by `kernel`, no padding.
+    /// Windows of `kernel` moving by `kernel`, no padding, padding counted.
     pub fn new(kernel: [usize; 2]) -> AvgPool2d {
-        AvgPool2d { kernel, stride: kernel, padding: [0, 0] }
+        AvgPool2d { kernel, stride: kernel, padding: [0, 0], count_include_pad: true }
+    }
+
+    /// The same layer, counting padded elements in the average or not
+    /// (PyTorch's `count_include_pad`).
+    pub fn with_count_include_pad(mut self, count_include_pad: bool) -> AvgPool2d {
+        self.count_include_pad = count_include_pad;
+        self
     }
 
     /// The same layer with strides `stride`.
@@ -111,7 +130,8 @@ impl AvgPool2d {
     /// As [`MaxPool2d::forward`], and on an integer input.
     #[track_caller]
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        lax::avg_pool(x, &self.kernel, &self.stride, &Padding::symmetric(&self.padding)).or_raise()
+        let padding = Padding::symmetric(&self.padding);
+        lax::avg_pool_with(x, &self.kernel, &self.stride, &padding, self.count_include_pad).or_raise()
     }
 }
 

@@ -168,6 +168,10 @@ pub fn eval(e: &Expr, xs: &[Tensor]) -> Tensor {
                 Un::LgammaSq => (&x * &x + 1.0).lgamma(),
                 Un::DigammaSq => (&x * &x + 1.0).digamma(),
                 Un::ErfinvTanh => (x.tanh() * 0.5).erfinv(),
+                Un::Log10Sq => (&x * &x + 1.0).log10(),
+                Un::Erfc => x.erfc(),
+                Un::LogitTanh => (x.tanh() * 0.25 + 0.5).logit(),
+                Un::Sinc => x.sinc(),
             }
         }
         Expr::Binary(op, a, b) => {
@@ -180,6 +184,10 @@ pub fn eval(e: &Expr, xs: &[Tensor]) -> Tensor {
                 Bin::Max => a.maximum(&b),
                 Bin::Min => a.minimum(&b),
                 Bin::Pow => (&a * &a + 1.0).pow(&b.tanh()),
+                Bin::Xlogy => a.xlogy(&(&b * &b + 1.0)),
+                Bin::Xlog1py => a.xlog1py(&(&b * &b)),
+                Bin::Logaddexp => a.logaddexp(&b),
+                Bin::Hypot => a.hypot(&(&b + 0.3)),
             }
         }
         Expr::Reduce { op, axes, keepdims, x } => {
@@ -397,6 +405,10 @@ pub fn rust(e: &Expr) -> String {
                 Un::LgammaSq => format!("{{ let x = {x}; (&x * &x + 1.0).lgamma() }}"),
                 Un::DigammaSq => format!("{{ let x = {x}; (&x * &x + 1.0).digamma() }}"),
                 Un::ErfinvTanh => format!("(({x}).tanh() * 0.5).erfinv()"),
+                Un::Log10Sq => format!("{{ let x = {x}; (&x * &x + 1.0).log10() }}"),
+                Un::Erfc => format!("({x}).erfc()"),
+                Un::LogitTanh => format!("(({x}).tanh() * 0.25 + 0.5).logit()"),
+                Un::Sinc => format!("({x}).sinc()"),
             }
         }
         Expr::Binary(op, a, b) => {
@@ -409,6 +421,10 @@ pub fn rust(e: &Expr) -> String {
                 Bin::Max => "a.maximum(&b)",
                 Bin::Min => "a.minimum(&b)",
                 Bin::Pow => "(&a * &a + 1.0).pow(&b.tanh())",
+                Bin::Xlogy => "a.xlogy(&(&b * &b + 1.0))",
+                Bin::Xlog1py => "a.xlog1py(&(&b * &b))",
+                Bin::Logaddexp => "a.logaddexp(&b)",
+                Bin::Hypot => "a.hypot(&(&b + 0.3))",
             };
             format!("{{ let (a, b) = ({a}, {b}); {body} }}")
         }

@@ -76,9 +76,17 @@ pub enum Un {
     DigammaSq,
     /// `erfinv(tanh(x) / 2)`.
     ErfinvTanh,
+    /// `log10(1 + x²)`.
+    Log10Sq,
+    /// `erfc x`.
+    Erfc,
+    /// `logit(1/2 + tanh(x) / 4)`.
+    LogitTanh,
+    /// `sinc x` (exactly 0 at times: its derivatives at 0 are JAX's custom rule's).
+    Sinc,
 }
 
-pub const UNARY: [Un; 27] = [
+pub const UNARY: [Un; 31] = [
     Un::Sin,
     Un::Cos,
     Un::Tanh,
@@ -106,6 +114,10 @@ pub const UNARY: [Un; 27] = [
     Un::LgammaSq,
     Un::DigammaSq,
     Un::ErfinvTanh,
+    Un::Log10Sq,
+    Un::Erfc,
+    Un::LogitTanh,
+    Un::Sinc,
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,9 +132,30 @@ pub enum Bin {
     Min,
     /// `(1 + a²) ** tanh(b)`.
     Pow,
+    /// `xlogy(a, 1 + b²)` (`a` is exactly 0 at times).
+    Xlogy,
+    /// `xlog1py(a, b²)`.
+    Xlog1py,
+    /// `logaddexp(a, b)` (ties at times).
+    Logaddexp,
+    /// `hypot(a, b + 0.3)` (away from ties |a| = |b + 0.3|, where JAX's
+    /// second derivatives are 0 and xform's hypot's are the true ones).
+    Hypot,
 }
 
-pub const BINARY: [Bin; 7] = [Bin::Add, Bin::Sub, Bin::Mul, Bin::Div, Bin::Max, Bin::Min, Bin::Pow];
+pub const BINARY: [Bin; 11] = [
+    Bin::Add,
+    Bin::Sub,
+    Bin::Mul,
+    Bin::Div,
+    Bin::Max,
+    Bin::Min,
+    Bin::Pow,
+    Bin::Xlogy,
+    Bin::Xlog1py,
+    Bin::Logaddexp,
+    Bin::Hypot,
+];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Red {

@@ -70,6 +70,10 @@ pub fn python(e: &Expr) -> String {
                 Un::LgammaSq => format!("jax.lax.lgamma(jnp.square({x}) + 1.0)"),
                 Un::DigammaSq => format!("jax.lax.digamma(jnp.square({x}) + 1.0)"),
                 Un::ErfinvTanh => format!("jax.lax.erf_inv(jnp.tanh({x}) * 0.5)"),
+                Un::Log10Sq => format!("jnp.log10(jnp.square({x}) + 1.0)"),
+                Un::Erfc => format!("jax.scipy.special.erfc({x})"),
+                Un::LogitTanh => format!("jax.scipy.special.logit(jnp.tanh({x}) * 0.25 + 0.5)"),
+                Un::Sinc => format!("jnp.sinc({x})"),
             }
         }
         Expr::Binary(op, a, b) => {
@@ -82,6 +86,10 @@ pub fn python(e: &Expr) -> String {
                 Bin::Max => format!("jnp.maximum({a}, {b})"),
                 Bin::Min => format!("jnp.minimum({a}, {b})"),
                 Bin::Pow => format!("jnp.power(jnp.square({a}) + 1.0, jnp.tanh({b}))"),
+                Bin::Xlogy => format!("jax.scipy.special.xlogy({a}, jnp.square({b}) + 1.0)"),
+                Bin::Xlog1py => format!("jax.scipy.special.xlog1py({a}, jnp.square({b}))"),
+                Bin::Logaddexp => format!("jnp.logaddexp({a}, {b})"),
+                Bin::Hypot => format!("jnp.hypot({a}, {b} + 0.3)"),
             }
         }
         Expr::Reduce { op, axes, keepdims, x } => {

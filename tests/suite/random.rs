@@ -1,5 +1,6 @@
 //! Known answers for the random streams, computed with JAX 0.10.2 on CPU
-//! (defaults: Threefry-2x32, `jax_threefry_partitionable = True`). Each
+//! (defaults: Threefry-2x32, `jax_threefry_partitionable = True`; the
+//! streams of `False` are in `random_original.rs`). Each
 //! constant names the call that produced it; `k` is `jax.random.key(1701)`
 //! (the same words as `PRNGKey(1701)`), and calls with 64-bit dtypes ran
 //! under `jax.config.update("jax_enable_x64", True)`, which changes no
@@ -48,8 +49,9 @@ fn keys_from_seeds_match_jax() {
 #[test]
 fn bits_match_jax_for_odd_counts_and_matrices() {
     on_each_device(|| {
-        // jax.random.bits(k, (3,), jnp.uint32). (The old stream padded the
-        // odd count: [56197195, 1801093307, 961309823].)
+        // jax.random.bits(k, (3,), jnp.uint32). (The non-partitionable stream
+        // pads the odd count: [56197195, 4200222568, 961309823], see
+        // random_original.rs.)
         assert_eq!(u32s(&k().bits([3])), [1111271205, 2679469115, 974515252]);
         // jax.random.bits(jax.random.key(0), (2, 3), jnp.uint32)
         let b = Key::new(0).bits([2, 3]);

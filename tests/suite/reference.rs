@@ -96,6 +96,23 @@ fn erf(x: f64) -> f64 {
     sum * 2.0 / std::f64::consts::PI.sqrt()
 }
 
+/// erfc: `1 - erf(x)` by the series above for |x| < 2, the continued
+/// fraction `e^{-x^2} / sqrt(pi) / (x + (1/2) / (x + (2/2) / (x + ...)))`
+/// (200 terms, from the bottom up) for x >= 2, and `2 - erfc(-x)` below -2.
+fn erfc(x: f64) -> f64 {
+    if x <= -2.0 {
+        return 2.0 - erfc(-x);
+    }
+    if x < 2.0 {
+        return 1.0 - erf(x);
+    }
+    let mut f = x;
+    for n in (1..=200).rev() {
+        f = x + (n as f64 / 2.0) / f;
+    }
+    (-x * x).exp() / std::f64::consts::PI.sqrt() / f
+}
+
 /// erfinv by Newton's method on the series `erf` above.
 fn erf_inv(x: f64) -> f64 {
     if x.abs() >= 1.0 {
@@ -203,6 +220,16 @@ fn unary(op: UnaryOp, x: f64, d: DType) -> f64 {
         UnaryOp::Erf => erf(x),
         UnaryOp::Exp2 => x.exp2(),
         UnaryOp::Log2 => x.log2(),
+        UnaryOp::Log10 => x.log10(),
+        UnaryOp::Erfc => erfc(x),
+        UnaryOp::Logit => (x / (1.0 - x)).ln(),
+        UnaryOp::Sinc => {
+            if x == 0.0 {
+                1.0
+            } else {
+                (std::f64::consts::PI * x).sin() / (std::f64::consts::PI * x)
+            }
+        }
         UnaryOp::Asin => x.asin(),
         UnaryOp::Acos => x.acos(),
         UnaryOp::Atan => x.atan(),
@@ -303,6 +330,30 @@ fn binary(op: BinaryOp, a: f64, b: f64, d: DType) -> f64 {
             }
         }
         BinaryOp::Atan2 => a.atan2(b),
+        // 0 at a = 0 (scipy's convention), NaN b propagating
+        BinaryOp::Xlogy => {
+            if a == 0.0 && !b.is_nan() {
+                0.0
+            } else {
+                a * b.ln()
+            }
+        }
+        BinaryOp::Xlog1py => {
+            if a == 0.0 && !b.is_nan() {
+                0.0
+            } else {
+                a * b.ln_1p()
+            }
+        }
+        BinaryOp::Logaddexp => {
+            let m = a.max(b);
+            if m == f64::NEG_INFINITY {
+                m
+            } else {
+                m + ((a - m).exp() + (b - m).exp()).ln()
+            }
+        }
+        BinaryOp::Hypot => (a * a + b * b).sqrt(),
         BinaryOp::And => match d {
             DType::Bool => ((a != 0.0) && (b != 0.0)) as i32 as f64,
             DType::U32 => ((a as u32) & (b as u32)) as f64,

@@ -6,6 +6,7 @@
 //! against a loop for every placement of batch dims, the transpose
 //! identity, second order) and holds the edge-point table.
 
+use std::f64::consts::{LOG10_E, PI};
 use std::rc::Rc;
 use xform::core::prim::{BinaryOp, ReduceOp, Reduction, UnaryOp};
 pub use xform::core::prims::sample::Gen as G;
@@ -99,6 +100,10 @@ pub fn edge_points() -> Vec<EdgePoint> {
     };
     let (pow, max, min) = (Prim::Binary(BinaryOp::Pow), Prim::Binary(BinaryOp::Max), Prim::Binary(BinaryOp::Min));
     let un = |op| Prim::Unary(op);
+    let bin = |op| Prim::Binary(op);
+    let (nan, e, frac_1_sqrt2) = (f64::NAN, std::f64::consts::E, std::f64::consts::FRAC_1_SQRT_2);
+    // hypot's Hessian at (3, -3): (I - u u^T) / h with u = (1, -1) / sqrt(2), h = 3 sqrt(2)
+    let tie = 0.5 / (3.0 * 2f64.sqrt());
     let red = |op| Prim::Reduce(Reduction::Reduce { op, axes: smallvec::smallvec![0] });
     let zero3: [&[f64]; 3] = [&[0.0; 3], &[0.0; 3], &[0.0; 3]];
     vec![
@@ -150,6 +155,42 @@ pub fn edge_points() -> Vec<EdgePoint> {
         p(un(UnaryOp::Lgamma), &[0.0], &[f64::NAN], &[&[inf]], ""),
         p(un(UnaryOp::Digamma), &[1.0], &[ZETA2], &[&[-2.0 * ZETA3]], ""),
         p(un(UnaryOp::Digamma), &[0.0], &[inf], &[&[f64::NAN]], ""),
+        // The ops of issue 46 (JAX 0.10.2's jax.grad / jax.hessian of
+        // jax.scipy.special.xlogy, xlog1py, logit, erfc and jnp.logaddexp,
+        // hypot, sinc, log10).
+        p(bin(BinaryOp::Xlogy), &[0.0, 1.0], &[0.0, 0.0], &[&[0.0, 1.0], &[1.0, 0.0]], ""),
+        p(bin(BinaryOp::Xlogy), &[0.0, 2.0], &[ln2, 0.0], &[&[0.0, 0.5], &[0.5, 0.0]], ""),
+        p(bin(BinaryOp::Xlog1py), &[0.0, 0.0], &[0.0, 0.0], &[&[0.0, 1.0], &[1.0, 0.0]], ""),
+        p(bin(BinaryOp::Logaddexp), &[0.0, 0.0], &[0.5, 0.5], &[&[0.25, -0.25], &[-0.25, 0.25]], ""),
+        p(bin(BinaryOp::Logaddexp), &[inf, inf], &[1.0, 1.0], &[&[0.0, 0.0], &[0.0, 0.0]], ""),
+        p(bin(BinaryOp::Logaddexp), &[-inf, -inf], &[nan, nan], &[&[nan, nan], &[nan, nan]], ""),
+        p(bin(BinaryOp::Logaddexp), &[-inf, 0.0], &[0.0, 1.0], &[&[0.0, 0.0], &[0.0, 0.0]], ""),
+        p(
+            bin(BinaryOp::Logaddexp),
+            &[inf, 1.0],
+            &[1.0, e],
+            &[&[0.0, 0.0], &[0.0, e]],
+            "JAX's rule replaces +inf by 0 in exp(b - out), so d/db is e^(1 - 0) (as JAX)",
+        ),
+        p(bin(BinaryOp::Hypot), &[0.0, 0.0], &[0.5, 0.5], &[&[0.0, 0.0], &[0.0, 0.0]], ""),
+        p(bin(BinaryOp::Hypot), &[-0.0, 0.0], &[0.5, 0.5], &[&[0.0, 0.0], &[0.0, 0.0]], ""),
+        p(bin(BinaryOp::Hypot), &[0.0, 2.0], &[0.0, 1.0], &[&[0.5, 0.0], &[0.0, 0.0]], ""),
+        p(
+            bin(BinaryOp::Hypot),
+            &[3.0, -3.0],
+            &[frac_1_sqrt2, -frac_1_sqrt2],
+            &[&[tie, tie], &[tie, tie]],
+            "hypot is smooth at a tie |a| = |b|: this is its Hessian (PyTorch's); JAX's formula \
+             splits the tangent between its max and min there and gives 0",
+        ),
+        p(un(UnaryOp::Sinc), &[0.0], &[0.0], &[&[-PI * PI / 3.0]], ""),
+        p(un(UnaryOp::Sinc), &[1.0], &[-1.0], &[&[2.0]], ""),
+        p(un(UnaryOp::Logit), &[0.5], &[4.0], &[&[0.0]], ""),
+        p(un(UnaryOp::Erfc), &[0.0], &[-2.0 / PI.sqrt()], &[&[0.0]], ""),
+        p(un(UnaryOp::Erfc), &[inf], &[-0.0], &[&[nan]], ""),
+        p(un(UnaryOp::Erfc), &[-inf], &[-0.0], &[&[nan]], ""),
+        p(un(UnaryOp::Log10), &[0.0], &[inf], &[&[-inf]], ""),
+        p(un(UnaryOp::Log10), &[1.0], &[LOG10_E], &[&[-LOG10_E]], ""),
         // Reductions split ties among the maxima (minima) too.
         EdgePoint { vector: true, ..p(red(ReduceOp::Max), &[1.0, 1.0, 0.0], &[0.5, 0.5, 0.0], &zero3, "") },
         EdgePoint { vector: true, ..p(red(ReduceOp::Min), &[0.0, 0.0, 1.0], &[0.5, 0.5, 0.0], &zero3, "") },

@@ -6,6 +6,7 @@
 use crate::harness::{assert_close as close, on_each_device, v};
 use xform::core::prim::ReduceOp;
 use xform::lax::{self, Padding, SelectOp, WindowParams};
+use xform::nn::AvgPool2d;
 use xform::prelude::*;
 
 fn t(data: &[f64], shape: &[usize]) -> Tensor {
@@ -100,6 +101,101 @@ fn avg_pool_counts_padding_like_jax_and_pytorch() {
             -0.16409526048084433, -0.3152126877969487, -0.15111742731610436, -0.15111742731610436,
             -0.1398452548460754, -0.13910763851473362, 0.0007376163313417975, 0.0007376163313417975,
         ], 1e-14);
+    })
+}
+
+#[test]
+fn avg_pool_can_leave_padding_out_of_the_count() {
+    on_each_device(|| {
+        // PyTorch's count_include_pad=False: each window's sum over the number of its
+        // elements inside the input, the window sum of ones (x2, w2 as above):
+        // pads = [(0, 0), (0, 0), (1, 0), (1, 1)]
+        // ones = lambda: lax.reduce_window(jnp.ones((1, 1, 3, 4)), 0.0, lax.add, (1, 1, 2, 3), (1, 1, 1, 2), pads)
+        // ap = lambda x: lax.reduce_window(x, 0.0, lax.add, (1, 1, 2, 3), (1, 1, 1, 2), pads) / ones()
+        // ones() is [2, 3, 4, 6, 4, 6]; ap(x2); jax.grad(lambda x: (ap(x) * w2).sum())(x2)
+        let x = t(&(0..24).map(|i| (i as f64).sin()).collect::<Vec<_>>(), &[1, 2, 3, 4]);
+        let w = t(&(0..12).map(|i| (i as f64).cos()).collect::<Vec<_>>(), &[1, 2, 3, 2]);
+        let pad = Padding::Explicit(vec![(1, 0), (1, 1)]);
+        let pool = |x: &Tensor| lax::avg_pool_with(x, &[2, 3], &[1, 2], &pad, false).unwrap();
+        #[rustfmt::skip]
+        close(&v(&pool(&x)), &[
+            0.42073549240394825, 0.6306294732311484, -0.21856394629079254, 0.21842254092502836,
+            -0.07856250952648204, -0.285541001056932, -0.05820294058689701, 0.6870207442262093,
+            -0.341426672429604, 0.0830924506150579, 0.12507502017976538, -0.2634872673196331,
+        ], 1e-14);
+        let g = grad(|x: &Tensor| (pool(x) * &w).sum())(&x);
+        #[rustfmt::skip]
+        close(&v(&g), &[
+            0.3959632908632144, 0.41106531005252, 0.015102019189305677, 0.015102019189305677,
+            -0.2674476143526886, -0.38516933287555843, -0.11772171852286986, -0.11772171852286986,
+            -0.16341090521590299, -0.11613387430536529, 0.047277030910537705, 0.047277030910537705,
+            0.44371013487302957, 0.5431558426733517, 0.09944570780032205, 0.09944570780032205,
+            -0.2461428907212665, -0.3972603180373709, -0.15111742731610436, -0.15111742731610436,
+            -0.2097678822691131, -0.20903026593777133, 0.0007376163313417975, 0.0007376163313417975,
+        ], 1e-14);
+        // counting the padding is avg_pool
+        let counted = lax::avg_pool_with(&x, &[2, 3], &[1, 2], &pad, true).unwrap();
+        close(&v(&counted), &v(&lax::avg_pool(&x, &[2, 3], &[1, 2], &pad).unwrap()), 0.0);
+        // without padding the two agree
+        let valid = |c| lax::avg_pool_with(&x, &[2, 3], &[1, 1], &Padding::Valid, c).unwrap();
+        close(&v(&valid(false)), &v(&valid(true)), 1e-15);
+    })
+}
+
+#[test]
+fn avg_pool_same_without_padding_in_the_count_matches_jax() {
+    on_each_device(|| {
+        // TensorFlow's "SAME" average pooling: x3 = (np.arange(25.) ** 1.5 % 7).reshape(1, 1, 5, 5)
+        // p = [(0, 0), (0, 0)] + lax.padtype_to_pads((5, 5), (3, 3), (2, 2), "SAME")  # (1, 1) twice
+        // ap3 = lambda x: lax.reduce_window(x, 0.0, lax.add, (1, 1, 3, 3), (1, 1, 2, 2), p)
+        //                 / lax.reduce_window(jnp.ones((1, 1, 5, 5)), 0.0, lax.add, (1, 1, 3, 3), (1, 1, 2, 2), p)
+        // ap3(x3); jax.grad(lambda x: ap3(x).sum())(x3)
+        let x = t(&(0..25).map(|i| (i as f64).powf(1.5) % 7.0).collect::<Vec<_>>(), &[1, 1, 5, 5]);
+        let pool = |x: &Tensor| lax::avg_pool_with(x, &[3, 3], &[2, 2], &Padding::Same, false).unwrap();
+        #[rustfmt::skip]
+        close(&v(&pool(&x)), &[
+            1.4693195860495045, 2.644865696595591, 3.4558923551690386, 2.1796129721504105, 3.0254668102624893,
+            4.678233214876083, 3.442889721793872, 3.8646148916713323, 5.766561246301258,
+        ], 1e-14);
+        let (q, h, s, n) = (0.25, 5.0 / 12.0, 1.0 / 6.0, 25.0 / 36.0);
+        let (e, c) = (5.0 / 18.0, 1.0 / 9.0);
+        #[rustfmt::skip]
+        close(&v(&grad(|x: &Tensor| pool(x).sum())(&x)), &[
+            q, h, s, h, q,
+            h, n, e, n, h,
+            s, e, c, e, s,
+            h, n, e, n, h,
+            q, h, s, h, q,
+        ], 1e-15);
+    })
+}
+
+#[test]
+fn avg_pool2d_without_padding_in_the_count_under_vmap_and_jit() {
+    on_each_device(|| {
+        // PyTorch: AvgPool2d(2, padding=1, count_include_pad=False)(torch.arange(16.).view(1, 1, 4, 4))
+        // averages the input elements of each window: corners hold one, edges two
+        let x = t(&(0..16).map(|i| i as f64).collect::<Vec<_>>(), &[1, 1, 4, 4]);
+        let counted = AvgPool2d::new([2, 2]).with_padding([1, 1]);
+        assert!(counted.count_include_pad);
+        let pool = counted.clone().with_count_include_pad(false);
+        close(&v(&pool.forward(&x)), &[0.0, 1.5, 3.0, 6.0, 7.5, 9.0, 12.0, 13.5, 15.0], 0.0);
+        close(&v(&counted.forward(&x)), &[0.0, 0.75, 0.75, 3.0, 7.5, 4.5, 3.0, 6.75, 3.75], 0.0);
+        // d sum / dx is 1 / (the count of x's window): 1 at corners, 1/2 on edges, 1/4 inside
+        #[rustfmt::skip]
+        let want = [1.0, 0.5, 0.5, 1.0, 0.5, 0.25, 0.25, 0.5, 0.5, 0.25, 0.25, 0.5, 1.0, 0.5, 0.5, 1.0];
+        close(&v(&grad(|x: &Tensor| pool.forward(x).sum())(&x)), &want, 0.0);
+        // vmap(grad) over examples equals the loop; jit (the layer a static argument) equals eager
+        let xs = Key::new(3).normal([3, 1, 2, 4, 5], DType::F64);
+        let loss = |x: &Tensor| (pool.forward(x).sin()).sum();
+        let per = vmap(grad(loss))(&xs);
+        for i in 0..3 {
+            close(&v(&per.select(0, i)), &v(&grad(loss)(&xs.select(0, i))), 1e-14);
+        }
+        let jitted = jit(|(p, x): &(AvgPool2d, Tensor)| p.forward(x));
+        close(&v(&jitted(&(pool.clone(), xs.select(0, 0)))), &v(&pool.forward(&xs.select(0, 0))), 0.0);
+        // the static field is part of jit's key: the other setting traces again
+        close(&v(&jitted(&(counted.clone(), xs.select(0, 0)))), &v(&counted.forward(&xs.select(0, 0))), 0.0);
     })
 }
 

@@ -396,7 +396,12 @@ impl Tree for Key {
         out.push(self.tensor().clone());
     }
     fn rebuild(&self, leaves: &mut dyn Iterator<Item = Tensor>) -> Self {
-        Key::from_tensor(take(leaves))
+        // the words are the leaf; the stream layout is static, as the template's
+        Key::from_tensor(take(leaves)).with_partitionable(self.is_partitionable())
+    }
+    fn static_values<'a>(&'a self, out: &mut Vec<StaticValue<'a>>) {
+        // jit traces again for a key of the other layout
+        out.push(StaticValue::Eq(if self.is_partitionable() { &true } else { &false }));
     }
     fn build_map<T>(&self, items: &mut dyn Iterator<Item = T>) -> T {
         items.next().expect("too few items")

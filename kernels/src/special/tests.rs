@@ -471,6 +471,36 @@ fn special_lgamma_matches_mpmath() {
 }
 
 /// Points where the C and Rust versions are compared.
+/// (x, scipy.special.erfc(x)) from scipy 1.17.1, the tails included (where
+/// `1 - erf(x)` is 0 or all rounding).
+#[allow(clippy::excessive_precision)]
+const ERFC: &[(f64, f64)] = &[
+    (-3.0, 1.9999779095030015),
+    (-0.3, 1.3286267594591274),
+    (0.0, 1.0),
+    (0.3, 0.6713732405408726),
+    (1.0, 0.15729920705028516),
+    (5.0, 1.5374597944280347e-12),
+    (10.0, 2.0884875837625446e-45),
+    (15.0, 7.212994172451209e-100),
+    (26.5, 2.2109076642637343e-307),
+];
+
+#[test]
+fn special_erfc_keeps_its_tail() {
+    for &(x, want) in ERFC {
+        assert!(rel(erfc(x), want) <= 4e-15, "erfc({x}) = {}, scipy {want}", erfc(x));
+        // the f32 version rounds the f64 value once
+        assert_eq!(erfc_f32(x as f32), erfc(x) as f32, "erfc_f32({x})");
+    }
+    assert!(erfc(10.0) > 0.0 && erfc_f32(10.0) > 0.0, "not flushed to 0");
+    assert_eq!((erfc(f64::INFINITY), erfc(f64::NEG_INFINITY)), (0.0, 2.0));
+    assert!(erfc(f64::NAN).is_nan() && erfc_f32(f32::NAN).is_nan());
+    // ln(erfc) where erfc itself underflows
+    assert!(log_erfc(40.0).is_finite() && erfc(40.0) == 0.0);
+    assert!(rel(erfcx(10.0) * (-100f64).exp(), erfc(10.0)) < 1e-13);
+}
+
 fn c_points() -> Vec<f64> {
     let mut xs: Vec<f64> = DIGAMMA.iter().map(|p| p.0).collect();
     xs.extend([0.0, -3.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 1e-320, -1e-309, 0.3, 12.5]);

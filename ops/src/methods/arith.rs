@@ -15,6 +15,14 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     lax::binary(op, &a, &b)
 }
 
+/// Broadcasting, promoting binary op of float math: integer and bool
+/// operands are converted to f32 after promotion (as the unary float
+/// methods do; `jnp` promotes them to an inexact type likewise).
+fn float_binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let (a, b) = align(op.name(), a, b)?;
+    lax::binary(op, &as_float(&a)?, &as_float(&b)?)
+}
+
 /// Broadcasting, promoting comparison.
 pub(crate) fn compare(op: CompareOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let (a, b) = align(op.name(), a, b)?;
@@ -87,6 +95,42 @@ impl Tensor {
     #[track_caller]
     pub fn atan2(&self, other: &Tensor) -> Tensor {
         binary(BinaryOp::Atan2, self, other).or_raise()
+    }
+
+    /// `self * ln(other)`, broadcasting, with 0 where `self` is 0 unless
+    /// `other` is NaN (`jax.scipy.special.xlogy`, `torch.xlogy`): so
+    /// `xlogy(0, 0)` is 0, and `p.xlogy(&p)` is the entropy term `p ln p`
+    /// with 0 at `p = 0`. Its derivatives are JAX's (`a_dot ln(b) + b_dot
+    /// a / b`). Integer and bool operands are converted to f32 first.
+    #[track_caller]
+    pub fn xlogy(&self, other: &Tensor) -> Tensor {
+        float_binary(BinaryOp::Xlogy, self, other).or_raise()
+    }
+
+    /// `self * ln(1 + other)`, broadcasting, with 0 where `self` is 0
+    /// unless `other` is NaN (`jax.scipy.special.xlog1py`): `xlog1py(0,
+    /// -1)` is 0. Integer and bool operands are converted to f32 first.
+    #[track_caller]
+    pub fn xlog1py(&self, other: &Tensor) -> Tensor {
+        float_binary(BinaryOp::Xlog1py, self, other).or_raise()
+    }
+
+    /// `ln(e^self + e^other)` without overflow, broadcasting
+    /// (`jnp.logaddexp`, `torch.logaddexp`): `logaddexp(-inf, -inf)` is
+    /// -inf, `logaddexp(inf, inf)` is inf. Integer and bool operands are
+    /// converted to f32 first.
+    #[track_caller]
+    pub fn logaddexp(&self, other: &Tensor) -> Tensor {
+        float_binary(BinaryOp::Logaddexp, self, other).or_raise()
+    }
+
+    /// `sqrt(self^2 + other^2)` without overflow or underflow, broadcasting
+    /// (`jnp.hypot`, `torch.hypot`). Its gradient at `(0, 0)` is `(1/2,
+    /// 1/2)`, as JAX's. Integer and bool operands are converted to f32
+    /// first.
+    #[track_caller]
+    pub fn hypot(&self, other: &Tensor) -> Tensor {
+        float_binary(BinaryOp::Hypot, self, other).or_raise()
     }
 
     /// Logical (bool) or bitwise (integer) and, broadcasting.

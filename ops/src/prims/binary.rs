@@ -221,6 +221,41 @@ binary_table! {
         cost: 8,
         float: |x, y| x.atan2(y), cuda: |c| c.expr(format!("{}(x, y)", c.math("atan2"))),
     }
+    /// `a ln(b)`, 0 where `a = 0` unless `b` is NaN
+    /// (`jax.scipy.special.xlogy`: `xlogy(0, 0)` is 0).
+    Xlogy => xlogy "xlogy" {
+        cost: 8,
+        float: |x, y| if x != R::ZERO || y.is_nan() { x * y.ln() } else { R::ZERO },
+        cuda: |c| c.expr(format!("(x != ({t})0 || y != y) ? x * {log}(y) : ({t})0", t = c.c(), log = c.math("log"))),
+    }
+    /// `a ln(1 + b)`, 0 where `a = 0` unless `b` is NaN
+    /// (`jax.scipy.special.xlog1py`: `xlog1py(0, -1)` is 0).
+    Xlog1py => xlog1py "xlog1py" {
+        cost: 8,
+        float: |x, y| if x != R::ZERO || y.is_nan() { x * y.ln_1p() } else { R::ZERO },
+        cuda: |c| c.expr(format!("(x != ({t})0 || y != y) ? x * {log1p}(y) : ({t})0", t = c.c(), log1p = c.math("log1p"))),
+    }
+    /// `ln(e^a + e^b)` without overflow (`jnp.logaddexp`): `max(a, b) +
+    /// ln(1 + e^-|a - b|)`, and `a + b` where `a - b` is NaN (a NaN, or
+    /// infinities of one sign: `logaddexp(-inf, -inf)` is -inf).
+    Logaddexp => logaddexp "logaddexp" {
+        cost: 16,
+        float: |x, y| logaddexp(x, y),
+        cuda: |c| c.expr("xf_logaddexp(x, y)").helpers(format!(
+            "static __device__ __forceinline__ {t} xf_logaddexp({t} x, {t} y) {{\n    const {t} d = x - y;\n    \
+             if (d != d) return x + y;\n    return (x >= y ? x : y) + {log1p}({exp}(-{fabs}(d)));\n}}\n",
+            t = c.c(),
+            log1p = c.math("log1p"),
+            exp = c.math("exp"),
+            fabs = c.math("fabs")
+        )),
+    }
+    /// `sqrt(a^2 + b^2)` without overflow or underflow (`jnp.hypot`; C's
+    /// `hypot`): `hypot(1e200, 1e200)` is finite in f64.
+    Hypot => hypot "hypot" {
+        cost: 8,
+        float: |x, y| x.via2(y, f32::hypot, f64::hypot), cuda: |c| c.expr(format!("{}(x, y)", c.math("hypot"))),
+    }
     /// Logical (bool) or bitwise (integer) and.
     And => and "and" {
         cost: 1,
@@ -428,9 +463,62 @@ fn jvp_binary(op: BinaryOp, primals: &[Tensor], tangents: &[Option<Tensor>]) -> 
             let db = term(tb, &|t| lax::mul(t, &lax::neg(&lax::div(a, &denom)?)?))?;
             lax::add_any(da, db)?
         }
+        BinaryOp::Xlogy => {
+            // JAX (the custom_jvp of jax.scipy.special.xlogy): a_dot * log(b) + b_dot * a / b
+            let da = term(ta, &|t| lax::mul(t, &lax::log(b)?))?;
+            let db = term(tb, &|t| lax::div(&lax::mul(t, a)?, b))?;
+            lax::add_any(da, db)?
+        }
+        BinaryOp::Xlog1py => {
+            // JAX (the custom_jvp of jax.scipy.special.xlog1py): a_dot * log1p(b) + b_dot * a / (1 + b)
+            let da = term(ta, &|t| lax::mul(t, &lax::log1p(b)?))?;
+            let db = term(tb, &|t| lax::div(&lax::mul(t, a)?, &lax::add_scalar(b, 1.0)?))?;
+            lax::add_any(da, db)?
+        }
+        BinaryOp::Logaddexp => {
+            // JAX (the custom_jvp of lax.logaddexp): t_a * exp(r(a) - r(out)) + t_b * exp(r(b) - r(out)),
+            // where r replaces +inf by 0 (logaddexp(inf, inf) has derivatives 1 and 1, not NaN).
+            let r = |v: &Tensor| -> Result<Tensor> {
+                let inf = lax::eq(v, &lax::full_like(v, f64::INFINITY)?)?;
+                lax::select(&inf, &lax::zeros_like(v)?, v)
+            };
+            let r_out = r(&out)?;
+            let da = term(ta, &|t| lax::mul(t, &lax::exp(&lax::sub(&r(a)?, &r_out)?)?))?;
+            let db = term(tb, &|t| lax::mul(t, &lax::exp(&lax::sub(&r(b)?, &r_out)?)?))?;
+            lax::add_any(da, db)?
+        }
+        BinaryOp::Hypot => {
+            // d hypot(a, b) = t_a (a / h) + t_b (b / h). At h = 0, JAX's formula
+            // (hypot is max(|a|, |b|) there: a tie of max, and abs' derivative 1 at 0)
+            // gives (t_a + t_b) / 2, and so does this; h is made 1 there so that no
+            // derivative of the unused quotients is NaN. Elsewhere JAX's autodiff of
+            // its formula differs only at ties |a| = |b| (its max and min split the
+            // tangent, so its second derivatives there are 0), from |a| ~ 1e154 on (its
+            // `b * a^-2` underflows), and at an infinite leg (JAX's jvp gives 0, its
+            // grad NaN; this gives NaN): there this is the true derivative (PyTorch's).
+            let at_zero = lax::eq(&out, &lax::zeros_like(&out)?)?;
+            let safe = lax::select(&at_zero, &lax::ones_like(&out)?, &out)?;
+            let half = lax::full_like(&out, 0.5)?;
+            let weight = |v: &Tensor| -> Result<Tensor> { lax::select(&at_zero, &half, &lax::div(v, &safe)?) };
+            let da = term(ta, &|t| lax::mul(t, &weight(a)?))?;
+            let db = term(tb, &|t| lax::mul(t, &weight(b)?))?;
+            lax::add_any(da, db)?
+        }
         BinaryOp::And | BinaryOp::Or => None,
     };
     Ok((smallvec![out], smallvec![t]))
+}
+
+/// `ln(e^x + e^y)` as `jax.lax.logaddexp` computes it.
+fn logaddexp<R: Real>(x: R, y: R) -> R {
+    let d = x - y;
+    if d.is_nan() {
+        // a NaN, or infinities of one sign
+        x + y
+    } else {
+        let m = if x >= y { x } else { y };
+        m + (-d.abs()).exp().ln_1p()
+    }
 }
 
 // ---- transpose ---------------------------------------------------------------
@@ -500,6 +588,10 @@ impl Family for BinaryOp {
             | BinaryOp::Min
             | BinaryOp::Rem
             | BinaryOp::Atan2
+            | BinaryOp::Xlogy
+            | BinaryOp::Xlog1py
+            | BinaryOp::Logaddexp
+            | BinaryOp::Hypot
             | BinaryOp::And
             | BinaryOp::Or => Props::ELEMENTWISE,
         }
@@ -553,7 +645,9 @@ impl Family for BinaryOp {
 fn binary_sample(op: BinaryOp) -> Sample {
     let dtypes: Vec<DType> = match op {
         BinaryOp::And | BinaryOp::Or => vec![DType::Bool, DType::I32, DType::I64, DType::U32],
-        BinaryOp::Atan2 => FLOATS.to_vec(),
+        BinaryOp::Atan2 | BinaryOp::Xlogy | BinaryOp::Xlog1py | BinaryOp::Logaddexp | BinaryOp::Hypot => {
+            FLOATS.to_vec()
+        }
         _ => numeric(),
     };
     let linear = match op {
@@ -569,6 +663,10 @@ fn binary_sample(op: BinaryOp) -> Sample {
                 BinaryOp::Div | BinaryOp::Rem => (Dom::Real(-3.0, 3.0), Dom::AwayFromZero(0.7, 2.0)),
                 BinaryOp::Pow => (Dom::Real(0.5, 2.0), Dom::Real(-2.0, 2.0)),
                 BinaryOp::Atan2 => (Dom::AwayFromZero(0.2, 2.0), Dom::Real(-2.0, 2.0)),
+                BinaryOp::Xlogy => (Dom::Real(-3.0, 3.0), Dom::Real(0.2, 4.0)),
+                BinaryOp::Xlog1py => (Dom::Real(-3.0, 3.0), Dom::Real(-0.8, 3.0)),
+                // away from the origin, where hypot has its kink
+                BinaryOp::Hypot => (Dom::AwayFromZero(0.2, 3.0), Dom::Real(-3.0, 3.0)),
                 _ => (Dom::Real(-3.0, 3.0), Dom::Real(-3.0, 3.0)),
             }
         } else if d == DType::Bool {

@@ -16,7 +16,7 @@ use crate::lax;
 use crate::prim::{Avals, BDims, Cotangents, LinearArg, Prim, Tangents};
 use crate::tensor::{AvalRef, Tensor};
 use smallvec::smallvec;
-use std::f64::consts::{FRAC_2_SQRT_PI, LN_2, PI};
+use std::f64::consts::{FRAC_2_SQRT_PI, LN_2, LOG10_E, PI};
 use xform_kernels::cpu::elementwise::map1;
 use xform_kernels::cpu::Par;
 use xform_kernels::cuda_source::{map_kernel, Kernel};
@@ -79,6 +79,17 @@ unary_table! {
         jvp: |t, x, _y| Ok(Some(lax::div(&lax::div(t, x)?, &lax::full_like(x, LN_2)?)?)),
         linear: false,
         method: float log2,
+        sample: Dom::Real(0.2, 4.0),
+    }
+    /// Base-10 logarithm (exact at powers of ten, as the platform's `log10`
+    /// is; `jnp.log10` rounds `log(x) * (1 / log(10))` instead).
+    Log10 => log10 "log10" {
+        cost: 8,
+        float: |x| x.via(f32::log10, f64::log10), cuda: |c| c.call("log10"),
+        // jnp.log10 is log(x) * (1 / log(10)): its tangent is (t / x) * (1 / log(10)).
+        jvp: |t, x, _y| Ok(Some(lax::mul_scalar(&lax::div(t, x)?, LOG10_E)?)),
+        linear: false,
+        method: float log10,
         sample: Dom::Real(0.2, 4.0),
     }
     /// `ln(1 + x)`, accurate near zero.
@@ -145,6 +156,26 @@ unary_table! {
         jvp: |t, x, _y| Ok(Some(lax::div(t, &lax::add(&lax::ones_like(x)?, &lax::mul(x, x)?)?)?)),
         linear: false,
         method: float atan,
+        sample: Dom::Real(-3.0, 3.0),
+    }
+    /// The normalized sinc function `sin(pi x) / (pi x)`, 1 at 0 (`jnp.sinc`).
+    Sinc => sinc "sinc" {
+        cost: 8,
+        float: |x| if x == R::ZERO {
+            R::ONE
+        } else {
+            let p = R::of(PI) * x;
+            p.sin() / p
+        },
+        cuda: |c| c.expr("xf_sinc(x)").helpers(format!(
+            "static __device__ __forceinline__ {t} xf_sinc({t} x) {{\n    if (x == ({t})0) return ({t})1;\n    \
+             const {t} p = ({t})3.141592653589793 * x;\n    return {sin}(p) / p;\n}}\n",
+            t = c.c(),
+            sin = c.math("sin")
+        )),
+        jvp: |t, x, y| sinc_tangent(t, x, y),
+        linear: false,
+        method: float sinc,
         sample: Dom::Real(-3.0, 3.0),
     }
     /// Hyperbolic sine.
@@ -222,6 +253,18 @@ unary_table! {
         linear: false,
         method: float sigmoid,
         sample: Dom::Real(-3.0, 3.0),
+    }
+    /// The log-odds `ln(x / (1 - x))`, the inverse of the logistic sigmoid
+    /// (`jax.scipy.special.logit`): -inf at 0, +inf at 1, NaN outside `[0, 1]`.
+    Logit => logit "logit" {
+        cost: 8,
+        float: |x| (x / (R::ONE - x)).ln(),
+        cuda: |c| c.expr(format!("{}(x / (({})1 - x))", c.math("log"), c.c())),
+        // JAX: t / (x * (1 - x))
+        jvp: |t, x, _y| Ok(Some(lax::div(t, &lax::mul(x, &lax::sub(&lax::ones_like(x)?, x)?)?)?)),
+        linear: false,
+        method: float logit,
+        sample: Dom::Real(0.1, 0.9),
     }
     /// Square root.
     Sqrt => sqrt "sqrt" {
@@ -324,6 +367,21 @@ unary_table! {
         method: float erf,
         sample: Dom::Real(-2.0, 2.0),
     }
+    /// The complementary error function `1 - erf(x)`, accurate where that
+    /// difference loses every digit (`erfc(10)` is 2.09e-45 in f64;
+    /// `special::erfc`, W. J. Cody's rational approximations).
+    Erfc => erfc "erfc" {
+        cost: 8,
+        float: |x| x.via(special::erfc_f32, special::erfc), cuda: |c| c.call("erfc"),
+        // JAX: -2/sqrt(pi) * (t * e^{-x^2})
+        jvp: |t, x, _y| {
+            let e = lax::exp(&lax::neg(&lax::mul(x, x)?)?)?;
+            Ok(Some(lax::mul_scalar(&lax::mul(t, &e)?, -FRAC_2_SQRT_PI)?))
+        },
+        linear: false,
+        method: float erfc,
+        sample: Dom::Real(-2.0, 3.0),
+    }
     /// The inverse error function (`-1 < x < 1`; +-inf at +-1).
     ErfInv => erf_inv "erf_inv" {
         cost: 8,
@@ -425,6 +483,41 @@ fn scale(t: &Tensor, f: Tensor) -> Result<Option<Tensor>> {
 /// `1 - x^2`.
 fn one_minus_square(x: &Tensor) -> Result<Tensor> {
     lax::sub(&lax::ones_like(x)?, &lax::mul(x, x)?)
+}
+
+/// `d/du sin(u) / u` near `u = 0` as its Maclaurin polynomial
+/// `u (A[0] + u^2 (A[1] + ...))`, `A[m-1] = (-1)^m 2m / (2m + 1)!`: what
+/// sinc's tangent is at 0 (see [`sinc_tangent`]).
+const SINC_SLOPE: [f64; 6] =
+    [-1.0 / 3.0, 1.0 / 30.0, -1.0 / 840.0, 1.0 / 45_360.0, -1.0 / 3_991_680.0, 1.0 / 518_918_400.0];
+
+/// The tangent of `y = sinc(x)` (JAX's `jnp.sinc`: `where(x == 0, 1,
+/// sin(s) / s)` with `s = pi x` made 1 at 0). Away from 0 it is the
+/// derivative of `sin(s) / s`, `ts (cos(s) - y) / s` with `ts = pi t`. At 0,
+/// JAX's `_sinc_maclaurin` (a custom_jvp whose `k`-th derivative at 0 is
+/// the `k`-th Maclaurin coefficient of `sin(u) / u`) gives 0, then
+/// `-pi^2 / 3` as the second derivative, and so on; here the Maclaurin
+/// polynomial of `d/du sin(u) / u` ([`SINC_SLOPE`], degree 11) times `pi t`
+/// does, so every derivative at 0 agrees with JAX's through the 13th (the
+/// odd ones are 0; the even ones from the 14th on are 0 here, not JAX's).
+/// Each branch is evaluated where the other is taken at a point that keeps
+/// it finite (`s = 1`, `u = 0`), so no unused derivative is NaN.
+fn sinc_tangent(t: &Tensor, x: &Tensor, y: &Tensor) -> Result<Option<Tensor>> {
+    let zeros = lax::zeros_like(x)?;
+    let zero = lax::eq(x, &zeros)?;
+    let pi_x = lax::mul_scalar(x, PI)?;
+    let safe = lax::select(&zero, &lax::ones_like(x)?, &pi_x)?;
+    let tp = lax::mul_scalar(t, PI)?;
+    let ts = lax::select(&zero, &lax::zeros_like(t)?, &tp)?;
+    let away = lax::div(&lax::mul(&ts, &lax::sub(&lax::cos(&safe)?, y)?)?, &safe)?;
+    let u = lax::select(&zero, &pi_x, &zeros)?;
+    let u2 = lax::mul(&u, &u)?;
+    let mut p = lax::full_like(x, SINC_SLOPE[SINC_SLOPE.len() - 1])?;
+    for &a in SINC_SLOPE.iter().rev().skip(1) {
+        p = lax::add_scalar(&lax::mul(&p, &u2)?, a)?;
+    }
+    let at_zero = lax::mul(&lax::mul(&u, &p)?, &tp)?;
+    Ok(Some(lax::select(&zero, &at_zero, &away)?))
 }
 
 fn sign<R: Real>(x: R) -> R {

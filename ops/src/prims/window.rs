@@ -185,15 +185,43 @@ pub fn max_pool(x: &Tensor, window: &[usize], strides: &[usize], padding: &Paddi
 /// Average pooling of an `[N, C, spatial...]` float input over its spatial
 /// axes: each window's sum divided by the window's size, padded elements
 /// counted as zeros (PyTorch's default `count_include_pad=True`, and
-/// flax's `avg_pool`).
+/// flax's `avg_pool`). [`avg_pool_with`] can leave the padding out of the
+/// count.
 pub fn avg_pool(x: &Tensor, window: &[usize], strides: &[usize], padding: &Padding) -> Result<Tensor> {
+    avg_pool_with(x, window, strides, padding, true)
+}
+
+/// Average pooling as [`avg_pool`], dividing each window's sum by its size
+/// with `count_include_pad` (PyTorch's default), or without it by the number
+/// of its elements that lie in the input (PyTorch's
+/// `count_include_pad=False`, TensorFlow's average pooling): the window sum
+/// of ones over the unpadded input, a constant, so the derivatives are those
+/// of a sum divided by it. A window entirely in padding (possible with
+/// explicit padding of a window's size or more) then averages nothing: 0 /
+/// 0, NaN, as flax's `avg_pool(count_include_pad=False)`.
+pub fn avg_pool_with(
+    x: &Tensor,
+    window: &[usize],
+    strides: &[usize],
+    padding: &Padding,
+    count_include_pad: bool,
+) -> Result<Tensor> {
     if !x.dtype().is_float() {
         return Err(Error::dtype("avg_pool", "needs a floating-point input", &[x.dtype()]));
     }
     let w = pool_window("avg_pool", x, window, strides, padding)?;
     let s = reduce_window(ReduceOp::Sum, x, &w)?;
-    let count: usize = window.iter().product();
-    lax::div(&s, &lax::full_like(&s, count as f64)?)
+    if count_include_pad {
+        let count: usize = window.iter().product();
+        return lax::div(&s, &lax::full_like(&s, count as f64)?);
+    }
+    // The same windows over ones of the spatial shape (size 1 over N and C).
+    let mut spatial = x.shape();
+    spatial.0[0] = 1;
+    spatial.0[1] = 1;
+    let ones = lax::full(&spatial, 1.0, x.dtype(), x.device())?;
+    let counts = reduce_window(ReduceOp::Sum, &ones, &w)?;
+    lax::div(&s, &lax::broadcast_to(&counts, &s.shape())?)
 }
 
 // ---- shape rules ---------------------------------------------------------------

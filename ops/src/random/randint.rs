@@ -38,8 +38,8 @@ pub(super) fn randint(key: &Key, shape: &Shape, low: i64, high: i64, dtype: DTyp
     let multiplier = urem(half * half % modulus);
 
     let keys = key.try_split_tensor(2)?;
-    let k1 = Key(keys.index(0));
-    let k2 = Key(keys.index(1));
+    let k1 = key.split_key(&keys, 0);
+    let k2 = key.split_key(&keys, 1);
     let dev = key.device();
     if nbits == 32 {
         let c = |v: u128| konst(v as u32, shape, dev);
@@ -65,7 +65,7 @@ pub(super) fn randint(key: &Key, shape: &Shape, low: i64, high: i64, dtype: DTyp
 
 /// JAX's 64-bit random words `(y0 << 32) | y1`, as the bits of an i64.
 fn bits64(key: &Key, shape: &Shape) -> Result<Tensor> {
-    let (y0, y1) = key.hash("randint", shape)?;
+    let (y0, y1) = key.bits64("randint", shape)?;
     let hi = lax::mul(&lax::convert(&y0, DType::I64)?, &konst(1i64 << 32, shape, key.device())?)?;
     lax::add(&hi, &lax::convert(&y1, DType::I64)?)
 }

@@ -1,6 +1,8 @@
-//! The error functions the fractional-order series needs, in f64 without a
-//! dependency: `erfc`, `erfcx` and `ln(erfc)`, to a few ulps (within 1e-15
-//! relative of scipy on tests/suite/accountant.rs's points).
+//! The complementary error functions, in f64: `erfc`, `erfcx` and
+//! `ln(erfc)`, to a few ulps (within 2e-15 relative of scipy on the points
+//! of tests/suite/accountant.rs and of `special/tests.rs`), and `erfc` of an
+//! f32. The one home of `erfc`: the `erfc` primitive's CPU kernels and the
+//! DP accountant (`xform::dp::accountant`) both call these.
 
 // The coefficients are written as Cody published them (18 digits); the
 // compiler rounds each to the nearest f64.
@@ -99,10 +101,12 @@ fn exp_sq(y: f64, s: f64) -> f64 {
 }
 
 /// The complementary error function, `erfc(x) = 1 - erf(x)`, to a few ulps
-/// (W. J. Cody's rational approximations).
+/// (W. J. Cody's rational approximations), accurate where `1 - erf(x)`
+/// loses every digit: `erfc(10)` is `2.088487583762544e-45`. `erfc(-inf)`
+/// is 2, `erfc(+inf)` 0, NaN gives NaN.
 ///
 /// ```
-/// use xform::dp::accountant::erfc;
+/// use xform_kernels::special::erfc;
 /// assert_eq!(erfc(0.0), 1.0);
 /// // scipy.special.erfc(5.0)
 /// assert!((erfc(5.0) / 1.5374597944280347e-12 - 1.0).abs() < 1e-15);
@@ -125,11 +129,17 @@ pub fn erfc(x: f64) -> f64 {
     }
 }
 
+/// [`erfc`] of an f32, computed in f64 and rounded once (so within half
+/// an ulp of the f64 value; subnormal from about x = 9.2, 0 past 10.4).
+pub fn erfc_f32(x: f32) -> f32 {
+    erfc(x as f64) as f32
+}
+
 /// The scaled complementary error function, `erfcx(x) = exp(x^2) erfc(x)`,
 /// to a few ulps (finite where `erfc` underflows).
 ///
 /// ```
-/// use xform::dp::accountant::erfcx;
+/// use xform_kernels::special::erfcx;
 /// // scipy.special.erfcx(30.0)
 /// assert!((erfcx(30.0) / 0.018795888861416754 - 1.0).abs() < 1e-15);
 /// ```
@@ -155,7 +165,7 @@ pub fn erfcx(x: f64) -> f64 {
 /// Opacus computes it as `ln(2) + scipy.special.log_ndtr(-sqrt(2) x)`.
 ///
 /// ```
-/// use xform::dp::accountant::log_erfc;
+/// use xform_kernels::special::log_erfc;
 /// // scipy.special.log_ndtr(-100 * 2**0.5) + math.log(2)
 /// assert!((log_erfc(100.0) / -10005.177585122668 - 1.0).abs() < 1e-15);
 /// assert_eq!(log_erfc(f64::NEG_INFINITY), 2f64.ln());
