@@ -40,14 +40,17 @@ pub(super) fn sanitize_flags() -> &'static [&'static str] {
     static FLAGS_HERE: OnceLock<&'static [&'static str]> = OnceLock::new();
     FLAGS_HERE.get_or_init(|| {
         let dir = scratch_dir("probe");
+        let mut compiler = true;
         let ok = std::fs::create_dir_all(&dir).is_ok() && std::fs::write(dir.join("p.cpp"), "int main() { return 0; }\n").is_ok() && {
             let exe = dir.join("p");
             let built = Command::new("g++").args(SANITIZE).arg("-o").arg(&exe).arg(dir.join("p.cpp")).output();
+            compiler = built.is_ok();
             built.is_ok_and(|o| o.status.success())
                 && Command::new(&exe).env("ASAN_OPTIONS", "detect_leaks=0").output().is_ok_and(|o| o.status.success())
         };
         let _ = std::fs::remove_dir_all(&dir);
-        if !ok {
+        // (without g++ at all, the build says so)
+        if !ok && compiler {
             eprintln!("note: g++ cannot build with the address and undefined-behaviour sanitizers here: the CUDA host emulation runs without them");
         }
         if ok {
