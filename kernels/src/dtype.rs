@@ -303,8 +303,26 @@ macro_rules! float_element {
 }
 float_element!(f32, F32, 0.0, 1.0, |x: f32| x as f64, |v: f64| v as f32);
 float_element!(f64, F64, 0.0, 1.0, |x: f64| x, |v: f64| v);
-float_element!(f16, F16, f16::ZERO, f16::ONE, |x: f16| x.to_f64(), f16::from_f64);
-float_element!(bf16, BF16, bf16::ZERO, bf16::ONE, |x: bf16| x.to_f64(), bf16::from_f64);
+float_element!(f16, F16, f16::ZERO, f16::ONE, |x: f16| x.to_f64(), |v: f64| f16::from_f32(round_to_odd_f32(v)));
+float_element!(bf16, BF16, bf16::ZERO, bf16::ONE, |x: bf16| x.to_f64(), |v: f64| bf16::from_f32(round_to_odd_f32(v)));
+
+/// `v` in f32, rounded to odd: truncated toward zero, then the last bit set
+/// if that lost anything (NaN, infinities and overflow as `v as f32`).
+/// Rounding this to a format of at most 22 significant bits (f16, bf16)
+/// to nearest-even gives `v` rounded once, as CUDA's `__double2half` and
+/// `__double2bfloat16` do: `half`'s `f16::from_f64` goes through a
+/// rounded f32 where the CPU has F16C (rounding twice: `2^-25 (1 +
+/// 2^-40)` became 0, not `2^-24`), and its `bf16::from_f64` drops the
+/// f64's low 32 bits before rounding (so `1 + 2^-8 + 2^-40` became 1).
+fn round_to_odd_f32(v: f64) -> f32 {
+    let f = v as f32;
+    if !f.is_finite() || f as f64 == v || v.is_nan() {
+        return f;
+    }
+    // toward zero (`f` rounded away from `v` if its magnitude is larger)
+    let t = if (f as f64).abs() > v.abs() { f32::from_bits(f.to_bits() - 1) } else { f };
+    f32::from_bits(t.to_bits() | 1)
+}
 
 /// A floating-point element. Math runs in `Self::Compute` (f32 or f64) and is
 /// rounded back once.
@@ -582,5 +600,31 @@ mod tests {
         let x = f16::from_f32(1.5);
         assert_eq!(f16::down(x.up() * 2.0), f16::from_f32(3.0));
         assert_eq!(<bf16 as Element>::from_f64(2.0).to_f64(), 2.0);
+    }
+
+    /// f64 to f16 and bf16 rounds once, to nearest-even (as CUDA's
+    /// `__double2half` and `__double2bfloat16`): just above a tie rounds
+    /// up, a tie to even, and the rest as `from_f32` of an exact f32.
+    #[test]
+    fn half_types_from_f64_round_once() {
+        let p = |e: i32| 2f64.powi(e);
+        let h = |v: f64| <f16 as Element>::from_f64(v).to_f64();
+        let b = |v: f64| <bf16 as Element>::from_f64(v).to_f64();
+        assert_eq!(h(p(-25) * (1.0 + p(-40))), p(-24));
+        assert_eq!(h(p(-25)), 0.0);
+        assert_eq!(h(-(1.0 + p(-11) + p(-40))), -(1.0 + p(-10)));
+        assert_eq!(h(1.0 + p(-11)), 1.0);
+        assert_eq!(h(65519.0 + p(-30)), 65504.0);
+        assert_eq!(h(65520.0), f64::INFINITY);
+        assert_eq!(b(1.0 + p(-8) + p(-40)), 1.0 + p(-7));
+        assert_eq!(b(1.0 + p(-8)), 1.0);
+        assert_eq!(b(-(3.0 * p(-134))), -p(-132));
+        assert!(h(f64::NAN).is_nan() && b(f64::NAN).is_nan());
+        assert_eq!(b(f64::MAX), f64::INFINITY);
+        assert_eq!(h(-1e-300).to_bits(), (-0.0f64).to_bits());
+        for v in [0.1f32, -3.7e-6, 6.1e4, 1e-40, 3.0e38] {
+            assert_eq!(<f16 as Element>::from_f64(v as f64), f16::from_f32(v));
+            assert_eq!(<bf16 as Element>::from_f64(v as f64), bf16::from_f32(v));
+        }
     }
 }

@@ -13,6 +13,8 @@ pub mod conv_geom;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod cuda_host;
+pub mod cuda_launch;
 pub mod cuda_source;
 pub mod dtype;
 pub mod fastmath;

@@ -17,6 +17,7 @@ mod derive;
 mod dp;
 mod dynamic_slice;
 mod edges;
+mod emulation;
 mod errors;
 mod gaps;
 mod jit;

@@ -68,12 +68,7 @@ pub fn indices(shape: &[usize]) -> Vec<Vec<usize>> {
 }
 
 fn round_half_even(x: f64) -> f64 {
-    let r = x.round();
-    if (x - x.floor()) == 0.5 && r % 2.0 != 0.0 {
-        r - x.signum()
-    } else {
-        r
-    }
+    x.round_ties_even()
 }
 
 fn erf(x: f64) -> f64 {

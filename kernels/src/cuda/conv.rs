@@ -12,15 +12,12 @@ use super::cudnn;
 use super::device::CudaDevice;
 use super::error::{CudaError, Result};
 use super::exec;
-use super::source::conv::{conv_kernel, conv_params, ConvParams};
+use super::source::conv::ConvParams;
 use crate::conv_geom::{window_positions, ConvGeometry, SPATIAL};
 use crate::dtype::DType;
 use crate::layout::Layout;
-use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::DeviceRepr;
 use std::sync::Arc;
-
-/// Threads per block of the direct kernel.
-const BLOCK: u32 = 256;
 
 // SAFETY: `ConvParams` is a plain `#[repr(C)]` struct of i64s whose layout
 // matches `XfConv` in the generated source; it is passed by value.
@@ -76,12 +73,6 @@ pub fn check_geometry(g: &ConvGeometry) -> std::result::Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// A grid-stride launch over `n` elements (at most 2^20 blocks).
-pub(super) fn grid(n: usize) -> LaunchConfig {
-    let blocks = n.div_ceil(BLOCK as usize).clamp(1, 1 << 20) as u32;
-    LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 }
 }
 
 /// True unless `XFORM_CUDNN` is set to `0` (or `false`/`off`).
@@ -203,8 +194,7 @@ pub fn conv_forward_with(
     }
 }
 
-/// The generated direct kernel: one work item per output position and
-/// block of up to `CONV_RB` output features of a group.
+/// The generated direct kernel ([`crate::cuda_launch::conv`]'s plan).
 fn direct(
     dev: &Arc<CudaDevice>,
     lhs: &CudaBuffer,
@@ -212,38 +202,18 @@ fn direct(
     g: &ConvGeometry,
     dtype: DType,
 ) -> Result<CudaBuffer> {
-    let kernel = conv_kernel(dtype)
-        .ok_or_else(|| CudaError::unsupported(format!("conv_general_dilated of {dtype} (f32, f64, f16, bf16)")))?;
-    let n = g.out_len();
-    let y = CudaBuffer::alloc(dev, dtype, n)?;
-    let p = conv_params(g);
-    let f = dev.function(&kernel)?;
-    let (yp, xp, wp) = (y.device_ptr(), lhs.device_ptr(), rhs.device_ptr());
-    let mut b = dev.stream().launch_builder(&f);
-    b.arg(&yp).arg(&xp).arg(&wp).arg(&p);
-    // SAFETY: the arguments match the generated signature (out, lhs, rhs,
-    // XfConv by value); `check_operands` verified the dtypes and that the
-    // buffers hold the canonical lhs and rhs, and `check_geometry` that
-    // every index the kernel forms stays inside them; `y` holds `total`
-    // elements and the `threads` work items write every one exactly once.
-    unsafe { b.launch(grid(p.threads as usize)) }
-        .map_err(|e| CudaError::driver(&format!("launching {}", kernel.name), e))?;
-    Ok(y)
+    // `check_operands` verified the dtypes and that the buffers hold the
+    // canonical lhs and rhs, and `check_geometry` that every index the
+    // kernel forms stays inside them
+    let plan = crate::cuda_launch::conv(g, dtype)?;
+    let mut out = exec::run(dev, &plan, &[lhs, rhs], None)?;
+    Ok(out.swap_remove(0))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cuda_source::conv::test_cases::geom;
-
-    #[test]
-    fn launch_grid_covers_the_output() {
-        assert_eq!(grid(1).grid_dim, (1, 1, 1));
-        assert_eq!(grid(257).grid_dim, (2, 1, 1));
-        // Capped: the grid-stride loop covers the rest.
-        assert_eq!(grid(1 << 40).grid_dim, (1 << 20, 1, 1));
-        assert_eq!(grid(300).block_dim, (BLOCK, 1, 1));
-    }
 
     #[test]
     fn malformed_geometries_are_named() {

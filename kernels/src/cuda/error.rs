@@ -101,5 +101,11 @@ impl fmt::Display for CudaError {
 
 impl std::error::Error for CudaError {}
 
+impl From<crate::cuda_launch::Unsupported> for CudaError {
+    fn from(e: crate::cuda_launch::Unsupported) -> CudaError {
+        CudaError::Unsupported { message: e.0 }
+    }
+}
+
 /// Results of the CUDA backend.
 pub type Result<T> = std::result::Result<T, CudaError>;

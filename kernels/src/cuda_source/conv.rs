@@ -380,96 +380,51 @@ mod tests {
         assert_eq!(std::mem::size_of::<ConvParams>(), 8 * (10 + 7 * 3));
     }
 
-    /// Shims that let g++ compile a generated kernel as host C++: one
-    /// "thread" whose grid-stride loop visits every output element.
-    const HOST_SHIM: &str = "#include <cstdio>\n#include <vector>\n#define __global__\n#define __device__\n\
-#define __forceinline__ inline\nstruct XfDim3 { unsigned x, y, z; };\n\
-static const XfDim3 blockIdx = {0, 0, 0}, threadIdx = {0, 0, 0}, blockDim = {1, 1, 1}, gridDim = {1, 1, 1};\n";
-
-    fn host_main(name: &str, t: &str) -> String {
-        format!(
-            r#"
-int main(int argc, char** argv) {{
-    if (argc == 1) {{ std::printf("%zu\n", sizeof(XfConv)); return 0; }}
-    FILE* f = std::fopen(argv[1], "rb");
-    XfConv p;
-    long long nx, nw;
-    if (!f || std::fread(&p, sizeof p, 1, f) != 1 || std::fread(&nx, 8, 1, f) != 1) return 2;
-    std::vector<double> x(nx);
-    if (std::fread(x.data(), 8, nx, f) != (size_t)nx || std::fread(&nw, 8, 1, f) != 1) return 2;
-    std::vector<double> w(nw);
-    if (std::fread(w.data(), 8, nw, f) != (size_t)nw) return 2;
-    std::fclose(f);
-    std::vector<{t}> xt(x.begin(), x.end()), wt(w.begin(), w.end()), out(p.total + 1);
-    {name}(out.data(), xt.data(), wt.data(), p);
-    FILE* o = std::fopen(argv[2], "wb");
-    for (long long i = 0; i < p.total; ++i) {{ double v = out[i]; std::fwrite(&v, 8, 1, o); }}
-    std::fclose(o);
-    return 0;
-}}
-"#
-        )
-    }
-
-    /// The generated kernel's indexing, run on the CPU: compiled by g++ as
-    /// host code (f64 and f32) and compared with the plain loop for every
-    /// geometry in [`cases`]. Skipped where g++ cannot be run.
+    /// The generated kernel run on the host (`crate::cuda_host`: compiled
+    /// by g++ against the CUDA shim, launched as `cuda_launch::conv`'s
+    /// plan, as `cuda::exec` launches it), in f64 and f32, against the
+    /// plain loop for every geometry in [`cases`]. Prints "skipped: g++
+    /// not found" where g++ is missing.
     #[test]
     fn conv_kernel_matches_the_reference_on_the_cpu_under_gcc() {
-        let dir = std::env::temp_dir().join(format!("xform_conv_gcc_{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        for (d, t, tol) in [(DType::F64, "double", 1e-13), (DType::F32, "float", 2e-6)] {
-            let k = conv_kernel(d).unwrap();
-            let cpp = dir.join(format!("{}.cpp", k.name));
-            let exe = dir.join(&k.name);
-            std::fs::write(&cpp, format!("{HOST_SHIM}{}{}", k.source, host_main(&k.name, t))).unwrap();
-            let status =
-                std::process::Command::new("g++").args(["-O1", "-std=c++17", "-o"]).arg(&exe).arg(&cpp).status();
-            let Ok(status) = status else {
-                eprintln!("g++ not found: the CPU emulation of the conv kernel is skipped");
-                return;
-            };
-            assert!(status.success(), "g++ rejected {}", cpp.display());
-            let size = std::process::Command::new(&exe).output().unwrap();
-            let size: usize = String::from_utf8_lossy(&size.stdout).trim().parse().unwrap();
-            assert_eq!(size, std::mem::size_of::<ConvParams>(), "XfConv and ConvParams differ");
+        use crate::buffer::CpuBuffer;
+        use crate::cuda_host::{Job, Outcome};
+        let mut runs = Vec::new();
+        for (d, tol) in [(DType::F64, 1e-13), (DType::F32, 2e-6)] {
             for (seed, (name, g)) in cases().into_iter().enumerate() {
                 let (x, w) = (values(g.lhs_len(), 2 * seed as u64 + 1), values(g.rhs_len(), 2 * seed as u64 + 2));
                 // Rounded to the kernel's dtype first, as the device sees them.
-                let round = |v: &[f64]| -> Vec<f64> {
-                    v.iter().map(|&a| if d == DType::F32 { a as f32 as f64 } else { a }).collect()
+                let buf = |v: &[f64]| match d {
+                    DType::F32 => CpuBuffer::F32(v.iter().map(|&a| a as f32).collect()),
+                    _ => CpuBuffer::F64(v.to_vec()),
                 };
-                let (x, w) = (round(&x), round(&w));
-                let p = conv_params(&g);
-                let mut bytes = Vec::new();
-                // SAFETY: ConvParams is `#[repr(C)]` and all i64 (no padding
-                // bytes), so its memory is `size_of` initialized bytes.
-                bytes.extend_from_slice(unsafe {
-                    std::slice::from_raw_parts(
-                        (&p as *const ConvParams).cast::<u8>(),
-                        std::mem::size_of::<ConvParams>(),
-                    )
-                });
-                for v in [&x, &w] {
-                    bytes.extend_from_slice(&(v.len() as i64).to_ne_bytes());
-                    v.iter().for_each(|a| bytes.extend_from_slice(&a.to_ne_bytes()));
-                }
-                let (input, output) = (dir.join("in.bin"), dir.join("out.bin"));
-                std::fs::write(&input, &bytes).unwrap();
-                let run = std::process::Command::new(&exe).arg(&input).arg(&output).status().unwrap();
-                assert!(run.success(), "{name} {d:?}: the emulated kernel failed");
-                let got: Vec<f64> = std::fs::read(&output)
-                    .unwrap()
-                    .chunks_exact(8)
-                    .map(|c| f64::from_ne_bytes(c.try_into().unwrap()))
-                    .collect();
-                let want = reference(&g, &x, &w);
-                assert_eq!(got.len(), want.len(), "{name} {d:?}");
-                for (i, (got, (v, a))) in got.iter().zip(&want).enumerate() {
-                    assert!((got - v).abs() <= tol * a.max(1e-300), "{name} {d:?} element {i}: {got}, want {v}");
-                }
+                let (bx, bw) = (buf(&x), buf(&w));
+                let as_f64 = |b: &CpuBuffer| -> Vec<f64> {
+                    match b {
+                        CpuBuffer::F32(v) => v.iter().map(|&a| a as f64).collect(),
+                        CpuBuffer::F64(v) => v.clone(),
+                        _ => unreachable!("a float buffer"),
+                    }
+                };
+                let want = reference(&g, &as_f64(&bx), &as_f64(&bw));
+                let plan = crate::cuda_launch::conv(&g, d).unwrap();
+                runs.push((name, d, tol, plan, [bx, bw], want));
             }
         }
-        let _ = std::fs::remove_dir_all(&dir);
+        let Some(gpu) = crate::cuda_host::tests::gpu_for(runs.iter().flat_map(|r| r.3.kernels())) else { return };
+        let inputs: Vec<[&CpuBuffer; 2]> = runs.iter().map(|r| [&r.4[0], &r.4[1]]).collect();
+        let jobs: Vec<Job> = runs.iter().zip(&inputs).map(|(r, i)| Job { plan: &r.3, inputs: i, dest: None }).collect();
+        for (o, (name, d, tol, _, _, want)) in gpu.run(&jobs).unwrap().into_iter().zip(&runs) {
+            let Outcome::Done { outputs, .. } = o else { panic!("{name} {d:?}: {o:?}") };
+            let got: Vec<f64> = match &outputs[0] {
+                CpuBuffer::F32(v) => v.iter().map(|&a| a as f64).collect(),
+                CpuBuffer::F64(v) => v.clone(),
+                b => panic!("{name}: a {:?} result", b.dtype()),
+            };
+            assert_eq!(got.len(), want.len(), "{name} {d:?}");
+            for (i, (got, (v, a))) in got.iter().zip(want).enumerate() {
+                assert!((got - v).abs() <= tol * a.max(1e-300), "{name} {d:?} element {i}: {got}, want {v}");
+            }
+        }
     }
 }

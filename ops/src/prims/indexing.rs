@@ -156,7 +156,10 @@ pub(crate) fn resolve_start(s: i64, n: usize, block: usize) -> usize {
 
 /// Start indices resolved (wrapped, then clamped) so that a block of
 /// `sizes` fits in `shape`.
-pub(crate) fn resolved_starts(shape: &Shape, sizes: &[usize], starts: &[&Array]) -> Result<Vec<usize>> {
+///
+/// # Errors
+/// A start that is not an integer scalar.
+pub fn resolved_starts(shape: &Shape, sizes: &[usize], starts: &[&Array]) -> Result<Vec<usize>> {
     starts.iter().enumerate().map(|(d, s)| Ok(resolve_start(scalar_i64(s)?, shape[d], sizes[d]))).collect()
 }
 
@@ -185,7 +188,10 @@ fn lower_dynamic_update_slice(ins: &[&Array]) -> Result<Array> {
     Ok(Array::from_cpu(out, x.shape().clone()))
 }
 
-pub(crate) fn gather_extents(x: &Shape, idx: &Shape, axis: usize, batch_dims: usize) -> GatherExtents {
+/// The extents of a gather (or scatter-add) along `axis` after
+/// `batch_dims` batch axes, of an operand of shape `x` at indices of
+/// shape `idx`: what the CPU and CUDA kernels take.
+pub fn gather_extents(x: &Shape, idx: &Shape, axis: usize, batch_dims: usize) -> GatherExtents {
     GatherExtents {
         batch: x[..batch_dims].iter().product(),
         pre: x[batch_dims..axis].iter().product(),

@@ -259,12 +259,26 @@ fn result_shape(d: &DotDims, sa: &Shape, sb: &Shape) -> Shape {
     Shape::from(&shape[..])
 }
 
+/// The operands of the product `d` of `a` and `b` as batched matrices
+/// `[B, M, K]` and `[B, K, N]` (views where the strides allow, else
+/// contiguous copies): what the GEMM kernels take (the CPU's for integers
+/// and for strided views, CUDA's always; the host emulation of the CUDA
+/// kernels too).
+///
+/// # Errors
+/// Out of memory for a copy.
+pub fn gemm_operands(d: &DotDims, a: &Array, b: &Array) -> Result<(Array, Array)> {
+    let (sa, sb) = (a.shape(), b.shape());
+    let (lf, rf) = (d.free(sa.rank(), true), d.free(sb.rank(), false));
+    let size = |s: &Shape, ax: &[usize]| ax.iter().map(|&x| s[x]).product::<usize>();
+    let (bt, m, k, n) = (size(sa, &d.lhs_batch), size(sa, &lf), size(sa, &d.lhs_contract), size(sb, &rf));
+    let pa: Axes = d.lhs_batch.iter().chain(lf.iter()).chain(d.lhs_contract.iter()).copied().collect();
+    let pb: Axes = d.rhs_batch.iter().chain(d.rhs_contract.iter()).chain(rf.iter()).copied().collect();
+    Ok((as_3d(a, &pa, bt, m, k)?, as_3d(b, &pb, bt, k, n)?))
+}
+
 fn lower_dot_general(d: &DotDims, a: &Array, b: &Array) -> Result<Array> {
-    let sa = a.shape();
-    let sb = b.shape();
-    let lf = d.free(sa.rank(), true);
-    let rf = d.free(sb.rank(), false);
-    let shape = result_shape(d, sa, sb);
+    let shape = result_shape(d, a.shape(), b.shape());
     if a.device() == Device::Cpu {
         match a.dtype {
             DType::F32 => return Ok(dot_general_faer::<f32>(d, a, b, &shape, None)?.expect("computed fresh")),
@@ -278,12 +292,8 @@ fn lower_dot_general(d: &DotDims, a: &Array, b: &Array) -> Result<Array> {
             _ => {}
         }
     }
-    let size = |s: &Shape, ax: &[usize]| ax.iter().map(|&x| s[x]).product::<usize>();
-    let (bt, m, k, n) = (size(sa, &d.lhs_batch), size(sa, &lf), size(sa, &d.lhs_contract), size(sb, &rf));
-    let pa: Axes = d.lhs_batch.iter().chain(lf.iter()).chain(d.lhs_contract.iter()).copied().collect();
-    let pb: Axes = d.rhs_batch.iter().chain(d.rhs_contract.iter()).chain(rf.iter()).copied().collect();
-    let a3 = as_3d(a, &pa, bt, m, k)?;
-    let b3 = as_3d(b, &pb, bt, k, n)?;
+    let (a3, b3) = gemm_operands(d, a, b)?;
+    let (bt, m, k, n) = (a3.shape()[0], a3.shape()[1], a3.shape()[2], b3.shape()[2]);
     if let Device::Cuda(_) = a.device() {
         return crate::backend::cuda_gemm(&a3, &b3, shape);
     }

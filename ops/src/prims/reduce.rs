@@ -290,6 +290,30 @@ fn lower_cumsum(axis: usize, reverse: bool, x: &Array) -> Result<Array> {
     Ok(Array::from_cpu(out, x.shape().clone()))
 }
 
+impl Prim {
+    /// The CUDA fold this primitive's lowering runs over an operand of
+    /// dtype `d`: reduce_sum / max / min, cumsum and reduce_window (the
+    /// host emulation of the kernels runs the same fold); `None` for
+    /// other primitives and for bool.
+    pub fn cuda_fold(&self, d: DType) -> Option<Fold> {
+        match self {
+            Prim::Reduce(Reduction::Reduce { op, .. }) => reduce_fold(*op, d),
+            Prim::Reduce(Reduction::Cumsum { .. }) => cumsum_fold(d),
+            Prim::Window(super::window::WindowOp::ReduceWindow { op, .. }) => super::window::window_fold(*op, d),
+            _ => None,
+        }
+    }
+
+    /// How this primitive's CUDA lowering ranks elements (argmax, argmin);
+    /// `None` for other primitives.
+    pub fn cuda_ranking(&self) -> Option<Ranking> {
+        match self {
+            Prim::Reduce(Reduction::ArgReduce { op, .. }) => Some(ranking(*op)),
+            _ => None,
+        }
+    }
+}
+
 /// The CUDA reduction of `op` over dtype `d` (the semantics of the CPU
 /// reducers above: float sums accumulate in f64, integer sums wrap, max/min
 /// propagate NaN), or `None` for bool.

@@ -208,7 +208,9 @@ unary_table! {
     /// Inverse hyperbolic sine.
     Asinh => asinh "asinh" {
         cost: 8,
-        float: |x| x.via(f32::asinh, f64::asinh), cuda: |c| c.call("asinh"),
+        // f32 through f64: Rust's `f32::asinh` overflows to inf above
+        // f32::MAX / 2 (asinh(3e38) is 89.3, as CUDA's asinhf gives)
+        float: |x| x.via(|v| (v as f64).asinh() as f32, f64::asinh), cuda: |c| c.call("asinh"),
         // JAX: t * rsqrt(x^2 + 1)
         jvp: |t, x, _y| scale(t, lax::rsqrt(&lax::add(&lax::mul(x, x)?, &lax::ones_like(x)?)?)?),
         linear: false,
@@ -218,7 +220,8 @@ unary_table! {
     /// Inverse hyperbolic cosine (`x >= 1`).
     Acosh => acosh "acosh" {
         cost: 8,
-        float: |x| x.via(f32::acosh, f64::acosh), cuda: |c| c.call("acosh"),
+        // f32 through f64, as asinh (Rust's `f32::acosh` overflows)
+        float: |x| x.via(|v| (v as f64).acosh() as f32, f64::acosh), cuda: |c| c.call("acosh"),
         // JAX: t * rsqrt(x^2 - 1)
         jvp: |t, x, _y| scale(t, lax::rsqrt(&lax::sub(&lax::mul(x, x)?, &lax::ones_like(x)?)?)?),
         linear: false,
@@ -532,14 +535,10 @@ fn sign<R: Real>(x: R) -> R {
     }
 }
 
+/// IEEE roundeven (as CUDA's `rint`, numpy's `round`): ties to the even
+/// neighbour, the sign kept (`-0.5` gives `-0`).
 fn round_half_even<R: Real>(x: R) -> R {
-    let r = x.round();
-    // `round` goes half away from zero; step back to the even neighbour on ties.
-    if (x - x.floor()) == R::of(0.5) && (r % R::of(2.0)) != R::ZERO {
-        r - sign(x)
-    } else {
-        r
-    }
+    x.via(f32::round_ties_even, f64::round_ties_even)
 }
 
 /// `x^n` on integers: wrapping for n >= 0; x^-n truncates to 0 except for

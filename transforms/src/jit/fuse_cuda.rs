@@ -124,8 +124,9 @@ pub fn sample_kernels() -> Vec<Kernel> {
         .collect()
 }
 
-/// Hand-built programs on `cuda:0` for [`sample_kernels`] and the tests.
-pub(crate) mod samples {
+/// Hand-built programs on `cuda:0` for [`sample_kernels`] and the tests
+/// (the suite's host emulation of the fused kernels runs them too).
+pub mod samples {
     use smallvec::smallvec;
     use xform_ops::prim::{BinaryOp, CompareOp, ElementwiseOp, ShapeOp, UnaryOp};
     use xform_ops::{Atom, Aval, DType, Device, Prim, Program, ProgramBuilder, Shape};

@@ -1,14 +1,13 @@
-//! Launching a fused elementwise kernel ([`crate::cuda_source::fused_kernel`]).
+//! The launch of a fused elementwise kernel ([`crate::cuda_source::fused_kernel`]).
 
-use super::source::{Kernel, MAX_DIMS, MAX_FUSED_INPUTS, MAX_FUSED_OUTPUTS};
-use super::{grid_1d, launch, same_device, too_many_dims, Arg};
-use crate::cuda::buffer::CudaBuffer;
-use crate::cuda::error::{CudaError, Result};
+use super::params::too_many_dims;
+use super::{unsupported, Arg, Buf, IterParamsOf, Plan, Ptr, Result};
+use crate::cuda_source::{Kernel, MAX_DIMS, MAX_FUSED_INPUTS, MAX_FUSED_OUTPUTS};
 use crate::dtype::DType;
 use crate::layout::{coalesce_into, Layout, Strides};
 
 /// The iteration parameters of a fused kernel (`XfFused`).
-pub(super) type FusedParams = super::IterParamsOf<MAX_FUSED_INPUTS>;
+pub type FusedParams = IterParamsOf<MAX_FUSED_INPUTS>;
 
 /// Operands of one shape, simplified for iteration as the map kernels'
 /// (`layout::coalesce_into`), for any number of operands.
@@ -18,53 +17,51 @@ fn coalesce(shape: &[usize], layouts: &[&Layout]) -> (Vec<usize>, Vec<Vec<isize>
     (dims.to_vec(), strides.into_iter().map(|s| s.to_vec()).collect())
 }
 
-/// Runs the fused kernel `kernel`, generated for inputs of dtypes `in_dtypes`
-/// writing outputs of dtypes `outs`, over operands of logical shape `shape`
-/// (any layouts); returns the outputs, contiguous.
+/// Runs the fused kernel `kernel`, generated for inputs of dtypes
+/// `in_dtypes` writing outputs of dtypes `outs`, over operands `Input(k)`
+/// of dtypes and layouts `ins[k]` and logical shape `shape`; the outputs
+/// are fresh and contiguous.
 ///
 /// # Errors
-/// Operands that do not match the kernel (count, dtype, shape), operands on
-/// different devices, a merged rank over `MAX_DIMS`, out of memory, or a
-/// launch failure.
+/// Operands that do not match the kernel (count, dtype, shape) or a
+/// merged rank over `MAX_DIMS`.
 pub fn fused(
     kernel: &Kernel,
     in_dtypes: &[DType],
-    ins: &[(&CudaBuffer, &Layout)],
+    ins: &[(DType, &Layout)],
     shape: &[usize],
     outs: &[DType],
-) -> Result<Vec<CudaBuffer>> {
-    let mismatch = || CudaError::unsupported(format!("operands that {} was not generated for", kernel.name));
+) -> Result<Plan> {
+    let mismatch = || unsupported(format!("operands that {} was not generated for", kernel.name));
     if ins.is_empty() || ins.len() != in_dtypes.len() || ins.len() > MAX_FUSED_INPUTS {
         return Err(mismatch());
     }
     if outs.is_empty() || outs.len() > MAX_FUSED_OUTPUTS {
         return Err(mismatch());
     }
-    for ((b, l), d) in ins.iter().zip(in_dtypes) {
-        if b.dtype() != *d || l.shape[..] != shape[..] {
-            return Err(mismatch());
-        }
+    if ins.iter().zip(in_dtypes).any(|((d, l), want)| d != want || l.shape[..] != shape[..]) {
+        return Err(mismatch());
     }
-    let bufs: Vec<&CudaBuffer> = ins.iter().map(|(b, _)| *b).collect();
-    let dev = same_device(&bufs)?;
     let n: usize = shape.iter().product();
-    let ys = outs.iter().map(|&d| CudaBuffer::alloc(&dev, d, n)).collect::<Result<Vec<_>>>()?;
+    let mut plan = Plan::default();
+    let ys: Vec<usize> = outs.iter().map(|&d| plan.temp(d, n)).collect();
+    plan.outputs = ys.clone();
     if n == 0 {
-        return Ok(ys);
+        return Ok(plan);
     }
     let layouts: Vec<&Layout> = ins.iter().map(|(_, l)| *l).collect();
     let (dims, strides) = coalesce(shape, &layouts);
     if dims.len() > MAX_DIMS {
         return Err(too_many_dims(dims.len()));
     }
-    let mut p = FusedParams {
+    let mut p = Box::new(FusedParams {
         n: n as i64,
         rank: dims.len() as i32,
         pad: 0,
         shape: [0; MAX_DIMS],
         strides: [[0; MAX_DIMS]; MAX_FUSED_INPUTS],
         offsets: [0; MAX_FUSED_INPUTS],
-    };
+    });
     for (d, &m) in p.shape.iter_mut().zip(&dims) {
         *d = m as i64;
     }
@@ -74,11 +71,11 @@ pub fn fused(
         }
         p.offsets[k] = l.offset as i64;
     }
-    let mut args: Vec<Arg<'_>> = ys.iter().map(|y| Arg::Ptr(y.device_ptr())).collect();
-    args.extend(bufs.iter().map(|b| Arg::Ptr(b.device_ptr())));
-    args.push(Arg::Fused(&p));
-    launch(&dev, kernel, grid_1d(n), &args)?;
-    Ok(ys)
+    let mut args: Vec<Arg> = ys.iter().map(|&y| Arg::Ptr(Ptr::at(Buf::Temp(y)))).collect();
+    args.extend((0..ins.len()).map(|k| Arg::Ptr(Ptr::at(Buf::Input(k)))));
+    args.push(Arg::Fused(p));
+    plan.launch_1d(kernel.clone(), n, args);
+    Ok(plan)
 }
 
 #[cfg(test)]
