@@ -136,7 +136,11 @@ pub fn check_for(prim: &Prim, out: DType, terms: usize) -> Check {
             | UnaryOp::ErfInv
             | UnaryOp::Lgamma
             | UnaryOp::Digamma
-            | UnaryOp::Polygamma(_) => libm,
+            | UnaryOp::Polygamma(_)
+            | UnaryOp::Log10
+            | UnaryOp::Erfc
+            | UnaryOp::Logit
+            | UnaryOp::Sinc => libm,
             // repeated products, perhaps in another order
             UnaryOp::IntegerPow(_) => libm,
         },
@@ -150,7 +154,12 @@ pub fn check_for(prim: &Prim, out: DType, terms: usize) -> Check {
             | BinaryOp::Rem
             | BinaryOp::And
             | BinaryOp::Or => Check::Exact,
-            BinaryOp::Pow | BinaryOp::Atan2 => libm,
+            BinaryOp::Pow
+            | BinaryOp::Atan2
+            | BinaryOp::Xlogy
+            | BinaryOp::Xlog1py
+            | BinaryOp::Logaddexp
+            | BinaryOp::Hypot => libm,
         },
         Prim::Compare(_) | Prim::Elementwise(_) | Prim::Shape(_) | Prim::Random(_) => Check::Exact,
         Prim::Index(IndexOp::ScatterAdd { .. }) => sums,

@@ -287,3 +287,17 @@ fn finished_examples_of_a_batched_while_do_not_leak_into_gradients() {
     let g = grad(|xs: &Tensor| vmap(sq)(xs).sum())(&xs);
     assert_close(&v(&g), &want, 1e-14);
 }
+
+/// jit of a gradient through a while_loop cannot know the trip count when
+/// it stages the gradient: an error that says to take the gradient of the
+/// jitted function instead (JAX refuses reverse mode through while_loop in
+/// both orders), and that order gives the eager gradient.
+#[test]
+fn jit_of_grad_through_while_says_which_order_works() {
+    let x = x0();
+    let want = v(&grad(loss)(&x));
+    let e = err(|| jit(grad(loss))(&x));
+    says(&e, &["while", "trip count", "grad(jit(f)) instead of jit(grad(f))", "under jit"]);
+    assert_eq!(xform::core::interp::stack_depth(), 0);
+    assert_close(&v(&grad(jit(loss))(&x)), &want, 1e-12);
+}

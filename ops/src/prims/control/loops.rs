@@ -477,10 +477,12 @@ pub(super) fn transpose(op: &ControlOp, cts: &[Option<Tensor>], args: &[LinearAr
     match op {
         ControlOp::While { .. } => Err(Error::transform(
             "while",
-            "reverse-mode differentiation of a while_loop needs its trip count, which is unknown here: its \
-             predicate is staged (trace) or batched (vmap) inside the differentiated function. Take the gradient \
-             where the predicate is a known value (e.g. grad outside vmap: vmap(grad(f)) becomes grad(vmap(f)) \
-             summed), or use fori_loop/scan with a static length",
+            "reverse-mode differentiation of a while_loop needs its trip count, which is unknown where the \
+             gradient is taken: the loop's predicate is staged (jit, trace) or batched (vmap) inside the \
+             differentiated function. Take the gradient outside the transform that hides the predicate: \
+             grad(jit(f)) instead of jit(grad(f)) (the jitted loop then runs on concrete values, and the gradient \
+             records its iterations), grad of the summed vmap(f) instead of vmap(grad(f)); or use fori_loop or \
+             scan with a static length, which reverse mode differentiates anywhere",
         )),
         ControlOp::Scan { body, consts, carry, length, reverse, unroll } => {
             transpose_scan(body, *consts, *carry, *length, *reverse, *unroll, cts, args)
