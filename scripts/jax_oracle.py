@@ -11,8 +11,9 @@ Answer:   {"id": N, "outputs": [{"shape": [...], "data": [...]}, ...]}
       or  {"id": N, "error": "<exception text>"}
 
 `run(xs)` receives the inputs as a list of float64 jax arrays and returns
-a list of arrays. The source is evaluated with `jax`, `jnp`, `lax` and
-`np` in scope. Everything runs in float64 (jax_enable_x64) on the CPU.
+a list of arrays. The source is evaluated with `jax`, `jnp`, `lax`, `np`
+and `jit` in scope (`jit` is `jax.jit`, or the identity for an eager
+request: jitted levels of a case run unjitted in the eager reference). Everything runs in float64 (jax_enable_x64) on the CPU.
 The first line written is {"ready": "<jax version>"}.
 """
 
@@ -61,13 +62,16 @@ def main():
         req = json.loads(line)
         rid = req.get("id")
         try:
-            scope = {"jax": jax, "jnp": jnp, "lax": lax, "np": np}
+            jit = JIT and not req.get("eager", False)
+            # `jit(f)` in the source is jax.jit, or f itself when the
+            # request runs eagerly (the reference: no XLA optimization)
+            scope = {"jax": jax, "jnp": jnp, "lax": lax, "np": np,
+                     "jit": jax.jit if jit else (lambda f: f)}
             exec(compile(req["src"], f"<case {rid}>", "exec"), scope)
             xs = [
                 jnp.asarray(np.array(i["data"], dtype=np.float64).reshape(i["shape"]))
                 for i in req["inputs"]
             ]
-            jit = JIT and not req.get("eager", False)
             run = jax.jit(scope["run"]) if jit else scope["run"]
             outs = run(xs)
             answer({"id": rid, "outputs": [to_json(o) for o in outs]})

@@ -11,7 +11,23 @@
 //! - `Jvp`: `f`'s outputs followed by their tangents along `cos(3 x_i)`;
 //! - `Jacfwd` / `Jacrev`: every block d out_j / d in_i (output-major);
 //! - `Hessian`: every block of the Hessian of `scalarize(f(xs))`;
-//! - `Functionalize`: `f` with its in-place ops functionalized (JAX: `f`).
+//! - `Functionalize`: `f` with its in-place ops functionalized (JAX: `f`);
+//! - `Jit`: `jit(f)` (JAX: `jax.jit(f)`);
+//! - `Checkpoint`: `checkpoint(f)` (JAX: `jax.checkpoint(f)`);
+//! - `CustomJvp`: `f` with the custom JVP rule `jvp(f)` (JAX:
+//!   `jax.custom_jvp` with that rule), and `CustomVjp`: `f` with the custom
+//!   VJP `fwd = (f, inputs)`, `bwd = vjp(f)` (JAX: `jax.custom_vjp`): the
+//!   same derivatives as `f`'s, through the custom-rule machinery, with
+//!   the program's writes to its arguments inside (in JAX, the custom
+//!   function returns the results, and the written arguments come from
+//!   `f` as ordinary code: xform's semantics, where a custom rule gives the
+//!   derivative of the results only);
+//! - `JitCaptured` (outermost only): `jit` of `f` with its first input
+//!   captured by the closure instead of passed, called once, then the
+//!   captured tensor written in place (`c = c * 0.5 + 0.25`) and the
+//!   function called again: xform must give `f` on the new value (JAX's
+//!   reference), or refuse the call with its in-place error, never the
+//!   value for the old one.
 //!
 //! The stack is drawn as raw choices and resolved against the shapes the
 //! inner levels see (axes within the ranks, one input at least batched), so
@@ -36,6 +52,19 @@ pub enum Tf {
     Jacrev,
     Hessian,
     Functionalize,
+    Jit,
+    Checkpoint,
+    CustomJvp,
+    CustomVjp,
+    JitCaptured,
+}
+
+impl Tf {
+    /// Forward-mode differentiation of what it wraps (JAX cannot apply it
+    /// to a `custom_vjp` function).
+    fn forward_mode(&self) -> bool {
+        matches!(self, Tf::Jvp | Tf::Jacfwd | Tf::Hessian | Tf::CustomJvp)
+    }
 }
 
 /// A case of the differential test. `stack[0]` is applied first (innermost).
@@ -61,7 +90,9 @@ fn numel(s: &[usize]) -> usize {
 fn apply(tf: &Tf, ins: &[Vec<usize>], outs: &[Vec<usize>]) -> Option<(Vec<Vec<usize>>, Vec<Vec<usize>>)> {
     let (ins2, outs2): (Vec<Vec<usize>>, Vec<Vec<usize>>) = match tf {
         Tf::Grad => (ins.to_vec(), ins.to_vec()),
-        Tf::Functionalize => (ins.to_vec(), outs.to_vec()),
+        Tf::Functionalize | Tf::Jit | Tf::Checkpoint | Tf::CustomJvp | Tf::CustomVjp | Tf::JitCaptured => {
+            (ins.to_vec(), outs.to_vec())
+        }
         Tf::Jvp => (ins.to_vec(), outs.iter().chain(outs).cloned().collect()),
         Tf::Jacfwd | Tf::Jacrev => (
             ins.to_vec(),
@@ -107,10 +138,11 @@ fn apply(tf: &Tf, ins: &[Vec<usize>], outs: &[Vec<usize>]) -> Option<(Vec<Vec<us
 fn resolve(program: &Program, core_outs: &[Vec<usize>], raw: &[(u8, u64)]) -> (Vec<Tf>, Vec<Vec<usize>>) {
     let mut ins = program.inputs.clone();
     let mut outs = core_outs.to_vec();
-    let mut stack = Vec::new();
-    for &(kind, seed) in raw {
+    let mut stack: Vec<Tf> = Vec::new();
+    for (k, &(kind, seed)) in raw.iter().enumerate() {
         let mut m = Mix::new(seed);
-        let tf = match kind % 7 {
+        let outermost = k + 1 == raw.len();
+        let tf = match kind % 12 {
             0 => Tf::Grad,
             1 => {
                 // An empty batch now and then.
@@ -139,8 +171,20 @@ fn resolve(program: &Program, core_outs: &[Vec<usize>], raw: &[(u8, u64)]) -> (V
             3 => Tf::Jacfwd,
             4 => Tf::Jacrev,
             5 => Tf::Hessian,
-            _ => Tf::Functionalize,
+            6 => Tf::Functionalize,
+            7 => Tf::Jit,
+            8 => Tf::Checkpoint,
+            9 => Tf::CustomJvp,
+            10 => Tf::CustomVjp,
+            // the captured input must not be one the program writes (a
+            // write to a captured tensor inside jit is refused)
+            _ if outermost && !program.writes.iter().any(|w| w.input() == 0) => Tf::JitCaptured,
+            _ => Tf::Jit,
         };
+        // JAX differentiates a custom_vjp function in reverse mode only
+        if tf.forward_mode() && stack.contains(&Tf::CustomVjp) {
+            continue;
+        }
         if let Some((i2, o2)) = apply(&tf, &ins, &outs) {
             ins = i2;
             outs = o2;

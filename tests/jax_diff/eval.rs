@@ -6,6 +6,8 @@ use crate::case::{Case, Tf};
 use crate::program::{Bin, Expr, MutOp, Program, Red, Un, View};
 use std::rc::Rc;
 use xform::prelude::*;
+use xform::core::prim::ReduceOp;
+use xform::lax::{Padding, WindowParams};
 use xform::{functionalize, jacfwd, jacrev};
 
 // ---- shapes --------------------------------------------------------------------
@@ -30,6 +32,13 @@ pub fn shape(e: &Expr, inputs: &[Vec<usize>]) -> Vec<usize> {
             let s = shape(x, inputs);
             (0..s.len()).filter(|a| !axes.contains(a)).map(|a| s[a]).collect()
         }
+        Expr::Window { dims, strides, same, base, wdil, x, .. } => shape(x, inputs)
+            .iter()
+            .enumerate()
+            .map(|(a, &n)| {
+                crate::program::window_out(n, dims[a], strides[a], base[a], wdil[a], *same).expect("a valid window")
+            })
+            .collect(),
         Expr::Binary(_, x, y) | Expr::Pow { base: x, exp: y } => broadcast(&shape(x, inputs), &shape(y, inputs)),
         Expr::Reduce { axes, keepdims, x, .. } => {
             let s = shape(x, inputs);
@@ -239,6 +248,15 @@ pub fn eval(e: &Expr, xs: &[Tensor]) -> Tensor {
             ev(x).index_add(*axis as isize, &Tensor::from_vec(idx.clone(), [idx.len()]), &ev(src))
         }
         Expr::Var { axes, ddof, keepdims, x } => ev(x).var_axes(&isz(axes), *ddof, *keepdims),
+        Expr::Window { max, dims, strides, same, base, wdil, x } => {
+            let x = ev(x);
+            let padding = if *same { Padding::Same } else { Padding::Valid };
+            let shape = x.shape().dims().to_vec();
+            let w = WindowParams::dilated("reduce_window", &shape, dims, strides, &padding, base, wdil)
+                .expect("a valid window");
+            let op = if *max { ReduceOp::Max } else { ReduceOp::Sum };
+            xform::lax::reduce_window(op, &x, &w).expect("reduce_window")
+        }
         Expr::Mutate { op, view: v, target, value } => {
             let t = ev(target).copy();
             let value = ev(value);
@@ -285,6 +303,45 @@ fn wrap(tf: &Tf, f: Fun) -> Fun {
             Rc::new(move |xs| hessian(|xs: &Vec<Tensor>| scalarize(&f(xs)))(xs).into_iter().flatten().collect())
         }
         Tf::Functionalize => Rc::new(move |xs| functionalize(|xs: &Vec<Tensor>| f(xs))(xs)),
+        Tf::Jit => Rc::new(move |xs| jit(|xs: &Vec<Tensor>| f(xs))(xs)),
+        Tf::Checkpoint => Rc::new(move |xs| checkpoint(|xs: &Vec<Tensor>| f(xs))(xs)),
+        Tf::CustomJvp => Rc::new(move |xs| {
+            let (f1, f2) = (f.clone(), f.clone());
+            let g = custom_jvp(
+                move |xs: &Vec<Tensor>| f1(xs),
+                move |xs: &Vec<Tensor>, ts: &Vec<Tensor>| jvp(|xs: &Vec<Tensor>| f2(xs), xs, ts),
+            );
+            g.call(xs)
+        }),
+        Tf::CustomVjp => Rc::new(move |xs| {
+            let (f1, f2, f3) = (f.clone(), f.clone(), f.clone());
+            let g = custom_vjp(
+                move |xs: &Vec<Tensor>| f1(xs),
+                // the residuals: the arguments before f writes them
+                move |xs: &Vec<Tensor>| {
+                    let r: Vec<Tensor> = xs.iter().map(Tensor::copy).collect();
+                    (f2(xs), r)
+                },
+                move |r: &Vec<Tensor>, ct: &Vec<Tensor>| {
+                    let r: Vec<Tensor> = r.iter().map(Tensor::copy).collect();
+                    xform::vjp(|xs: &Vec<Tensor>| f3(xs), &r).1(ct)
+                },
+            );
+            g.call(xs)
+        }),
+        Tf::JitCaptured => Rc::new(move |xs| {
+            let c = xs[0].copy();
+            let g = jit(|rest: &Vec<Tensor>| {
+                let all: Vec<Tensor> = std::iter::once(c.clone()).chain(rest.iter().cloned()).collect();
+                f(&all)
+            });
+            let rest: Vec<Tensor> = xs[1..].to_vec();
+            let _ = g(&rest);
+            // written in place between the calls
+            c.mul_scalar_(0.5);
+            c.add_scalar_(0.25);
+            g(&rest)
+        }),
     }
 }
 
@@ -501,6 +558,16 @@ pub fn rust(e: &Expr) -> String {
             rust(src)
         ),
         Expr::Var { axes, ddof, keepdims, x } => format!("({}).var_axes(&{}, {ddof}, {keepdims})", rust(x), list(axes)),
+        Expr::Window { max, dims, strides, same, base, wdil, x } => format!(
+            "{{ let x = {}; let w = xform::lax::WindowParams::dilated(\"reduce_window\", x.shape().dims(), &{}, &{}, &xform::lax::Padding::{}, &{}, &{}).unwrap(); xform::lax::reduce_window(xform::core::prim::ReduceOp::{}, &x, &w).unwrap() }}",
+            rust(x),
+            list(dims),
+            list(strides),
+            if *same { "Same" } else { "Valid" },
+            list(base),
+            list(wdil),
+            if *max { "Max" } else { "Sum" }
+        ),
         Expr::Mutate { op, view, target, value } => {
             let m = match op {
                 MutOp::Add => "add_",
@@ -552,6 +619,17 @@ pub fn rust_reproducer(case: &Case) -> String {
                 format!("hessian(|xs: &Vec<Tensor>| scalarize(&f{p}(xs)))(xs).into_iter().flatten().collect()")
             }
             Tf::Functionalize => format!("functionalize(&f{p})(xs)"),
+            Tf::Jit => format!("jit(&f{p})(xs)"),
+            Tf::Checkpoint => format!("checkpoint(&f{p})(xs)"),
+            Tf::CustomJvp => format!(
+                "custom_jvp(&f{p}, |xs: &Vec<Tensor>, ts: &Vec<Tensor>| jvp(&f{p}, xs, ts)).call(xs)"
+            ),
+            Tf::CustomVjp => format!(
+                "custom_vjp(&f{p}, |xs: &Vec<Tensor>| {{ let r: Vec<Tensor> = xs.iter().map(Tensor::copy).collect(); (f{p}(xs), r) }}, |r: &Vec<Tensor>, ct: &Vec<Tensor>| {{ let r: Vec<Tensor> = r.iter().map(Tensor::copy).collect(); xform::vjp(&f{p}, &r).1(ct) }}).call(xs)"
+            ),
+            Tf::JitCaptured => format!(
+                "let c = xs[0].copy(); let g = jit(|rest: &Vec<Tensor>| {{ let all: Vec<Tensor> = std::iter::once(c.clone()).chain(rest.iter().cloned()).collect(); f{p}(&all) }}); let rest: Vec<Tensor> = xs[1..].to_vec(); let _ = g(&rest); c.mul_scalar_(0.5); c.add_scalar_(0.25); g(&rest)"
+            ),
         };
         s += &format!("    let f{n} = |xs: &Vec<Tensor>| -> Vec<Tensor> {{ {body} }};\n");
     }

@@ -7,12 +7,18 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 pub struct Oracle {
+    python: String,
+    script: String,
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
     next_id: u64,
     pub version: String,
 }
+
+/// How an error of [`Oracle::run`] starts when the oracle process died
+/// (XLA aborts the process on some of its own internal check failures).
+pub const DIED: &str = "the oracle process died: ";
 
 /// One output leaf: its shape and values.
 pub type Leaf = (Vec<usize>, Vec<f64>);
@@ -29,7 +35,15 @@ impl Oracle {
             .map_err(|e| format!("cannot start {python} {script}: {e}"))?;
         let stdin = child.stdin.take().expect("piped stdin");
         let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
-        let mut o = Oracle { child, stdin, stdout, next_id: 0, version: String::new() };
+        let mut o = Oracle {
+            python: python.to_string(),
+            script: script.to_string(),
+            child,
+            stdin,
+            stdout,
+            next_id: 0,
+            version: String::new(),
+        };
         let ready = o.read_line()?;
         match parse(&ready)?.get("ready") {
             Some(Json::Str(v)) => o.version = v.clone(),
@@ -40,11 +54,17 @@ impl Oracle {
 
     fn read_line(&mut self) -> Result<String, String> {
         let mut line = String::new();
-        let n = self.stdout.read_line(&mut line).map_err(|e| format!("reading from the oracle: {e}"))?;
+        let n = self.stdout.read_line(&mut line).map_err(|e| format!("{DIED}reading from the oracle: {e}"))?;
         if n == 0 {
-            return Err("the oracle exited (see its stderr above)".into());
+            return Err(format!("{DIED}the oracle exited (see its stderr above)"));
         }
         Ok(line)
+    }
+
+    /// A new oracle process in place of this one (after XLA aborted it).
+    pub fn restart(&mut self) -> Result<(), String> {
+        *self = Oracle::start(&self.python.clone(), &self.script.clone())?;
+        Ok(())
     }
 
     /// Runs `src` (defining `run(xs)`) on `inputs`, under `jax.jit` unless
@@ -67,7 +87,7 @@ impl Oracle {
         self.stdin
             .write_all(req.as_bytes())
             .and_then(|_| self.stdin.flush())
-            .map_err(|e| format!("writing to the oracle: {e}"))?;
+            .map_err(|e| format!("{DIED}writing to the oracle: {e}"))?;
         let line = self.read_line()?;
         let ans = parse(&line)?;
         if ans.get("id") != Some(&Json::Num(id as f64)) {

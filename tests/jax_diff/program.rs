@@ -325,6 +325,19 @@ pub enum Expr {
         keepdims: bool,
         x: Box<Expr>,
     },
+    /// `reduce_window` (sum, or max with -inf as its init value) over every
+    /// axis, with "SAME" (`same`) or "VALID" padding and base and window
+    /// dilations (JAX's `lax.reduce_window`; window dilation only for sums,
+    /// whose VJP JAX has with it).
+    Window {
+        max: bool,
+        dims: Vec<usize>,
+        strides: Vec<usize>,
+        same: bool,
+        base: Vec<usize>,
+        wdil: Vec<usize>,
+        x: Box<Expr>,
+    },
     /// `{ let t = target.copy(); t.<view>.<op>_(value); t }`; in JAX the pure
     /// `t.at[view].<op>(value)`.
     Mutate {
@@ -465,7 +478,23 @@ fn leaf(shape: &[usize]) -> BoxedStrategy<Expr> {
 }
 
 /// Number of constructors `build` knows (0 is the leaf).
-const CHOICES: usize = 24;
+const CHOICES: usize = 25;
+
+/// The output size of `reduce_window` along an axis of `n` elements: a
+/// window of `w` taps `wd` apart, moving by `st`, over the input dilated
+/// by `bd`, padded for "SAME" as JAX's `reduce_window` pads (from the
+/// undilated size and the dilated window: `padtype_to_pads`), or not
+/// ("VALID"); `None` where the window does not fit.
+pub fn window_out(n: usize, w: usize, st: usize, bd: usize, wd: usize, same: bool) -> Option<usize> {
+    if n == 0 {
+        return None;
+    }
+    let nd = (n - 1) * bd + 1;
+    let wdl = (w - 1) * wd + 1;
+    let pad = if same { (((n.div_ceil(st)).max(1) - 1) * st + wdl).saturating_sub(n) } else { 0 };
+    let padded = nd + pad;
+    (padded >= wdl).then(|| (padded - wdl) / st + 1)
+}
 
 /// An expression whose value has exactly `shape`, at most `depth` deep.
 pub fn expr(shape: Vec<usize>, depth: u32) -> BoxedStrategy<Expr> {
@@ -692,6 +721,49 @@ fn build(s: Vec<usize>, depth: u32, choice: usize, seed: u64) -> BoxedStrategy<E
                 })
                 .boxed()
         }
+        24 if r >= 1 && numel(&s) > 0 => {
+            // per axis, the first window (input size, taps, stride,
+            // dilations, in a random order) that gives the axis its size
+            let max = m.coin();
+            let same = m.coin();
+            let mut axes = Vec::new();
+            for &out in &s {
+                let mut cands: Vec<[usize; 5]> = Vec::new();
+                for n in 1..=6 {
+                    for w in 1..=3 {
+                        for st in 1..=2 {
+                            for bd in 1..=2 {
+                                for wd in 1..=if max { 1 } else { 2 } {
+                                    if window_out(n, w, st, bd, wd, same) == Some(out) {
+                                        cands.push([n, w, st, bd, wd]);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                if cands.is_empty() {
+                    break;
+                }
+                axes.push(cands[m.int(0, cands.len() - 1)]);
+            }
+            if axes.len() < r {
+                return sub(s.clone()).prop_map(|x| Expr::Unary(Un::Sin, b(x))).boxed();
+            }
+            let col = |k: usize| axes.iter().map(|a| a[k]).collect::<Vec<usize>>();
+            let (src, dims, strides, base, wdil) = (col(0), col(1), col(2), col(3), col(4));
+            sub(src)
+                .prop_map(move |x| Expr::Window {
+                    max,
+                    dims: dims.clone(),
+                    strides: strides.clone(),
+                    same,
+                    base: base.clone(),
+                    wdil: wdil.clone(),
+                    x: b(x),
+                })
+                .boxed()
+        }
         // A constructor that does not apply to this shape: a unary op.
         _ if choice != 0 => (select(UNARY.to_vec()), sub(s.clone())).prop_map(|(op, x)| Expr::Unary(op, b(x))).boxed(),
         _ => leaf(&s),
@@ -809,7 +881,7 @@ fn number(e: &mut Expr, keys: &mut Vec<(Vec<usize>, usize)>) {
         | Expr::Flip { x, .. }
         | Expr::Take { x, .. }
         | Expr::DynSlice { x, .. } => number(x, keys),
-        Expr::Pad { x, .. } | Expr::Var { x, .. } => number(x, keys),
+        Expr::Pad { x, .. } | Expr::Var { x, .. } | Expr::Window { x, .. } => number(x, keys),
         Expr::Where { a, b, x, y } => {
             for e in [a, b, x, y] {
                 number(e, keys);

@@ -174,6 +174,17 @@ pub fn python(e: &Expr) -> String {
             tuple(axes),
             if *keepdims { "True" } else { "False" }
         ),
+        Expr::Window { max, dims, strides, same, base, wdil, x } => format!(
+            "lax.reduce_window({}, {}, {}, {}, {}, {}, base_dilation={}, window_dilation={})",
+            python(x),
+            if *max { "-jnp.inf" } else { "0.0" },
+            if *max { "lax.max" } else { "lax.add" },
+            tuple(dims),
+            tuple(strides),
+            if *same { "'SAME'" } else { "'VALID'" },
+            tuple(base),
+            tuple(wdil)
+        ),
         Expr::Mutate { op, view, target, value } => update(*op, view, &python(target), &python(value)),
     }
 }
@@ -250,6 +261,25 @@ pub fn source(case: &Case) -> String {
                 "h, a = jax.hessian(scalar_aux(f{p}), has_aux=True)(xs)\n    return jax.tree_util.tree_leaves(h), a"
             ),
             Tf::Functionalize => format!("return f{p}(xs)  # functionalize: JAX is already pure"),
+            // `jit` is jax.jit, or the identity in the oracle's eager reference
+            Tf::Jit => format!("return jit(f{p})(xs)"),
+            Tf::Checkpoint => format!("return jax.checkpoint(f{p})(xs)"),
+            // The custom rules give the derivative of the results; the
+            // arguments the function writes are differentiated as ordinary
+            // code (xform's semantics: custom_jvp's documentation).
+            Tf::CustomJvp => format!(
+                "outs = lambda xs: f{p}(xs)[0]\n    g = jax.custom_jvp(outs)\n    g.defjvp(lambda primals, tangents: jax.jvp(outs, primals, tangents))\n    return g(xs), f{p}(xs)[1]"
+            ),
+            Tf::CustomVjp => format!(
+                "outs = lambda xs: f{p}(xs)[0]\n    g = jax.custom_vjp(outs)\n    g.defvjp(lambda xs: (outs(xs), xs), lambda xs, ct: (jax.vjp(outs, xs)[1](ct)[0],))\n    return g(xs), f{p}(xs)[1]"
+            ),
+            // xform writes the captured tensor between two calls of the
+            // jitted function: the second call computes with the new value
+            // (the caller's first argument is untouched: the jitted
+            // closure captured a copy)
+            Tf::JitCaptured => format!(
+                "ys = list(xs)\n    ys[0] = ys[0] * 0.5 + 0.25\n    r = f{p}(ys)\n    return r[0], [xs[0]] + list(r[1])[1:]"
+            ),
         };
         s += &format!("def f{n}(xs):\n    {body}\n\n");
     }
@@ -262,7 +292,8 @@ pub fn source(case: &Case) -> String {
 pub fn reproducer(case: &Case) -> String {
     let mut s = String::new();
     s += "import jax\nimport jax.numpy as jnp\nimport numpy as np\nfrom jax import lax\n";
-    s += "jax.config.update(\"jax_enable_x64\", True)\n\n";
+    s += "jax.config.update(\"jax_enable_x64\", True)\n";
+    s += "jit = jax.jit  # (lambda f: f) for the eager reference\n\n";
     s += &source(case);
     s += "\nxs = [\n";
     for (sh, d) in case.shapes.iter().zip(&case.data) {

@@ -370,3 +370,18 @@ fn same_padding_with_base_dilation_matches_jax() {
     })(&x);
     assert_eq!(g.to_vec::<f64>(), vec![1.0, 1.0]);
 }
+
+/// vmap over an empty batch of windowed reductions and pooling: the batch
+/// rule's one-tap window over the empty batch axis gives an empty axis (it
+/// was refused as larger than the padded input).
+#[test]
+fn windows_under_vmap_of_an_empty_batch() {
+    let x = Tensor::zeros([0, 1, 2, 4, 4], DType::F64);
+    let pooled = vmap(|x: &Tensor| lax::max_pool(x, &[2, 2], &[2, 2], &Padding::Valid).unwrap())(&x);
+    assert_eq!(pooled.shape().dims(), &[0, 1, 2, 2, 2]);
+    let g = vmap(grad(|x: &Tensor| lax::avg_pool(x, &[2, 2], &[1, 1], &Padding::Same).unwrap().sum()))(&x);
+    assert_eq!(g.shape().dims(), &[0, 1, 2, 4, 4]);
+    // an explicit one-tap window over an empty axis is an empty axis
+    let w = WindowParams::new("t", &[0, 3], &[1, 2], &[1, 1], &Padding::Valid).unwrap();
+    assert_eq!(lax::reduce_window(ReduceOp::Sum, &Tensor::zeros([0, 3], DType::F64), &w).unwrap().shape().dims(), &[0, 2]);
+}

@@ -247,6 +247,14 @@ impl Tensor {
     #[track_caller]
     pub fn take(&self, indices: &Tensor, axis: isize) -> Tensor {
         let a = norm_axis("take", axis, self.rank()).or_raise();
+        if indices.numel() == 0 && self.shape()[a] > 0 {
+            // Nothing taken: zeros of the result's shape, not linked to
+            // `self` (jnp.take's shortcut), so no derivative flows back
+            // (not even `0 * NaN`).
+            let s = self.shape();
+            let shape: Vec<usize> = s[..a].iter().chain(indices.shape().iter()).chain(&s[a + 1..]).copied().collect();
+            return lax::full(&Shape::from(shape), 0.0, self.dtype(), self.device()).or_raise();
+        }
         lax::gather(self, indices, a, 0).or_raise()
     }
 
