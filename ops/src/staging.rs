@@ -16,7 +16,7 @@
 //! every primitive evaluated under a transform records, per result
 //! storage, the storages it was computed from (through earlier recorded
 //! results, back to tensors made before or outside: captured ones), with
-//! their versions then ([`note_eval`], called by `interp::bind_at`); a
+//! their versions then (`note_eval`, called by `interp::bind_at`); a
 //! value that staged code *reads* (a control-flow decision on a known
 //! predicate, `item`, `to_vec`) records the same ([`note_read`]). A
 //! constant entering the program, and every read made while it was

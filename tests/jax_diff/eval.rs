@@ -5,9 +5,9 @@
 use crate::case::{Case, Tf};
 use crate::program::{Bin, Expr, MutOp, Program, Red, Un, View};
 use std::rc::Rc;
-use xform::prelude::*;
 use xform::core::prim::ReduceOp;
 use xform::lax::{Padding, WindowParams};
+use xform::prelude::*;
 use xform::{functionalize, jacfwd, jacrev};
 
 // ---- shapes --------------------------------------------------------------------

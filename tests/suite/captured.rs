@@ -94,8 +94,7 @@ fn constants_the_passes_fold_or_drop_stay_guarded() {
 fn decisions_on_captured_values_are_guarded() {
     let c = c3();
     let x = x3();
-    let by_cond =
-        try_jit(|x: &Tensor| cond(&c.sum().gt_scalar(0.0), |x: &Tensor| x * 2.0, |x: &Tensor| x * 3.0, x));
+    let by_cond = try_jit(|x: &Tensor| cond(&c.sum().gt_scalar(0.0), |x: &Tensor| x * 2.0, |x: &Tensor| x * 3.0, x));
     assert_eq!(by_cond(&x).unwrap().to_vec::<f64>(), vec![2.0, 4.0, 6.0]);
     let by_item = try_jit(|x: &Tensor| x * c.max().item::<f64>());
     assert_eq!(by_item(&x).unwrap().to_vec::<f64>(), vec![2.0, 4.0, 6.0]);

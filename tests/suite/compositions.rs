@@ -359,7 +359,10 @@ fn grad_errors() {
         for (op, e) in errors {
             assert_eq!(e.op, op, "{e}");
             let m = e.to_string();
-            assert!(m.contains("no floating-point leaf") && m.contains(".0: i32[3]") && m.contains(".1: bool[]"), "{m}");
+            assert!(
+                m.contains("no floating-point leaf") && m.contains(".0: i32[3]") && m.contains(".1: bool[]"),
+                "{m}"
+            );
             assert!(m.contains(&format!("{op}_argnums")) && m.contains("cast"), "{m}");
         }
         assert_eq!(xform::core::interp::stack_depth(), 0);

@@ -7,8 +7,8 @@ mod reference_conv;
 mod registry;
 
 mod accountant;
-mod captured;
 mod api;
+mod captured;
 mod compositions;
 mod control;
 mod conv;

@@ -383,5 +383,8 @@ fn windows_under_vmap_of_an_empty_batch() {
     assert_eq!(g.shape().dims(), &[0, 1, 2, 4, 4]);
     // an explicit one-tap window over an empty axis is an empty axis
     let w = WindowParams::new("t", &[0, 3], &[1, 2], &[1, 1], &Padding::Valid).unwrap();
-    assert_eq!(lax::reduce_window(ReduceOp::Sum, &Tensor::zeros([0, 3], DType::F64), &w).unwrap().shape().dims(), &[0, 2]);
+    assert_eq!(
+        lax::reduce_window(ReduceOp::Sum, &Tensor::zeros([0, 3], DType::F64), &w).unwrap().shape().dims(),
+        &[0, 2]
+    );
 }

@@ -32,7 +32,8 @@ pub(crate) fn check_differentiable<X: Tree>(op: &str, x: &X) -> Result<()> {
         return Ok(());
     }
     let paths = x.paths();
-    let shown: Vec<String> = paths.iter().zip(leaves.iter()).take(4).map(|(p, l)| format!("{p}: {}", l.aval())).collect();
+    let shown: Vec<String> =
+        paths.iter().zip(leaves.iter()).take(4).map(|(p, l)| format!("{p}: {}", l.aval())).collect();
     let more = if leaves.len() > 4 { format!(", and {} more", leaves.len() - 4) } else { String::new() };
     Err(Error::transform(
         op,

@@ -203,10 +203,22 @@ fn fori_trip_counts_that_overflow() {
     // what fits runs: the index's last value is i32::MAX, and a reversed
     // range runs no step
     let edge = i32::MAX as i64;
-    let last = try_fori_loop(Bound::Static(edge - 2), Bound::Static(edge + 1), |i: &Tensor, _: &Tensor| i.clone(), &Tensor::scalar(0i32)).unwrap();
+    let last = try_fori_loop(
+        Bound::Static(edge - 2),
+        Bound::Static(edge + 1),
+        |i: &Tensor, _: &Tensor| i.clone(),
+        &Tensor::scalar(0i32),
+    )
+    .unwrap();
     assert_eq!(last.item::<i32>(), i32::MAX);
     let big = (Tensor::scalar(i64::MAX - 3), Tensor::scalar(i64::MAX));
-    let last = try_fori_loop(Bound::Dynamic(&big.0), Bound::Dynamic(&big.1), |i: &Tensor, _: &Tensor| i.clone(), &Tensor::scalar(0i64)).unwrap();
+    let last = try_fori_loop(
+        Bound::Dynamic(&big.0),
+        Bound::Dynamic(&big.1),
+        |i: &Tensor, _: &Tensor| i.clone(),
+        &Tensor::scalar(0i64),
+    )
+    .unwrap();
     assert_eq!(last.item::<i64>(), i64::MAX - 1);
     let none = try_fori_loop(Bound::Static(5), Bound::Static(-5), body, &x).unwrap();
     assert_eq!(none.to_vec::<f64>(), x.to_vec::<f64>());

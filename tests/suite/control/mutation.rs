@@ -96,12 +96,9 @@ fn checkpoint_and_custom_rules_write_their_arguments_back() {
         let dy = (x * 2.0).cos() * t * 2.0;
         (y, dy)
     });
-    let cv = custom_vjp(
-        f,
-        |x: &Tensor| ((x * 2.0).sin(), x.clone()),
-        |x: &Tensor, ct: &Tensor| (x * 2.0).cos() * ct * 2.0,
-    )
-    .with_jvp(|x: &Tensor, t: &Tensor| ((x * 2.0).sin(), (x * 2.0).cos() * t * 2.0));
+    let cv =
+        custom_vjp(f, |x: &Tensor| ((x * 2.0).sin(), x.clone()), |x: &Tensor, ct: &Tensor| (x * 2.0).cos() * ct * 2.0)
+            .with_jvp(|x: &Tensor, t: &Tensor| ((x * 2.0).sin(), (x * 2.0).cos() * t * 2.0));
     let ck = checkpoint(f);
     type Wrapped<'a> = (&'a str, Box<dyn Fn(&Tensor) -> Tensor + 'a>);
     let wrapped: Vec<Wrapped<'_>> = vec![

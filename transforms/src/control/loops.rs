@@ -176,7 +176,9 @@ pub fn try_fori_loop<C: Tree>(
                         if !(lo..=hi).contains(&(*v as i128)) {
                             return Err(Error::overflow(
                                 "fori_loop",
-                                format!("the bound {v} does not fit the loop index's dtype {dtype} (the other bound's)"),
+                                format!(
+                                    "the bound {v} does not fit the loop index's dtype {dtype} (the other bound's)"
+                                ),
                             ));
                         }
                         // exact: an i64 scalar converted, not an f64 one
