@@ -55,12 +55,35 @@ impl MaxPool2d {
     /// The pooled input.
     ///
     /// # Panics
-    /// On a window larger than the padded input, zero strides or fewer than
-    /// two spatial axes (the error names the shapes).
+    /// On a window larger than the padded input, zero kernel sizes or
+    /// strides, a padding over half the kernel (PyTorch refuses it too) or
+    /// fewer than two spatial axes (the error names the shapes).
     #[track_caller]
     pub fn forward(&self, x: &Tensor) -> Tensor {
+        check_pool("MaxPool2d", self.kernel, self.stride, self.padding).or_raise();
         lax::max_pool(x, &self.kernel, &self.stride, &Padding::symmetric(&self.padding)).or_raise()
     }
+}
+
+/// PyTorch's checks of a 2-D pooling layer's hyperparameters (made when
+/// the layer runs, as PyTorch makes them): positive kernel sizes and
+/// strides, and a padding of at most half the kernel ("pad should be at
+/// most half of effective kernel size"), so that no window lies wholly in
+/// the padding.
+fn check_pool(layer: &str, kernel: [usize; 2], stride: [usize; 2], padding: [usize; 2]) -> crate::Result<()> {
+    if kernel.contains(&0) || stride.contains(&0) {
+        return Err(crate::Error::invalid(
+            layer,
+            format!("kernel sizes {kernel:?} and strides {stride:?} must be positive"),
+        ));
+    }
+    if (0..2).any(|i| padding[i] > kernel[i] / 2) {
+        return Err(crate::Error::invalid(
+            layer,
+            format!("padding {padding:?} must be at most half the kernel {kernel:?} (as PyTorch requires)"),
+        ));
+    }
+    Ok(())
 }
 
 /// 2-D average pooling of `[N, C, H, W]` (or `[C, H, W]`): PyTorch's
@@ -130,6 +153,7 @@ impl AvgPool2d {
     /// As [`MaxPool2d::forward`], and on an integer input.
     #[track_caller]
     pub fn forward(&self, x: &Tensor) -> Tensor {
+        check_pool("AvgPool2d", self.kernel, self.stride, self.padding).or_raise();
         let padding = Padding::symmetric(&self.padding);
         lax::avg_pool_with(x, &self.kernel, &self.stride, &padding, self.count_include_pad).or_raise()
     }

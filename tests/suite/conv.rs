@@ -317,6 +317,16 @@ fn hyperparameters_pytorch_and_jax_refuse() {
         let e = lax::conv_general_dilated(&x, &w, &opts).unwrap_err();
         assert!(e.to_string().contains("lhs dilation") && e.to_string().contains("explicit (low, high)"), "{e}");
     }
+    // pooling: PyTorch's "pad should be at most half of effective kernel
+    // size", and positive kernels and strides
+    let img = Tensor::zeros([1, 1, 6, 6], DType::F32);
+    let e = catch(|| xform::nn::MaxPool2d::new([2, 2]).with_padding([2, 1]).forward(&img)).unwrap_err();
+    assert!(e.to_string().contains("MaxPool2d") && e.to_string().contains("at most half the kernel"), "{e}");
+    let e = catch(|| xform::nn::AvgPool2d::new([3, 3]).with_padding([1, 2]).forward(&img)).unwrap_err();
+    assert!(e.to_string().contains("AvgPool2d") && e.to_string().contains("at most half the kernel"), "{e}");
+    let e = catch(|| xform::nn::MaxPool2d::new([2, 2]).with_stride([0, 1]).forward(&img)).unwrap_err();
+    assert!(e.to_string().contains("must be positive"), "{e}");
+    assert_eq!(xform::nn::MaxPool2d::new([3, 3]).with_padding([1, 1]).forward(&img).shape().dims(), &[1, 1, 2, 2]);
     // lhs dilation 1 with SAME is an ordinary convolution
     let opts = ConvOptions { padding: Padding::Same, lhs_dilation: vec![1, 1], ..ConvOptions::default() };
     assert_eq!(lax::conv_general_dilated(&x, &w, &opts).unwrap().shape().dims(), &[1, 3, 4, 4]);
