@@ -9,13 +9,15 @@
 use crate::array::Array;
 use crate::error::Result;
 use crate::interp::Outs;
+use crate::prims::elementwise::{Tile, TileMut};
+use crate::prims::jit::{Blame, JitProps, RowFusion, RowQuery, RowRule};
 use crate::prims::sample::Sample;
 use crate::prims::{Family, OnesTranspose, Props, ViewKind};
 use crate::tensor::{Aval, AvalRef, Tensor};
 use smallvec::SmallVec;
 use std::fmt;
-use xform_kernels::cuda_source::Kernel;
-use xform_kernels::{DType, Layout};
+use xform_kernels::cuda_source::{Kernel, MapOp};
+use xform_kernels::{DType, Layout, Shape};
 
 pub use crate::prims::binary::BinaryOp;
 pub use crate::prims::compare::CompareOp;
@@ -105,6 +107,59 @@ macro_rules! families {
                     $( v.extend(<$family as Family>::cuda_kernels(d)); )*
                 }
                 v
+            }
+
+            /// What jit's plan reads (see [`JitProps`]).
+            #[inline]
+            pub fn jit_props(&self) -> JitProps {
+                match self { $( Prim::$variant(p) => p.jit_props(), )* }
+            }
+
+            /// jit's batch split's row rule (see [`Family::split_rows`]).
+            pub fn split_rows(&self, q: &RowQuery<'_>) -> std::result::Result<RowRule, Blame> {
+                match self { $( Prim::$variant(p) => p.split_rows(q), )* }
+            }
+
+            /// This primitive at `len` rows along its result's `axis` (see
+            /// [`Family::at_rows`]).
+            pub fn at_rows(&self, axis: usize, len: usize, cut: bool) -> Option<Prim> {
+                match self { $( Prim::$variant(p) => p.at_rows(axis, len, cut), )* }
+            }
+
+            /// How it joins a row group of jit's row fusion (see
+            /// [`Family::row_fusion`]).
+            pub fn row_fusion(&self) -> RowFusion<'_> {
+                match self { $( Prim::$variant(p) => p.row_fusion(), )* }
+            }
+
+            /// Applies an elementwise primitive to CPU tiles (see
+            /// [`Family::cpu_tile`]).
+            #[inline]
+            pub fn cpu_tile(&self, ins: &[Tile<'_>], out: TileMut<'_>) -> bool {
+                match self { $( Prim::$variant(p) => p.cpu_tile(ins, out), )* }
+            }
+
+            /// Reduces rows of a CPU tile (see [`Family::cpu_row_reduce`]).
+            #[inline]
+            pub fn cpu_row_reduce(&self, x: &Tile<'_>, row: usize, strided: bool, out: TileMut<'_>) -> bool {
+                match self { $( Prim::$variant(p) => p.cpu_row_reduce(x, row, strided, out), )* }
+            }
+
+            /// The CUDA map operation of an elementwise primitive (see
+            /// [`Family::cuda_map_op`]).
+            pub fn cuda_map_op(&self, ins: &[DType]) -> Option<MapOp> {
+                match self { $( Prim::$variant(p) => p.cuda_map_op(ins), )* }
+            }
+
+            /// Runs the CPU lowering into `out` where it can (see
+            /// [`Family::lower_into`]).
+            pub fn lower_into(&self, ins: &[&Array], out: TileMut<'_>) -> Result<Option<Array>> {
+                match self { $( Prim::$variant(p) => p.lower_into(ins, out), )* }
+            }
+
+            /// The work of one application (see [`Family::work`]).
+            pub fn work(&self, ins: &[Shape], out_elems: usize) -> usize {
+                match self { $( Prim::$variant(p) => p.work(ins, out_elems), )* }
             }
 
             fn fmt_params(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -205,6 +260,16 @@ impl Prim {
     #[inline]
     pub fn aliases_operand(&self) -> bool {
         self.props().view.is_some()
+    }
+
+    /// For a view primitive: whether its result over a whole contiguous
+    /// operand of `shape` is itself whole and contiguous (a reshape,
+    /// stop_gradient), so that it may hold a buffer alone; from its own
+    /// [`Family::view_layout`].
+    pub fn whole_view(&self, shape: &Shape) -> bool {
+        let n = shape.numel();
+        self.view_layout(&Layout::contiguous(shape.clone()))
+            .is_some_and(|l| l.is_contiguous() && l.offset == 0 && l.shape.numel() == n)
     }
 
     /// True when the transpose rule returns only tensors it computed (see

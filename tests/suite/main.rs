@@ -8,6 +8,7 @@ mod registry;
 
 mod accountant;
 mod api;
+mod architecture;
 mod captured;
 mod compositions;
 mod control;

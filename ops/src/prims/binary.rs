@@ -4,6 +4,8 @@
 //! (elementwise) and samples.
 
 use super::cuda_c::{upow_helper, CudaCx, CudaExpr};
+use super::elementwise::{Tile, TileMut};
+use super::jit::{self, Blame, JitProps, RowFusion, RowQuery, RowRule};
 use super::sample::{numeric, Case, Dom, Sample, FLOATS};
 use super::{check_arity, check_same_dtypes, check_same_shapes, Family, OnesTranspose, Props};
 use crate::array::{Array, Device};
@@ -15,6 +17,7 @@ use crate::tensor::{AvalRef, Tensor};
 use smallvec::smallvec;
 use xform_kernels::cpu::elementwise::map2;
 use xform_kernels::cpu::Par;
+use xform_kernels::cuda_source::MapOp;
 use xform_kernels::cuda_source::{map_kernel, Kernel};
 use xform_kernels::{CpuBuffer, DType, Element, Float, Layout, Real};
 
@@ -639,6 +642,43 @@ impl Family for BinaryOp {
             .iter()
             .filter_map(|&op| cuda_expr(op, d).map(|e| map_kernel(&e.map_op(op.name(), false), &[d, d], d)))
             .collect()
+    }
+
+    // ---- jit ----
+
+    fn jit_props(&self) -> JitProps {
+        JitProps { graph_capture: true, sink: false, thread_bound: false, lower_into: false }
+    }
+
+    fn split_rows(&self, q: &RowQuery<'_>) -> std::result::Result<RowRule, Blame> {
+        jit::elementwise_rows(q)
+    }
+
+    fn at_rows(&self, _axis: usize, _len: usize, cut: bool) -> Option<Prim> {
+        super::same_at_rows(*self, cut)
+    }
+
+    fn row_fusion(&self) -> RowFusion<'_> {
+        RowFusion::None
+    }
+
+    fn cpu_row_reduce(&self, _x: &Tile<'_>, _row: usize, _strided: bool, _out: TileMut<'_>) -> bool {
+        false
+    }
+
+    fn cpu_tile(&self, ins: &[Tile<'_>], out: TileMut<'_>) -> bool {
+        match (ins, out) {
+            ([Tile::F32(a), Tile::F32(b)], TileMut::F32(o)) => float_slice(*self, a, b, o),
+            ([Tile::F64(a), Tile::F64(b)], TileMut::F64(o)) => float_slice(*self, a, b, o),
+            _ => false,
+        }
+    }
+
+    fn cuda_map_op(&self, ins: &[DType]) -> Option<MapOp> {
+        match ins {
+            [a, b] if a == b => cuda_expr(*self, *a).map(|e| e.map_op(self.name(), false)),
+            _ => None,
+        }
     }
 }
 

@@ -3,6 +3,8 @@
 //! lowering, JVP (no tangent), batching (elementwise) and samples.
 
 use super::cuda_c::CudaExpr;
+use super::elementwise::{Tile, TileMut};
+use super::jit::{self, Blame, JitProps, RowFusion, RowQuery, RowRule};
 use super::sample::{numeric, Case, Dom, Sample};
 use super::{check_arity, check_same_dtypes, check_same_shapes, Family, Props};
 use crate::array::{Array, Device};
@@ -13,6 +15,7 @@ use crate::tensor::{AvalRef, Tensor};
 use smallvec::smallvec;
 use xform_kernels::cpu::elementwise::map2;
 use xform_kernels::cpu::Par;
+use xform_kernels::cuda_source::MapOp;
 use xform_kernels::cuda_source::{map_kernel, Kernel};
 use xform_kernels::{match_buffer, CpuBuffer, DType, Layout};
 
@@ -165,5 +168,44 @@ impl Family for CompareOp {
             .iter()
             .map(|op| map_kernel(&op.cuda_expr().map_op(op.name(), false), &[d, d], DType::Bool))
             .collect()
+    }
+
+    // ---- jit ----
+
+    fn jit_props(&self) -> JitProps {
+        JitProps { graph_capture: true, sink: false, thread_bound: false, lower_into: false }
+    }
+
+    fn split_rows(&self, q: &RowQuery<'_>) -> std::result::Result<RowRule, Blame> {
+        jit::elementwise_rows(q)
+    }
+
+    fn at_rows(&self, _axis: usize, _len: usize, cut: bool) -> Option<Prim> {
+        super::same_at_rows(*self, cut)
+    }
+
+    fn row_fusion(&self) -> RowFusion<'_> {
+        RowFusion::None
+    }
+
+    fn cpu_row_reduce(&self, _x: &Tile<'_>, _row: usize, _strided: bool, _out: TileMut<'_>) -> bool {
+        false
+    }
+
+    fn cpu_tile(&self, ins: &[Tile<'_>], out: TileMut<'_>) -> bool {
+        use super::elementwise::slice2;
+        match (ins, out) {
+            ([Tile::F32(a), Tile::F32(b)], TileMut::Bool(o)) => slice2(a, b, o, |p, q| self.holds(p, q)),
+            ([Tile::F64(a), Tile::F64(b)], TileMut::Bool(o)) => slice2(a, b, o, |p, q| self.holds(p, q)),
+            _ => return false,
+        }
+        true
+    }
+
+    fn cuda_map_op(&self, ins: &[DType]) -> Option<MapOp> {
+        match ins {
+            [a, b] if a == b => Some(self.cuda_expr().map_op(self.name(), false)),
+            _ => None,
+        }
     }
 }

@@ -4,6 +4,7 @@
 //! elementwise; none has math of its own to tabulate.
 
 use super::cuda_c::CudaExpr;
+use super::jit::{self, Blame, JitProps, RowFusion, RowQuery, RowRule};
 use super::sample::{every_dtype, generic_dom, numeric, Case, Dom, Sample};
 use super::{check_arity, check_same_dtypes, check_same_shapes, Family, Props, ViewKind};
 use crate::array::{Array, Device};
@@ -290,6 +291,61 @@ impl Family for ElementwiseOp {
         // convert and copy are the kernels crate's structural kernels
         vec![map_kernel(&select_cuda().map_op("select", true), &[DType::Bool, d, d], d)]
     }
+
+    // ---- jit ----
+
+    fn jit_props(&self) -> JitProps {
+        JitProps { graph_capture: true, sink: false, thread_bound: false, lower_into: false }
+    }
+
+    fn split_rows(&self, q: &RowQuery<'_>) -> std::result::Result<RowRule, Blame> {
+        jit::elementwise_rows(q)
+    }
+
+    fn at_rows(&self, _axis: usize, _len: usize, cut: bool) -> Option<Prim> {
+        super::same_at_rows(self.clone(), cut)
+    }
+
+    fn row_fusion(&self) -> RowFusion<'_> {
+        match self {
+            ElementwiseOp::StopGradient => RowFusion::SameElements,
+            ElementwiseOp::Convert(_) | ElementwiseOp::Select | ElementwiseOp::Copy => RowFusion::None,
+        }
+    }
+
+    /// Covered: `select` on f32/f64/bool with a bool predicate, and
+    /// `convert_element_type` among f32, f64 and bool.
+    fn cpu_tile(&self, ins: &[Tile<'_>], out: TileMut<'_>) -> bool {
+        match (self, ins, out) {
+            (ElementwiseOp::Select, [Tile::Bool(p), x, y], out) => select_tile(p, x, y, out),
+            (ElementwiseOp::Convert(d), [x], out) => {
+                match (x, out) {
+                    (Tile::F32(x), TileMut::F64(o)) if *d == DType::F64 => convert_slice(x, o),
+                    (Tile::F64(x), TileMut::F32(o)) if *d == DType::F32 => convert_slice(x, o),
+                    (Tile::Bool(x), TileMut::F32(o)) if *d == DType::F32 => convert_slice(x, o),
+                    (Tile::Bool(x), TileMut::F64(o)) if *d == DType::F64 => convert_slice(x, o),
+                    (Tile::F32(x), TileMut::Bool(o)) if *d == DType::Bool => convert_slice(x, o),
+                    (Tile::F64(x), TileMut::Bool(o)) if *d == DType::Bool => convert_slice(x, o),
+                    _ => return false,
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn cpu_row_reduce(&self, _x: &Tile<'_>, _row: usize, _strided: bool, _out: TileMut<'_>) -> bool {
+        false
+    }
+
+    /// Covered: `select` and `convert_element_type`, every dtype.
+    fn cuda_map_op(&self, ins: &[DType]) -> Option<MapOp> {
+        match (self, ins) {
+            (ElementwiseOp::Select, [DType::Bool, a, b]) if a == b => Some(select_cuda().map_op("select", true)),
+            (ElementwiseOp::Convert(to), [from]) => Some(convert_map_op(*from, *to)),
+            _ => None,
+        }
+    }
 }
 
 // ---- fused CPU loops: the hook the jit's elementwise fusion calls -----------
@@ -440,77 +496,6 @@ fn convert_slice<S: Element, D: Element>(x: &[S], out: &mut [MaybeUninit<D>]) {
         slice1(x, out, |a: S| D::from_f64(a.to_f64()));
     } else {
         slice1(x, out, |a: S| D::from_i64(a.to_i64()));
-    }
-}
-
-impl Prim {
-    /// Applies this elementwise primitive to contiguous tiles of equal
-    /// length on the CPU, with the very element function its eager CPU
-    /// lowering maps (so each result is bit-identical to eager), and
-    /// returns true, having written every element of `out`; returns
-    /// false, writing nothing, where the primitive
-    /// or these dtypes have no tile form (the jit then does not fuse it).
-    /// Called with empty tiles it only answers whether it would apply.
-    ///
-    /// Covered: unary and binary ops with a float kernel and comparisons
-    /// on f32/f64, `select` on f32/f64 with a bool predicate, and
-    /// `convert_element_type` among f32, f64 and bool.
-    pub fn cpu_tile(&self, ins: &[Tile<'_>], out: TileMut<'_>) -> bool {
-        use super::binary::float_slice as binary_slice;
-        use super::unary::float_slice as unary_slice;
-        match (self, ins, out) {
-            (Prim::Unary(op), [Tile::F32(x)], TileMut::F32(o)) => unary_slice(*op, x, o),
-            (Prim::Unary(op), [Tile::F64(x)], TileMut::F64(o)) => unary_slice(*op, x, o),
-            (Prim::Binary(op), [Tile::F32(a), Tile::F32(b)], TileMut::F32(o)) => binary_slice(*op, a, b, o),
-            (Prim::Binary(op), [Tile::F64(a), Tile::F64(b)], TileMut::F64(o)) => binary_slice(*op, a, b, o),
-            (Prim::Compare(op), [Tile::F32(a), Tile::F32(b)], TileMut::Bool(o)) => {
-                slice2(a, b, o, |p, q| op.holds(p, q));
-                true
-            }
-            (Prim::Compare(op), [Tile::F64(a), Tile::F64(b)], TileMut::Bool(o)) => {
-                slice2(a, b, o, |p, q| op.holds(p, q));
-                true
-            }
-            (Prim::Elementwise(ElementwiseOp::Select), [Tile::Bool(p), x, y], out) => select_tile(p, x, y, out),
-            (Prim::Elementwise(ElementwiseOp::Convert(d)), [x], out) => {
-                match (x, out) {
-                    (Tile::F32(x), TileMut::F64(o)) if *d == DType::F64 => convert_slice(x, o),
-                    (Tile::F64(x), TileMut::F32(o)) if *d == DType::F32 => convert_slice(x, o),
-                    (Tile::Bool(x), TileMut::F32(o)) if *d == DType::F32 => convert_slice(x, o),
-                    (Tile::Bool(x), TileMut::F64(o)) if *d == DType::F64 => convert_slice(x, o),
-                    (Tile::F32(x), TileMut::Bool(o)) if *d == DType::Bool => convert_slice(x, o),
-                    (Tile::F64(x), TileMut::Bool(o)) if *d == DType::Bool => convert_slice(x, o),
-                    _ => return false,
-                }
-                true
-            }
-            _ => false,
-        }
-    }
-}
-
-impl Prim {
-    /// The CUDA map operation this elementwise primitive's eager lowering
-    /// runs on operands of dtypes `ins` (the same expression, widening and
-    /// rounding), for a fused CUDA kernel (NOTE: [fused cuda kernels] in
-    /// xform-kernels), or `None` where it has none (not elementwise, or
-    /// these dtypes are refused).
-    ///
-    /// Covered: unary and binary ops with a CUDA form for the dtype,
-    /// comparisons, `select` and `convert_element_type`, every dtype.
-    pub fn cuda_map_op(&self, ins: &[DType]) -> Option<MapOp> {
-        match (self, ins) {
-            (Prim::Unary(op), [d]) => super::unary::cuda_expr(*op, *d).map(|e| e.map_op(op.name(), false)),
-            (Prim::Binary(op), [a, b]) if a == b => {
-                super::binary::cuda_expr(*op, *a).map(|e| e.map_op(op.name(), false))
-            }
-            (Prim::Compare(op), [a, b]) if a == b => Some(op.cuda_expr().map_op(op.name(), false)),
-            (Prim::Elementwise(ElementwiseOp::Select), [DType::Bool, a, b]) if a == b => {
-                Some(select_cuda().map_op("select", true))
-            }
-            (Prim::Elementwise(ElementwiseOp::Convert(to)), [from]) => Some(convert_map_op(*from, *to)),
-            _ => None,
-        }
     }
 }
 

@@ -5,7 +5,9 @@
 //! of range are an error, not a clamp).
 
 use super::batching::{batch_size, to_front, to_position};
+use super::elementwise::{Tile, TileMut};
 use super::factor::{Factor, FactorRows};
+use super::jit::{self, Blame, JitProps, RowFusion, RowQuery, RowRule};
 use super::sample::{generic_dom, numeric, Case, Dom, Sample, FLOATS, INTS};
 use super::{check_arity, check_axis, check_int, Family, Props};
 use crate::array::{Array, Device};
@@ -17,6 +19,7 @@ use crate::tensor::{Aval, AvalRef, Tensor};
 use smallvec::{smallvec, SmallVec};
 use xform_kernels::cpu::indexing::{self as k, GatherExtents};
 use xform_kernels::cuda_source::Kernel;
+use xform_kernels::cuda_source::MapOp;
 use xform_kernels::Layout;
 use xform_kernels::{match_buffer, CpuBuffer, DType, Element, Shape};
 
@@ -681,5 +684,70 @@ impl Family for IndexOp {
     fn cuda_kernels(_: DType) -> Vec<Kernel> {
         // gather, scatter-add and the index check: structural kernels
         Vec::new()
+    }
+
+    // ---- jit ----
+
+    fn jit_props(&self) -> JitProps {
+        JitProps { graph_capture: false, sink: true, thread_bound: false, lower_into: false }
+    }
+
+    /// A gather or scatter-add passes rows along a batch axis shared by
+    /// its operands, or along an operand axis the indices do not reach.
+    fn split_rows(&self, q: &RowQuery<'_>) -> std::result::Result<RowRule, Blame> {
+        let split = q.split();
+        match self {
+            IndexOp::Gather { axis: g, batch_dims: nb } => {
+                let (g, nb, idx_rank) = (*g, *nb, q.ins[1].rank());
+                match (q.axis(0), q.axis(1)) {
+                    (Some(a), i) if a < nb && i.is_none_or(|i| i == a) => q.rows_at(smallvec![Some(a), Some(a)], a),
+                    (None, Some(a)) if a < nb => q.rows_at(smallvec![Some(a), Some(a)], a),
+                    (Some(a), None) if a < g => q.rows_at(smallvec![Some(a), None], a),
+                    (Some(a), None) if a > g => q.rows_at(smallvec![Some(a), None], a - 1 + idx_rank - nb),
+                    (None, Some(a)) => q.rows_at(smallvec![None, Some(a)], g + a - nb),
+                    _ => Err(split),
+                }
+            }
+            IndexOp::ScatterAdd { axis: g, batch_dims: nb } => {
+                let (g, nb, idx_rank) = (*g, *nb, q.ins[1].rank());
+                let a = (0..3).find_map(|i| q.axis(i)).ok_or(split)?;
+                let agree = |i: usize, want: Option<usize>| q.axis(i).is_none() || q.axis(i) == want;
+                if a < nb && (0..3).all(|i| agree(i, Some(a))) {
+                    return q.rows_at(smallvec![Some(a), Some(a), Some(a)], a);
+                }
+                // rows of the operand along an axis the indices do not
+                // reach: the updates hold the same rows
+                let u = match a.cmp(&g) {
+                    std::cmp::Ordering::Less => a,
+                    std::cmp::Ordering::Greater => a - 1 + idx_rank - nb,
+                    std::cmp::Ordering::Equal => return Err(split),
+                };
+                if q.axis(0) == Some(a) && a >= nb && q.axis(1).is_none() && agree(2, Some(u)) {
+                    return q.rows_at(smallvec![Some(a), None, Some(u)], a);
+                }
+                Err(split)
+            }
+            IndexOp::DynamicSlice { .. } | IndexOp::DynamicUpdateSlice => jit::no_rows(q),
+        }
+    }
+
+    fn at_rows(&self, _axis: usize, _len: usize, cut: bool) -> Option<Prim> {
+        super::same_at_rows(self.clone(), cut)
+    }
+
+    fn row_fusion(&self) -> RowFusion<'_> {
+        RowFusion::None
+    }
+
+    fn cpu_row_reduce(&self, _x: &Tile<'_>, _row: usize, _strided: bool, _out: TileMut<'_>) -> bool {
+        false
+    }
+
+    fn cpu_tile(&self, _ins: &[Tile<'_>], _out: TileMut<'_>) -> bool {
+        false
+    }
+
+    fn cuda_map_op(&self, _ins: &[DType]) -> Option<MapOp> {
+        None
     }
 }

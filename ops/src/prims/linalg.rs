@@ -7,7 +7,9 @@
 //! unbatched into a free axis, so `vmap(x @ W)` is a single GEMM.
 
 use super::batching::physical;
+use super::elementwise::{Tile, TileMut};
 use super::factor::{Factor, FactorRows};
+use super::jit::{Blame, JitProps, RowFusion, RowQuery, RowRule};
 use super::sample::{numeric, Case, Dom, Sample};
 use super::{check_arity, check_axes, Family, Props};
 use crate::array::{Array, Device};
@@ -22,6 +24,7 @@ use std::fmt;
 use xform_kernels::cpu::matmul::{gemm, gemm_half, gemm_int};
 use xform_kernels::cpu::Par;
 use xform_kernels::cuda_source::Kernel;
+use xform_kernels::cuda_source::MapOp;
 use xform_kernels::{CpuBuffer, DType, Layout, Shape};
 
 /// Which axes of `dot_general` contract and which are batch axes.
@@ -644,5 +647,92 @@ impl Family for LinalgOp {
     fn cuda_kernels(_: DType) -> Vec<Kernel> {
         // GEMM: a structural kernel (and cuBLAS where present)
         Vec::new()
+    }
+
+    // ---- jit ----
+
+    fn jit_props(&self) -> JitProps {
+        JitProps { graph_capture: true, sink: true, thread_bound: false, lower_into: true }
+    }
+
+    /// Rows along a batch axis pass with the other operand's matching
+    /// batch axis; rows along a free axis pass where the other operand is
+    /// whole; an operand with rows along a contracted axis is dropped.
+    fn split_rows(&self, q: &RowQuery<'_>) -> std::result::Result<RowRule, Blame> {
+        let LinalgOp::DotGeneral(d) = self;
+        let (lf, rf) = (d.free(q.ins[0].rank(), true), d.free(q.ins[1].rank(), false));
+        let nb = d.lhs_batch.len();
+        let contracted = (0..2)
+            .filter(|&i| q.axis(i).is_some_and(|a| if i == 0 { &d.lhs_contract } else { &d.rhs_contract }.contains(&a)))
+            .fold(0, |m, i| m | 1 << i);
+        if contracted != 0 {
+            return Err(contracted);
+        }
+        match (q.axis(0), q.axis(1)) {
+            (Some(a), r) => {
+                if let Some(k) = d.lhs_batch.iter().position(|&x| x == a) {
+                    let b = d.rhs_batch[k];
+                    if r.is_some_and(|c| c != b) {
+                        return Err(q.split());
+                    }
+                    q.rows_at(smallvec![Some(a), Some(b)], k)
+                } else if let Some(k) = lf.iter().position(|&x| x == a) {
+                    if r.is_some() {
+                        return Err(q.split());
+                    }
+                    q.rows_at(smallvec![Some(a), None], nb + k)
+                } else {
+                    Err(1)
+                }
+            }
+            (None, Some(b)) => {
+                if let Some(k) = d.rhs_batch.iter().position(|&x| x == b) {
+                    q.rows_at(smallvec![Some(d.lhs_batch[k]), Some(b)], k)
+                } else if let Some(k) = rf.iter().position(|&x| x == b) {
+                    q.rows_at(smallvec![None, Some(b)], nb + lf.len() + k)
+                } else {
+                    Err(2)
+                }
+            }
+            (None, None) => Err(0),
+        }
+    }
+
+    /// A product's work: elements written times the contracted size.
+    fn work(&self, ins: &[Shape], out_elems: usize) -> usize {
+        let LinalgOp::DotGeneral(d) = self;
+        let s = &ins[0];
+        out_elems.saturating_mul(d.lhs_contract.iter().map(|&a| s[a]).product::<usize>().max(1))
+    }
+
+    /// f32 and f64 products on the CPU write straight into `out`.
+    fn lower_into(&self, ins: &[&Array], out: TileMut<'_>) -> Result<Option<Array>> {
+        let LinalgOp::DotGeneral(d) = self;
+        let [a, b] = ins else { return Err(Error::invalid("dot_general", "expects 2 operands")) };
+        match out {
+            TileMut::F32(o) => dot_general_into::<f32>(d, a, b, o),
+            TileMut::F64(o) => dot_general_into::<f64>(d, a, b, o),
+            TileMut::Bool(_) => lower_dot_general(d, a, b).map(Some),
+        }
+    }
+
+    fn at_rows(&self, _axis: usize, _len: usize, cut: bool) -> Option<Prim> {
+        super::same_at_rows(self.clone(), cut)
+    }
+
+    fn row_fusion(&self) -> RowFusion<'_> {
+        RowFusion::None
+    }
+
+    fn cpu_row_reduce(&self, _x: &Tile<'_>, _row: usize, _strided: bool, _out: TileMut<'_>) -> bool {
+        false
+    }
+
+    fn cpu_tile(&self, _ins: &[Tile<'_>], _out: TileMut<'_>) -> bool {
+        false
+    }
+
+    fn cuda_map_op(&self, _ins: &[DType]) -> Option<MapOp> {
+        None
     }
 }

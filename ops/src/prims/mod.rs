@@ -20,6 +20,7 @@ pub mod cuda_c;
 pub mod elementwise;
 pub mod factor;
 pub mod indexing;
+pub mod jit;
 pub mod linalg;
 pub mod padding;
 pub mod random;
@@ -35,8 +36,9 @@ use crate::interp::Outs;
 use crate::prim::{Avals, BDims, Cotangents, LinearArg, Prim, Tangents};
 use crate::tensor::AvalRef;
 use crate::tensor::Tensor;
+use elementwise::{Tile, TileMut};
 use std::fmt;
-use xform_kernels::cuda_source::Kernel;
+use xform_kernels::cuda_source::{Kernel, MapOp};
 use xform_kernels::Layout;
 use xform_kernels::{DType, Shape};
 
@@ -204,6 +206,62 @@ pub trait Family: Clone + fmt::Debug + PartialEq + Into<Prim> + 'static {
     /// The CUDA kernels of this family's elementwise math on dtype `d`
     /// (structural kernels are the kernels crate's own catalog).
     fn cuda_kernels(d: xform_kernels::DType) -> Vec<Kernel>;
+
+    // ---- what jit's compiler and runtime need (see `jit`) ----------------
+
+    /// The facts jit's plan reads: CUDA graph capture, helper-thread
+    /// sinks, thread-bound bodies, writing into a destination.
+    fn jit_props(&self) -> jit::JitProps;
+    /// jit's batch split (NOTE: [batch split] in the jit): given the axis
+    /// along which each operand holds its rows of the batch, the axis
+    /// along which each operand is cut and the results' row axis, or the
+    /// operands (bits) whose rows cannot pass.
+    fn split_rows(&self, q: &jit::RowQuery<'_>) -> std::result::Result<jit::RowRule, jit::Blame>;
+    /// This primitive computing `len` rows along its result's axis `axis`
+    /// (its parameters that hold that size set to `len`). With `cut`, its
+    /// operands are cut as [`Family::split_rows`] said (`None`: it cannot
+    /// run on a half); without, they are whole, and `None` unless its
+    /// result does not vary along `axis` (a broadcast or an iota along
+    /// another axis, made at the half's size rather than sliced).
+    fn at_rows(&self, axis: usize, len: usize, cut: bool) -> Option<Prim>;
+    /// How it joins a row group of jit's row fusion, besides as an
+    /// elementwise map.
+    fn row_fusion(&self) -> jit::RowFusion<'_>;
+    /// For an elementwise primitive: applies it to contiguous tiles of
+    /// equal length on the CPU, with the very element function its eager
+    /// CPU lowering maps (so each result is bit-identical to eager), and
+    /// returns true, having written every element of `out`; false,
+    /// writing nothing, where it or these dtypes have no tile form (jit
+    /// then does not fuse it). Called with empty tiles it only answers
+    /// whether it would apply.
+    fn cpu_tile(&self, ins: &[Tile<'_>], out: TileMut<'_>) -> bool;
+    /// For a reduction over the last axis: each row of `row` elements of
+    /// the tile `x` reduced into one element of `out`, with the bits of
+    /// the eager lowering on the array the tile holds rows of (contiguous,
+    /// or `strided`); `false` (nothing written) for another primitive or
+    /// dtype. An empty `x` asks whether it applies.
+    fn cpu_row_reduce(&self, x: &Tile<'_>, row: usize, strided: bool, out: TileMut<'_>) -> bool;
+    /// For an elementwise primitive: the CUDA map operation its eager
+    /// lowering runs on operands of dtypes `ins` (the same expression,
+    /// widening and rounding), for a fused CUDA kernel (NOTE: [fused cuda
+    /// kernels] in xform-kernels); `None` where it has none.
+    fn cuda_map_op(&self, ins: &[DType]) -> Option<MapOp>;
+    /// Runs the CPU lowering with its one result written into `out` (the
+    /// result's dtype, contiguous, every element written) where it can,
+    /// giving `None`; otherwise the result, to copy. Where
+    /// [`jit::JitProps::lower_into`] is set; by default, the lowering.
+    fn lower_into(&self, ins: &[&Array], out: TileMut<'_>) -> Result<Option<Array>> {
+        let _ = out;
+        let outs = crate::interp::lower_checked(&self.clone().into(), ins)?;
+        outs[0].array().map(Some).ok_or_else(|| Error::invalid(self.name(), "a lowering returned a tracer"))
+    }
+    /// The work of one application, as jit's batch split weighs it:
+    /// elements written (`out_elems`), times the multiply-adds per element
+    /// where that is more than one (a product's contracted size).
+    fn work(&self, ins: &[Shape], out_elems: usize) -> usize {
+        let _ = ins;
+        out_elems
+    }
 }
 
 /// Declares a fieldless op enum with each variant's printed name, and
@@ -419,6 +477,12 @@ pub(crate) fn linear_jvp(prim: &Prim, primals: &[Tensor], tangents: &[Option<Ten
 /// The transpose rule of a primitive that is not linear in any operand.
 pub(crate) fn not_linear(name: &str) -> Result<Cotangents> {
     Err(Error::transform(name, format!("{name} is not linear in any operand, so it cannot be transposed")))
+}
+
+/// [`Family::at_rows`] of a primitive whose parameters hold no size: the
+/// same primitive on cut operands.
+pub(crate) fn same_at_rows(prim: impl Into<Prim>, cut: bool) -> Option<Prim> {
+    cut.then(|| prim.into())
 }
 
 /// The batch rule of a primitive without operands.

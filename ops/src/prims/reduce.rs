@@ -5,6 +5,7 @@
 use super::batching::physical;
 use super::cuda_c::CudaCx;
 use super::elementwise::{Tile, TileMut};
+use super::jit::{self, Blame, JitProps, RowFusion, RowQuery, RowRule};
 use super::sample::{numeric, Case, Sample};
 use super::{check_arity, check_axes, check_axis, Family, OnesTranspose, Props};
 use crate::array::{Array, Device};
@@ -19,6 +20,7 @@ use xform_kernels::cpu::reduce::{
     arg_reduce, cumulative, fold_rows_into, reduce, reduced_shape, sum_row, sum_rows, trailing_rows, Reducer,
 };
 use xform_kernels::cpu::Par;
+use xform_kernels::cuda_source::MapOp;
 use xform_kernels::cuda_source::{arg_reduce_kernel, cumulative_kernel, reduce_kernel, Fold, Kernel, Ranking};
 use xform_kernels::{CpuBuffer, DType, Element, Float, Layout, Real};
 
@@ -184,28 +186,6 @@ fn float_rows<T: Float>(op: ReduceOp, x: &[T], row: usize, strided: bool, out: &
         ReduceOp::Min => {
             fold_rows_into(x, row, out, &Reducer { init: T::max_value().up(), fold: min_fold::<T>, finish: T::down })
         }
-    }
-}
-
-impl Prim {
-    /// For a reduction over the last axis (`Reduce { op, axes: [last] }`),
-    /// each row of `row` elements of the tile `x` reduced into one element
-    /// of `out` (f32 or f64), with the bits of the eager lowering on the
-    /// array the tile holds rows of: contiguous, or `strided` (eager sums
-    /// an f32 array's rows in a different order then); `false` (and
-    /// nothing written) for another primitive or dtype. An empty `x` asks
-    /// whether the primitive applies.
-    pub fn cpu_row_reduce(&self, x: &Tile<'_>, row: usize, strided: bool, out: TileMut<'_>) -> bool {
-        let Prim::Reduce(Reduction::Reduce { op, .. }) = self else { return false };
-        if row == 0 {
-            return false;
-        }
-        match (x, out) {
-            (Tile::F32(x), TileMut::F32(o)) => float_rows(*op, x, row, strided, o),
-            (Tile::F64(x), TileMut::F64(o)) => float_rows(*op, x, row, strided, o),
-            _ => return false,
-        }
-        true
     }
 }
 
@@ -581,6 +561,60 @@ impl Family for Reduction {
             }
         }
         v
+    }
+
+    // ---- jit ----
+
+    fn jit_props(&self) -> JitProps {
+        JitProps { graph_capture: true, sink: true, thread_bound: false, lower_into: false }
+    }
+
+    /// A reduction passes rows along an axis it keeps.
+    fn split_rows(&self, q: &RowQuery<'_>) -> std::result::Result<RowRule, Blame> {
+        match self {
+            Reduction::Reduce { axes, .. } => {
+                let a = q.axis(0).ok_or(q.split())?;
+                if axes.contains(&a) {
+                    return Err(q.split());
+                }
+                q.rows_at(jit::one_operand(a), a - axes.iter().filter(|&&x| x < a).count())
+            }
+            Reduction::ArgReduce { .. } | Reduction::Cumsum { .. } => jit::no_rows(q),
+        }
+    }
+
+    fn at_rows(&self, _axis: usize, _len: usize, cut: bool) -> Option<Prim> {
+        super::same_at_rows(self.clone(), cut)
+    }
+
+    fn row_fusion(&self) -> RowFusion<'_> {
+        match self {
+            Reduction::Reduce { axes, .. } => RowFusion::Reduce { axes },
+            Reduction::ArgReduce { .. } | Reduction::Cumsum { .. } => RowFusion::None,
+        }
+    }
+
+    /// Covered: sums, maxima and minima over f32 and f64 (eager sums an
+    /// f32 array's rows in a different order when `strided`).
+    fn cpu_row_reduce(&self, x: &Tile<'_>, row: usize, strided: bool, out: TileMut<'_>) -> bool {
+        let Reduction::Reduce { op, .. } = self else { return false };
+        if row == 0 {
+            return false;
+        }
+        match (x, out) {
+            (Tile::F32(x), TileMut::F32(o)) => float_rows(*op, x, row, strided, o),
+            (Tile::F64(x), TileMut::F64(o)) => float_rows(*op, x, row, strided, o),
+            _ => return false,
+        }
+        true
+    }
+
+    fn cpu_tile(&self, _ins: &[Tile<'_>], _out: TileMut<'_>) -> bool {
+        false
+    }
+
+    fn cuda_map_op(&self, _ins: &[DType]) -> Option<MapOp> {
+        None
     }
 }
 

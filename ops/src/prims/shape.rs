@@ -4,7 +4,9 @@
 //! `view_layout` says how).
 
 use super::batching::{batch_size, physical, to_front};
+use super::elementwise::{Tile, TileMut};
 use super::factor::{Factor, FactorRows};
+use super::jit::{self, Blame, JitProps, RowFusion, RowQuery, RowRule};
 use super::sample::{generic_dom, numeric, Case, Sample};
 use super::{axes_str, check_arity, check_axes, check_axis, check_same_dtypes, Family, OnesTranspose, Props, ViewKind};
 use crate::array::{Array, Device};
@@ -16,6 +18,7 @@ use crate::tensor::{Aval, AvalRef, Tensor};
 use smallvec::{smallvec, SmallVec};
 use xform_kernels::cpu::shape as k;
 use xform_kernels::cuda_source::Kernel;
+use xform_kernels::cuda_source::MapOp;
 use xform_kernels::Layout;
 use xform_kernels::{match_buffer, CpuBuffer, DType, Element, Shape};
 
@@ -707,6 +710,109 @@ impl Family for ShapeOp {
     fn cuda_kernels(_: DType) -> Vec<Kernel> {
         // pad, iota, copy: the kernels crate's structural kernels
         Vec::new()
+    }
+
+    // ---- jit ----
+
+    fn jit_props(&self) -> JitProps {
+        // an iota is made on the host, so a CUDA graph cannot replay it
+        let graph_capture = !matches!(self, ShapeOp::Iota { .. });
+        JitProps { graph_capture, sink: false, thread_bound: false, lower_into: false }
+    }
+
+    /// Rows pass along the axis an operand holds them on where the op
+    /// keeps that axis whole: a broadcast or transpose moves it, a reshape
+    /// keeps it where the elements before it are kept, a slice, pad or
+    /// concatenation must leave it untouched.
+    fn split_rows(&self, q: &RowQuery<'_>) -> std::result::Result<RowRule, Blame> {
+        let split = q.split();
+        let a = q.axis(0).ok_or(split)?;
+        let x = &q.ins[0];
+        let out = match self {
+            ShapeOp::BroadcastInDim { dims, .. } => dims[a],
+            ShapeOp::Reshape { shape: to } => {
+                // the axis keeps its size and the elements before it
+                let before: usize = x[..a].iter().product();
+                (0..to.rank()).find(|&c| to[c] == q.rows && to[..c].iter().product::<usize>() == before).ok_or(split)?
+            }
+            ShapeOp::Transpose { perm } => perm.iter().position(|&p| p == a).ok_or(split)?,
+            ShapeOp::Slice { start, limit, strides } if (start[a], limit[a], strides[a]) == (0, q.rows, 1) => a,
+            ShapeOp::Pad { low, high, interior }
+                if (low[a], high[a], interior[a]) == (0, 0, 0) && q.axis(1).is_none() =>
+            {
+                return q.rows_at(smallvec![Some(a), None], a);
+            }
+            ShapeOp::Rev { axes } if !axes.contains(&a) => a,
+            ShapeOp::Concatenate { axis: c } if *c != a => {
+                let mut ins = SmallVec::new();
+                for (i, s) in q.ins.iter().enumerate() {
+                    ins.push(match q.axis(i) {
+                        Some(b) if b == a => Some(a),
+                        None if s[a] == q.rows => Some(a),
+                        _ => return Err(split),
+                    });
+                }
+                return q.rows_at(ins, a);
+            }
+            _ => return Err(split),
+        };
+        q.rows_at(jit::one_operand(a), out)
+    }
+
+    fn at_rows(&self, axis: usize, len: usize, cut: bool) -> Option<Prim> {
+        let resized = |s: &Shape| -> Shape {
+            let mut d: Vec<usize> = s.dims().to_vec();
+            d[axis] = len;
+            d.into()
+        };
+        let op = match self {
+            // the operand has no rows along `axis` when it is not cut
+            ShapeOp::BroadcastInDim { shape, dims } if cut || !dims.contains(&axis) => {
+                ShapeOp::BroadcastInDim { shape: resized(shape), dims: dims.clone() }
+            }
+            ShapeOp::Iota { shape, dim, dtype, device } if !cut && *dim != axis => {
+                ShapeOp::Iota { shape: resized(shape), dim: *dim, dtype: *dtype, device: *device }
+            }
+            _ if !cut => return None,
+            ShapeOp::Reshape { shape } => ShapeOp::Reshape { shape: resized(shape) },
+            ShapeOp::Slice { start, limit, strides } => {
+                let mut limit = limit.clone();
+                limit[axis] = len;
+                ShapeOp::Slice { start: start.clone(), limit, strides: strides.clone() }
+            }
+            ShapeOp::BroadcastInDim { .. }
+            | ShapeOp::Transpose { .. }
+            | ShapeOp::Pad { .. }
+            | ShapeOp::Concatenate { .. }
+            | ShapeOp::Rev { .. }
+            | ShapeOp::Iota { .. } => self.clone(),
+        };
+        Some(op.into())
+    }
+
+    fn row_fusion(&self) -> RowFusion<'_> {
+        match self {
+            ShapeOp::BroadcastInDim { dims, .. } => RowFusion::Broadcast { dims },
+            ShapeOp::Reshape { .. } => RowFusion::SameElements,
+            ShapeOp::Transpose { .. }
+            | ShapeOp::Slice { .. }
+            | ShapeOp::Pad { .. }
+            | ShapeOp::Concatenate { .. }
+            | ShapeOp::Rev { .. }
+            | ShapeOp::Iota { .. } => RowFusion::None,
+        }
+    }
+
+    fn cpu_row_reduce(&self, _x: &Tile<'_>, _row: usize, _strided: bool, _out: TileMut<'_>) -> bool {
+        false
+    }
+
+    fn cpu_tile(&self, _ins: &[Tile<'_>], _out: TileMut<'_>) -> bool {
+        false
+    }
+
+    fn cuda_map_op(&self, _ins: &[DType]) -> Option<MapOp> {
+        None
     }
 }
 

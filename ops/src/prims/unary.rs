@@ -7,6 +7,8 @@
 //! `registry::edge_points` exactly at poles and domain ends.
 
 use super::cuda_c::{upow_helper, CudaCx, CudaExpr};
+use super::elementwise::{Tile, TileMut};
+use super::jit::{self, Blame, JitProps, RowFusion, RowQuery, RowRule};
 use super::sample::{generic_dom, Case, Dom, Sample, FLOATS, INTS};
 use super::{check_arity, Family, Props};
 use crate::array::{Array, Device};
@@ -19,6 +21,7 @@ use smallvec::smallvec;
 use std::f64::consts::{FRAC_2_SQRT_PI, LN_2, LOG10_E, PI};
 use xform_kernels::cpu::elementwise::map1;
 use xform_kernels::cpu::Par;
+use xform_kernels::cuda_source::MapOp;
 use xform_kernels::cuda_source::{map_kernel, Kernel};
 use xform_kernels::special;
 use xform_kernels::{CpuBuffer, DType, Element, Float, Layout, Real};
@@ -746,6 +749,43 @@ impl Family for UnaryOp {
             .filter(|op| seen.insert(op.kind()))
             .filter_map(|op| cuda_expr(op, d).map(|e| map_kernel(&e.map_op(op.name(), false), &[d], d)))
             .collect()
+    }
+
+    // ---- jit ----
+
+    fn jit_props(&self) -> JitProps {
+        JitProps { graph_capture: true, sink: false, thread_bound: false, lower_into: false }
+    }
+
+    fn split_rows(&self, q: &RowQuery<'_>) -> std::result::Result<RowRule, Blame> {
+        jit::elementwise_rows(q)
+    }
+
+    fn at_rows(&self, _axis: usize, _len: usize, cut: bool) -> Option<Prim> {
+        super::same_at_rows(*self, cut)
+    }
+
+    fn row_fusion(&self) -> RowFusion<'_> {
+        RowFusion::None
+    }
+
+    fn cpu_row_reduce(&self, _x: &Tile<'_>, _row: usize, _strided: bool, _out: TileMut<'_>) -> bool {
+        false
+    }
+
+    fn cpu_tile(&self, ins: &[Tile<'_>], out: TileMut<'_>) -> bool {
+        match (ins, out) {
+            ([Tile::F32(x)], TileMut::F32(o)) => float_slice(*self, x, o),
+            ([Tile::F64(x)], TileMut::F64(o)) => float_slice(*self, x, o),
+            _ => false,
+        }
+    }
+
+    fn cuda_map_op(&self, ins: &[DType]) -> Option<MapOp> {
+        match ins {
+            [d] => cuda_expr(*self, *d).map(|e| e.map_op(self.name(), false)),
+            _ => None,
+        }
     }
 }
 

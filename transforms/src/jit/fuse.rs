@@ -125,7 +125,7 @@ fn empty(d: DType) -> Tile<'static> {
 /// (on CUDA only if `cuda`: NOTE: [cuda elementwise fusion]).
 pub(crate) fn fusable(p: &Program, k: usize, cuda: bool) -> Option<(Shape, Device)> {
     let e = &p.eqns[k];
-    if !matches!(e.prim, Prim::Unary(_) | Prim::Binary(_) | Prim::Compare(_) | Prim::Elementwise(_)) {
+    if !e.prim.is_elementwise() {
         return None;
     }
     if e.outputs.len() != 1 {

@@ -33,8 +33,8 @@
 use super::fuse::{self, gather, GatherDst, Item, Reg, Scratch, MAX_SPARE, SPARE, TILE};
 use smallvec::SmallVec;
 use std::collections::HashMap;
-use xform_ops::prim::{ElementwiseOp, Reduction, ShapeOp};
 use xform_ops::prims::elementwise::{run_fused_shaped, with_fused_inputs, FusedIn, OutBase, Tile, TileMut};
+use xform_ops::prims::jit::RowFusion;
 use xform_ops::{Array, Atom, DType, Device, Error, Prim, Program, Result, Shape};
 
 /// What one op of a row step computes.
@@ -145,31 +145,28 @@ fn joins(p: &Program, k: usize, full: &Shape, in_group: impl Fn(&Atom) -> bool) 
     if let Some((s, _)) = fuse::fusable(p, k, false) {
         return (narrow_of(full, &s)).then_some(Join::Narrow);
     }
-    match &e.prim {
-        Prim::Reduce(Reduction::Reduce { axes, .. }) => {
+    match e.prim.row_fusion() {
+        RowFusion::Reduce { axes } => {
             let last = axes.len() == 1 && axes[0] == full.rank() - 1;
+            let row = full[full.rank() - 1];
             let probe = match x.dtype {
-                DType::F32 => {
-                    e.prim.cpu_row_reduce(&Tile::F32(&[]), full[full.rank() - 1], false, TileMut::F32(&mut []))
-                }
-                DType::F64 => {
-                    e.prim.cpu_row_reduce(&Tile::F64(&[]), full[full.rank() - 1], false, TileMut::F64(&mut []))
-                }
+                DType::F32 => e.prim.cpu_row_reduce(&Tile::F32(&[]), row, false, TileMut::F32(&mut [])),
+                DType::F64 => e.prim.cpu_row_reduce(&Tile::F64(&[]), row, false, TileMut::F64(&mut [])),
                 _ => false,
             };
             (last && probe && x.shape == *full && x.dtype == out.dtype).then_some(Join::Reduce)
         }
-        Prim::Shape(ShapeOp::BroadcastInDim { dims, .. }) => {
+        RowFusion::Broadcast { dims } => {
             // the operand's axes stay where they are: it varies along the
             // leading axes and is constant along the last
             let kept = dims.iter().enumerate().all(|(i, d)| i == *d);
             (out.shape == *full && narrow_of(full, &x.shape) && kept && x.dtype == out.dtype).then_some(Join::Spread)
         }
-        Prim::Shape(ShapeOp::Reshape { .. }) => {
-            (narrow_of(full, &x.shape) && narrow_of(full, &out.shape) && in_group(&e.inputs[0])).then_some(Join::Alias)
+        RowFusion::SameElements => {
+            let same = x.shape == out.shape || (narrow_of(full, &x.shape) && narrow_of(full, &out.shape));
+            (same && x.dtype == out.dtype && in_group(&e.inputs[0])).then_some(Join::Alias)
         }
-        Prim::Elementwise(ElementwiseOp::StopGradient) => in_group(&e.inputs[0]).then_some(Join::Alias),
-        _ => None,
+        RowFusion::None => None,
     }
 }
 
@@ -188,7 +185,7 @@ pub(crate) fn joins_open(p: &Program, k: usize, full: &Shape, device: Device, op
 pub(crate) fn opens(p: &Program, k: usize) -> Option<Shape> {
     let e = &p.eqns[k];
     let x = p.atom_aval(*e.inputs.first()?);
-    let reduce = matches!(e.prim, Prim::Reduce(Reduction::Reduce { .. }));
+    let reduce = matches!(e.prim.row_fusion(), RowFusion::Reduce { .. });
     (reduce && row_capable(&x.shape, x.device) && joins(p, k, &x.shape, |_| false) == Some(Join::Reduce))
         .then(|| x.shape.clone())
 }

@@ -113,8 +113,7 @@ mod imp {
     use super::super::plan::{copy_of, Plan, Step, StepOp};
     use std::sync::Mutex;
     use xform_kernels::cuda::graph::{capture, release, Captured, Graph};
-    use xform_ops::prim::ShapeOp;
-    use xform_ops::{Device, Error, Prim, Program, Result, Tensor};
+    use xform_ops::{Device, Error, Program, Result, Tensor};
 
     #[derive(Debug)]
     pub(super) enum State {
@@ -173,20 +172,7 @@ mod imp {
         }
         for s in steps {
             if let StepOp::Prim(prim) = &s.op {
-                let ok = !matches!(prim, Prim::Shape(ShapeOp::Iota { .. })) // made on the host
-                    && matches!(
-                    prim,
-                    Prim::Unary(_)
-                        | Prim::Binary(_)
-                        | Prim::Compare(_)
-                        | Prim::Elementwise(_)
-                        | Prim::Reduce(_)
-                        | Prim::Shape(_)
-                        | Prim::Linalg(_)
-                        | Prim::Random(_)
-                        | Prim::Window(_)
-                );
-                if !ok {
+                if !prim.jit_props().graph_capture {
                     return Err(format!("{} cannot be captured", prim.name()));
                 }
             }

@@ -46,7 +46,6 @@ use super::split::{self, Dst};
 use smallvec::SmallVec;
 use std::sync::Arc;
 use xform_ops::interp::lower_checked;
-use xform_ops::prim::{ElementwiseOp, LinalgOp, ShapeOp};
 use xform_ops::{Atom, Error, Prim, Program, Result, Tensor, Value};
 
 /// What a step runs.
@@ -163,7 +162,7 @@ impl Plan {
         // worth an in-place attempt
         let mut view = vec![false; slots];
         for e in &p.eqns {
-            if e.prim.aliases_operand() && !matches!(e.prim, Prim::Shape(ShapeOp::Reshape { .. })) {
+            if e.prim.aliases_operand() && !whole_view(p, e) {
                 for v in &e.outputs {
                     view[v.0 as usize] = true;
                 }
@@ -239,7 +238,7 @@ impl Plan {
             if read[v.0 as usize] || p.outputs.iter().filter(|o| *o == out).count() > 1 {
                 continue;
             }
-            let product = |s: &Step| matches!(s.op, StepOp::Prim(Prim::Linalg(LinalgOp::DotGeneral(_))));
+            let product = |s: &Step| matches!(&s.op, StepOp::Prim(prim) if prim.jit_props().lower_into);
             if let Some(step) = steps.iter_mut().find(|s| product(s) && s.outs[..] == [v.0]) {
                 step.into = Some(k as u32);
             }
@@ -531,12 +530,17 @@ fn reuse_pairs(
     pairs
 }
 
+/// Whether view equation `e` over a whole contiguous operand is itself
+/// whole and contiguous (see `Prim::whole_view`).
+fn whole_view(p: &Program, e: &xform_ops::Eqn) -> bool {
+    e.inputs.first().is_some_and(|x| e.prim.whole_view(&p.atom_aval(*x).shape))
+}
+
 /// A fresh copy of a concrete tensor.
 pub(crate) fn copy_of(t: &Tensor) -> Result<Tensor> {
     let v = t.value();
     let Value::Array(a) = &*v else { return Err(Error::invalid("jit", "copy of a tracer (internal error)")) };
-    let mut outs = lower_checked(&Prim::Elementwise(ElementwiseOp::Copy), &[a])?;
-    Ok(outs.pop().expect("one output"))
+    Ok(Tensor::from_array(a.contiguous_copy()?))
 }
 
 /// The error `Eval` raises for operands on different devices, raised when

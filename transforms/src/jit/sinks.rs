@@ -56,12 +56,11 @@ use xform_ops::{Array, Prim, Result};
 /// elements); W1 small's smallest outer product (64 x 64 x 10) has 40960.
 pub const SINK_MIN_ELEMS: usize = 1 << 14;
 
-/// Whether a primitive may run on a helper thread as a sink: a pure CPU
-/// lowering with no thread-bound state (not control flow, whose bodies
-/// run interpreters), heavy enough to be worth it (not elementwise, which
-/// the plan fuses, nor a view).
+/// Whether a primitive may run on a helper thread as a sink: what its
+/// family states (`JitProps::sink`: a pure CPU lowering with no
+/// thread-bound state, heavy enough to be worth it).
 pub fn heavy(prim: &Prim) -> bool {
-    matches!(prim, Prim::Linalg(_) | Prim::Conv(_) | Prim::Reduce(_) | Prim::Window(_) | Prim::Index(_))
+    prim.jit_props().sink
 }
 
 /// What a helper returns: the step's arrays, its error, or its panic.

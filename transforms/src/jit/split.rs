@@ -46,8 +46,12 @@ use smallvec::{smallvec, SmallVec};
 use std::collections::HashMap;
 use std::sync::Arc;
 use xform_ops::interp::lower_checked;
-use xform_ops::prim::{shape_rule, IndexOp, LinalgOp, Reduction, ShapeOp};
-use xform_ops::{Array, Atom, Aval, DType, Device, Eqn, Error, Prim, Program, ProgramBuilder, Result, Tensor, Var};
+use xform_ops::prim::{shape_rule, ShapeOp};
+use xform_ops::prims::elementwise::TileMut;
+use xform_ops::prims::jit::{Blame, RowQuery};
+use xform_ops::{
+    Array, Atom, Aval, DType, Device, Eqn, Error, Prim, Program, ProgramBuilder, Result, Shape, Tensor, Var,
+};
 
 /// The least work on rows (elements written, times the contracted size for
 /// a product) worth a hand-off. The split costs about 2.5 us on the 2-core
@@ -77,173 +81,31 @@ struct Rule {
     outs: SmallVec<[Part; 2]>,
 }
 
-/// The operands (a bit per operand) an equation cannot take as rows.
-type Blame = u32;
-
 /// The rule of equation `e` for operands held as `parts`, the batch being
-/// `rows` long.
+/// `rows` long: the primitive's own row rule (`Prim::split_rows`).
 fn rule(p: &Program, e: &Eqn, parts: &[Part], rows: usize) -> std::result::Result<Rule, Blame> {
-    let split: Blame = parts.iter().enumerate().filter(|(_, q)| **q != Part::Whole).fold(0, |m, (i, _)| m | 1 << i);
     let n_out = e.outputs.len();
-    if split == 0 {
+    if parts.iter().all(|q| *q == Part::Whole) {
         return Ok(Rule { ins: smallvec![None; parts.len()], outs: smallvec![Part::Whole; n_out] });
     }
-    let shape = |i: usize| p.atom_aval(e.inputs[i]).shape;
-    let axis = |i: usize| match parts.get(i) {
-        Some(Part::Rows(a)) => Some(*a),
-        _ => None,
-    };
-    let one = |ins: SmallVec<[Option<usize>; 4]>, out: usize| Ok(Rule { ins, outs: smallvec![Part::Rows(out); n_out] });
-    match &e.prim {
-        Prim::Unary(_) | Prim::Binary(_) | Prim::Compare(_) | Prim::Elementwise(_) => {
-            // operands with rows along different axes: the first axis wins
-            // (a batch is most often leading; a bias of the batch's length
-            // broadcast along a later axis is the one to drop)
-            let a = (0..parts.len()).filter_map(axis).min().expect("some operand holds rows");
-            let other: Blame = (0..parts.len()).filter(|&i| axis(i).is_some_and(|b| b != a)).fold(0, |m, i| m | 1 << i);
-            if other != 0 {
-                return Err(other);
-            }
-            let out = &p.aval(e.outputs[0]).shape;
-            let mut ins = SmallVec::new();
-            for (i, q) in parts.iter().enumerate() {
-                ins.push(match q {
-                    Part::Rows(_) => Some(a),
-                    Part::Whole if shape(i).rank() == 0 => None,
-                    Part::Whole if shape(i) == *out => Some(a),
-                    Part::Whole => return Err(split),
-                });
-            }
-            one(ins, a)
-        }
-        Prim::Shape(op) => {
-            let a = axis(0).ok_or(split)?;
-            let x = shape(0);
-            let out = match op {
-                ShapeOp::BroadcastInDim { dims, .. } => dims[a],
-                ShapeOp::Reshape { shape: to } => {
-                    // the axis keeps its size and the elements before it
-                    let before: usize = x[..a].iter().product();
-                    (0..to.rank())
-                        .find(|&c| to[c] == rows && to[..c].iter().product::<usize>() == before)
-                        .ok_or(split)?
-                }
-                ShapeOp::Transpose { perm } => perm.iter().position(|&q| q == a).ok_or(split)?,
-                ShapeOp::Slice { start, limit, strides } if (start[a], limit[a], strides[a]) == (0, rows, 1) => a,
-                ShapeOp::Pad { low, high, interior }
-                    if (low[a], high[a], interior[a]) == (0, 0, 0) && axis(1).is_none() =>
-                {
-                    return one(smallvec![Some(a), None], a);
-                }
-                ShapeOp::Rev { axes } if !axes.contains(&a) => a,
-                ShapeOp::Concatenate { axis: c } if *c != a => {
-                    let mut ins = SmallVec::new();
-                    for (i, q) in parts.iter().enumerate() {
-                        ins.push(match q {
-                            Part::Rows(b) if *b == a => Some(a),
-                            Part::Whole if shape(i)[a] == rows => Some(a),
-                            _ => return Err(split),
-                        });
-                    }
-                    return one(ins, a);
-                }
-                _ => return Err(split),
-            };
-            one(smallvec![Some(a)], out)
-        }
-        Prim::Reduce(Reduction::Reduce { axes, .. }) => {
-            let a = axis(0).ok_or(split)?;
-            if axes.contains(&a) {
-                return Err(split);
-            }
-            one(smallvec![Some(a)], a - axes.iter().filter(|&&x| x < a).count())
-        }
-        Prim::Linalg(LinalgOp::DotGeneral(d)) => {
-            let (lf, rf) = (d.free(shape(0).rank(), true), d.free(shape(1).rank(), false));
-            let nb = d.lhs_batch.len();
-            // an operand with rows along a contracted axis is the one to drop
-            let contracted = (0..2)
-                .filter(|&i| {
-                    axis(i).is_some_and(|a| if i == 0 { &d.lhs_contract } else { &d.rhs_contract }.contains(&a))
-                })
-                .fold(0, |m, i| m | 1 << i);
-            if contracted != 0 {
-                return Err(contracted);
-            }
-            match (parts[0], parts[1]) {
-                (Part::Rows(a), r) => {
-                    if let Some(k) = d.lhs_batch.iter().position(|&x| x == a) {
-                        let b = d.rhs_batch[k];
-                        if matches!(r, Part::Rows(c) if c != b) {
-                            return Err(split);
-                        }
-                        one(smallvec![Some(a), Some(b)], k)
-                    } else if let Some(k) = lf.iter().position(|&x| x == a) {
-                        if r != Part::Whole {
-                            return Err(split);
-                        }
-                        one(smallvec![Some(a), None], nb + k)
-                    } else {
-                        Err(1)
-                    }
-                }
-                (Part::Whole, Part::Rows(b)) => {
-                    if let Some(k) = d.rhs_batch.iter().position(|&x| x == b) {
-                        one(smallvec![Some(d.lhs_batch[k]), Some(b)], k)
-                    } else if let Some(k) = rf.iter().position(|&x| x == b) {
-                        one(smallvec![None, Some(b)], nb + lf.len() + k)
-                    } else {
-                        Err(2)
-                    }
-                }
-                (Part::Whole, Part::Whole) => unreachable!("some operand holds rows"),
-            }
-        }
-        Prim::Index(IndexOp::Gather { axis: g, batch_dims: nb }) => {
-            let (g, nb, idx_rank) = (*g, *nb, shape(1).rank());
-            match (axis(0), axis(1)) {
-                (Some(a), i) if a < nb && i.is_none_or(|i| i == a) => one(smallvec![Some(a), Some(a)], a),
-                (None, Some(a)) if a < nb => one(smallvec![Some(a), Some(a)], a),
-                (Some(a), None) if a < g => one(smallvec![Some(a), None], a),
-                (Some(a), None) if a > g => one(smallvec![Some(a), None], a - 1 + idx_rank - nb),
-                (None, Some(a)) => one(smallvec![None, Some(a)], g + a - nb),
-                _ => Err(split),
-            }
-        }
-        Prim::Index(IndexOp::ScatterAdd { axis: g, batch_dims: nb }) => {
-            let (g, nb, idx_rank) = (*g, *nb, shape(1).rank());
-            let a = (0..3).find_map(axis).expect("some operand holds rows");
-            let agree = |i: usize, want: Option<usize>| parts[i] == Part::Whole || axis(i) == want;
-            if a < nb && (0..3).all(|i| agree(i, Some(a))) {
-                return one(smallvec![Some(a), Some(a), Some(a)], a);
-            }
-            // rows of the operand along an axis the indices do not reach:
-            // the updates hold the same rows
-            let u = match a.cmp(&g) {
-                std::cmp::Ordering::Less => a,
-                std::cmp::Ordering::Greater => a - 1 + idx_rank - nb,
-                std::cmp::Ordering::Equal => return Err(split),
-            };
-            if axis(0) == Some(a) && a >= nb && parts[1] == Part::Whole && agree(2, Some(u)) {
-                return one(smallvec![Some(a), None, Some(u)], a);
-            }
-            Err(split)
-        }
-        _ => Err(split),
-    }
+    let ins: SmallVec<[Shape; 4]> = e.inputs.iter().map(|a| p.atom_aval(*a).shape).collect();
+    let outs: SmallVec<[Shape; 2]> = e.outputs.iter().map(|v| p.aval(*v).shape.clone()).collect();
+    let axes: SmallVec<[Option<usize>; 4]> = parts
+        .iter()
+        .map(|q| match q {
+            Part::Rows(a) => Some(*a),
+            Part::Whole => None,
+        })
+        .collect();
+    let r = e.prim.split_rows(&RowQuery { ins: &ins, outs: &outs, axes: &axes, rows })?;
+    Ok(Rule { ins: r.ins, outs: smallvec![Part::Rows(r.out); n_out] })
 }
 
-/// The work of an equation: elements written, times the contracted size
-/// for a product.
+/// The work of an equation, as the primitive weighs it (`Prim::work`).
 fn work(p: &Program, e: &Eqn) -> usize {
     let out: usize = e.outputs.iter().map(|v| p.aval(*v).shape.numel()).sum();
-    match &e.prim {
-        Prim::Linalg(LinalgOp::DotGeneral(d)) => {
-            let s = p.atom_aval(e.inputs[0]).shape;
-            out.saturating_mul(d.lhs_contract.iter().map(|&a| s[a]).product::<usize>().max(1))
-        }
-        _ => out,
-    }
+    let ins: SmallVec<[Shape; 4]> = e.inputs.iter().map(|a| p.atom_aval(*a).shape).collect();
+    e.prim.work(&ins, out)
 }
 
 /// The parts of every variable and the rules of every equation, for one
@@ -335,7 +197,7 @@ fn analyze(p: &Program) -> Option<Analysis> {
     let on_cpu = p.avals.iter().all(|a| a.device == Device::Cpu) && p.consts.iter().all(|c| c.device() == Device::Cpu);
     // control flow runs interpreters over its bodies, which belong to the
     // thread that called the replay: never on the helper (as for sinks)
-    let control = p.eqns.iter().any(|e| matches!(e.prim, Prim::Control(_)));
+    let control = p.eqns.iter().any(|e| e.prim.jit_props().thread_bound);
     if !on_cpu || control {
         return None;
     }
@@ -418,16 +280,10 @@ impl HalfBuilder<'_> {
                 // a broadcast or an iota along the axis is made at the half's
                 // size; anything else is sliced
                 let src = self.producer[v.0 as usize].map(|k| &self.p.eqns[k]);
-                let (prim, ins): (Prim, SmallVec<[Atom; 4]>) = match src.map(|e| (&e.prim, e)) {
-                    Some((Prim::Shape(ShapeOp::BroadcastInDim { dims, .. }), e)) if !dims.contains(&axis) => (
-                        ShapeOp::BroadcastInDim { shape: half.shape.clone(), dims: dims.clone() }.into(),
-                        smallvec![self.atom(e.inputs[0])],
-                    ),
-                    Some((Prim::Shape(ShapeOp::Iota { dim, dtype, device, .. }), _)) if *dim != axis => (
-                        ShapeOp::Iota { shape: half.shape.clone(), dim: *dim, dtype: *dtype, device: *device }.into(),
-                        smallvec![],
-                    ),
-                    _ => {
+                let remade = src.and_then(|e| Some((e.prim.at_rows(axis, len, false)?, e)));
+                let (prim, ins): (Prim, SmallVec<[Atom; 4]>) = match remade {
+                    Some((prim, e)) => (prim, e.inputs.iter().map(|x| self.atom(*x)).collect()),
+                    None => {
                         let rank = aval.shape.rank();
                         let mut start: SmallVec<[usize; 4]> = smallvec![0; rank];
                         let mut limit: SmallVec<[usize; 4]> = aval.shape.dims().iter().copied().collect();
@@ -466,7 +322,13 @@ impl HalfBuilder<'_> {
                     _ => self.atom(*a),
                 });
             }
-            let prim = self.half_prim(&e.prim, &r.outs);
+            let prim = match r.outs.first() {
+                Some(Part::Rows(c)) => match e.prim.at_rows(*c, self.len, true) {
+                    Some(prim) => prim,
+                    None => return Ok(None),
+                },
+                _ => e.prim.clone(),
+            };
             let outs: SmallVec<[Var; 2]> = e
                 .outputs
                 .iter()
@@ -494,28 +356,6 @@ impl HalfBuilder<'_> {
         let outputs: Vec<Atom> = p.outputs.iter().map(|a| self.atom(*a)).collect();
         Ok(Some(self.b.finish(outputs)))
     }
-
-    /// `prim` with the shapes in its parameters at the half's size.
-    fn half_prim(&self, prim: &Prim, outs: &[Part]) -> Prim {
-        let Some(Part::Rows(c)) = outs.first().copied() else { return prim.clone() };
-        let halve = |s: &xform_ops::Shape| -> xform_ops::Shape {
-            let mut d: Vec<usize> = s.dims().to_vec();
-            d[c] = self.len;
-            d.into()
-        };
-        match prim {
-            Prim::Shape(ShapeOp::BroadcastInDim { shape, dims }) => {
-                ShapeOp::BroadcastInDim { shape: halve(shape), dims: dims.clone() }.into()
-            }
-            Prim::Shape(ShapeOp::Reshape { shape }) => ShapeOp::Reshape { shape: halve(shape) }.into(),
-            Prim::Shape(ShapeOp::Slice { start, limit, strides }) => {
-                let mut limit = limit.clone();
-                limit[c] = self.len;
-                ShapeOp::Slice { start: start.clone(), limit, strides: strides.clone() }.into()
-            }
-            _ => prim.clone(),
-        }
-    }
 }
 
 /// A destination for one output of a half: its rows of a whole output's
@@ -523,6 +363,8 @@ impl HalfBuilder<'_> {
 pub(crate) struct Dst {
     ptr: *mut u8,
     bytes: usize,
+    /// The elements' dtype.
+    dtype: DType,
 }
 
 // SAFETY: a `Dst` is the byte range of one half's rows in a buffer that
@@ -574,16 +416,11 @@ pub(crate) fn copy_into(t: &Tensor, dst: &Dst) -> Result<()> {
 /// Runs a step's product into `dst`: straight from the kernel where it
 /// can write there, else computed and copied.
 pub(crate) fn write_product(prim: &Prim, ins: &[&Array], dst: &Dst) -> Result<()> {
-    use xform_ops::prims::linalg::dot_general_into;
-    let fresh = match (prim, ins.first().map(|a| a.dtype)) {
-        // SAFETY (both): the whole buffer holds the output's dtype, the
-        // operands' (`elems`' contract), and this step alone writes the range.
-        (Prim::Linalg(LinalgOp::DotGeneral(d)), Some(DType::F32)) if ins.len() == 2 => {
-            dot_general_into::<f32>(d, ins[0], ins[1], unsafe { dst.elems() })?
-        }
-        (Prim::Linalg(LinalgOp::DotGeneral(d)), Some(DType::F64)) if ins.len() == 2 => {
-            dot_general_into::<f64>(d, ins[0], ins[1], unsafe { dst.elems() })?
-        }
+    // SAFETY (both): the buffer holds `dst.dtype` (`elems`' contract), and
+    // this step alone writes the range.
+    let fresh = match dst.dtype {
+        DType::F32 => prim.lower_into(ins, TileMut::F32(unsafe { dst.elems() }))?,
+        DType::F64 => prim.lower_into(ins, TileMut::F64(unsafe { dst.elems() }))?,
         _ => {
             let outs = lower_checked(prim, ins)?;
             Some(outs[0].array().ok_or_else(|| Error::invalid("jit", "a lowering returned a tracer"))?)
@@ -600,6 +437,8 @@ struct WholeOut {
     /// Its first element, on a 64-byte line.
     ptr: *mut u8,
     bytes: usize,
+    /// The elements' dtype.
+    dtype: DType,
     /// The array, once both halves wrote it.
     finish: Box<dyn FnOnce() -> Array>,
 }
@@ -637,7 +476,7 @@ fn alloc_whole(aval: &Aval) -> Result<WholeOut> {
                 let strides = shape.contiguous_strides();
                 all.with_layout(xform_kernels::Layout { shape, strides, offset: skip })
             }) as Box<dyn FnOnce() -> Array>;
-            WholeOut { ptr, bytes: n * size, finish }
+            WholeOut { ptr, bytes: n * size, dtype: aval.dtype, finish }
         })
     })
 }
@@ -749,7 +588,7 @@ impl SplitPlan {
                         let row = w.bytes / self.rows;
                         let (lo, hi) = if h == 0 { (0, self.mid * row) } else { (self.mid * row, w.bytes) };
                         // SAFETY: lo..hi lies inside the buffer (rows x row bytes)
-                        Dst { ptr: unsafe { w.ptr.add(lo) }, bytes: hi - lo }
+                        Dst { ptr: unsafe { w.ptr.add(lo) }, bytes: hi - lo, dtype: w.dtype }
                     })
                 })
                 .collect()

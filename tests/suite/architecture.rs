@@ -1,0 +1,115 @@
+//! Invariants of the crate layout that the compiler does not check
+//! (ARCHITECTURE.md, "Invariants"), checked by scanning the sources.
+
+use std::path::{Path, PathBuf};
+use xform::core::prim::Prim;
+
+/// The families' enums, which a file names to single out primitives. Their
+/// number is checked against the families `Prim` is derived from, so a new
+/// family is added here or this test fails.
+const FAMILY_ENUMS: &[&str] = &[
+    "UnaryOp",
+    "BinaryOp",
+    "CompareOp",
+    "ElementwiseOp",
+    "Reduction",
+    "ShapeOp",
+    "IndexOp",
+    "LinalgOp",
+    "ConvOp",
+    "RandomOp",
+    "WindowOp",
+    "ControlOp",
+];
+
+/// The files (or folders, ending in `/`) outside the ops crate that may
+/// name specific primitives, each with its reason. Everything else reads
+/// what the families state (`Props`, `JitProps`, the `Family` rules).
+const MAY_NAME_PRIMITIVES: &[(&str, &str)] = &[
+    ("transforms/src/jit/passes/simplify.rs", "a rewrite pass: algebraic identities of specific primitives"),
+    ("transforms/src/jit/passes/diagonal.rs", "a rewrite pass: products with a diagonal operand"),
+    ("transforms/src/jit/split.rs", "cuts a whole value to a half's rows with a slice it makes"),
+    ("transforms/src/jit/fuse_cuda.rs", "its `samples` module: hand-built programs for the kernel tests"),
+    ("transforms/src/control/", "binds the control-flow primitives whose user API it is"),
+];
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("a source folder") {
+        let path = entry.expect("a folder entry").path();
+        if path.is_dir() {
+            if path.file_name().is_some_and(|n| n != "tests") {
+                rust_files(&path, out);
+            }
+        } else if path.extension().is_some_and(|e| e == "rs") && path.file_name().is_some_and(|n| n != "tests.rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The code of a file before its test module.
+fn non_test_code(text: &str) -> &str {
+    text.find("#[cfg(test)]").map_or(text, |i| &text[..i])
+}
+
+/// Whether `line` names a specific primitive: `Prim::Family(..)` or a
+/// family enum's variant.
+fn names_primitive(line: &str) -> bool {
+    let code = line.split("//").next().unwrap_or("");
+    let variant = |pat: &str| {
+        code.match_indices(pat).any(|(i, _)| {
+            let before_ok = i == 0 || !code.as_bytes()[i - 1].is_ascii_alphanumeric();
+            let next = code[i + pat.len()..].chars().next();
+            before_ok && next.is_some_and(|c| c.is_ascii_uppercase())
+        })
+    };
+    variant("Prim::") || FAMILY_ENUMS.iter().any(|f| variant(&format!("{f}::")))
+}
+
+#[test]
+fn the_family_list_is_complete() {
+    let mut families: Vec<String> =
+        Prim::all_kinds().iter().map(|k| format!("{k:?}").split('(').next().expect("a variant").to_string()).collect();
+    families.dedup();
+    assert_eq!(families.len(), FAMILY_ENUMS.len(), "families {families:?} vs the enums listed here");
+}
+
+#[test]
+fn only_rewrite_passes_name_primitives_outside_ops() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    rust_files(&root.join("transforms/src"), &mut files);
+    rust_files(&root.join("src"), &mut files);
+    assert!(files.len() > 30, "found the sources ({} files)", files.len());
+    let mut offenders = Vec::new();
+    for path in &files {
+        let rel = path.strip_prefix(&root).expect("under the root").to_string_lossy().replace('\\', "/");
+        if MAY_NAME_PRIMITIVES.iter().any(|(p, _)| if p.ends_with('/') { rel.starts_with(p) } else { rel == *p }) {
+            continue;
+        }
+        let text = std::fs::read_to_string(path).expect("a readable source");
+        for (n, line) in non_test_code(&text).lines().enumerate() {
+            if names_primitive(line) {
+                offenders.push(format!("{rel}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "these lines name specific primitives outside ops; state the fact in the family instead \
+         (Props, JitProps or a Family rule), or list the file with its reason:\n{}",
+        offenders.join("\n")
+    );
+    // the allowed files exist (a stale entry would hide nothing and mislead)
+    for (p, _) in MAY_NAME_PRIMITIVES {
+        assert!(root.join(p).exists(), "{p} is listed but does not exist");
+    }
+}
+
+#[test]
+fn the_scanner_sees_primitive_names() {
+    assert!(names_primitive("    Prim::Unary(op) => 1,"));
+    assert!(names_primitive("let s = ShapeOp::Slice { start, limit, strides };"));
+    assert!(!names_primitive("e.prim.jit_props().sink // Prim::Linalg(_)"));
+    assert!(!names_primitive("let p: Prim = prim.clone();"));
+    assert!(!names_primitive("MyShapeOp::Slice"));
+}
