@@ -40,18 +40,6 @@ impl MaxPool2d {
         MaxPool2d { kernel, stride: kernel, padding: [0, 0] }
     }
 
-    /// The same layer with strides `stride`.
-    pub fn with_stride(mut self, stride: [usize; 2]) -> MaxPool2d {
-        self.stride = stride;
-        self
-    }
-
-    /// The same layer with `padding` on both sides of each axis.
-    pub fn with_padding(mut self, padding: [usize; 2]) -> MaxPool2d {
-        self.padding = padding;
-        self
-    }
-
     /// The pooled input.
     ///
     /// # Panics
@@ -60,10 +48,40 @@ impl MaxPool2d {
     /// fewer than two spatial axes (the error names the shapes).
     #[track_caller]
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        check_pool("MaxPool2d", self.kernel, self.stride, self.padding).or_raise();
-        lax::max_pool(x, &self.kernel, &self.stride, &Padding::symmetric(&self.padding)).or_raise()
+        let padding = self.checked_padding().or_raise();
+        lax::max_pool(x, &self.kernel, &self.stride, &padding).or_raise()
     }
 }
+
+/// What the two pooling layers share: their window's builders (strides,
+/// padding) and the checks of its hyperparameters.
+macro_rules! pool_window {
+    ($layer:ident) => {
+        impl $layer {
+            /// The same layer with strides `stride`.
+            pub fn with_stride(mut self, stride: [usize; 2]) -> $layer {
+                self.stride = stride;
+                self
+            }
+
+            /// The same layer with `padding` on both sides of each axis.
+            pub fn with_padding(mut self, padding: [usize; 2]) -> $layer {
+                self.padding = padding;
+                self
+            }
+
+            /// The window's padding, after PyTorch's checks of the
+            /// hyperparameters ([`check_pool`]).
+            fn checked_padding(&self) -> crate::Result<Padding> {
+                check_pool(stringify!($layer), self.kernel, self.stride, self.padding)?;
+                Ok(Padding::symmetric(&self.padding))
+            }
+        }
+    };
+}
+
+pool_window!(MaxPool2d);
+pool_window!(AvgPool2d);
 
 /// PyTorch's checks of a 2-D pooling layer's hyperparameters (made when
 /// the layer runs, as PyTorch makes them): positive kernel sizes and
@@ -135,26 +153,13 @@ impl AvgPool2d {
         self
     }
 
-    /// The same layer with strides `stride`.
-    pub fn with_stride(mut self, stride: [usize; 2]) -> AvgPool2d {
-        self.stride = stride;
-        self
-    }
-
-    /// The same layer with `padding` on both sides of each axis.
-    pub fn with_padding(mut self, padding: [usize; 2]) -> AvgPool2d {
-        self.padding = padding;
-        self
-    }
-
     /// The pooled input.
     ///
     /// # Panics
     /// As [`MaxPool2d::forward`], and on an integer input.
     #[track_caller]
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        check_pool("AvgPool2d", self.kernel, self.stride, self.padding).or_raise();
-        let padding = Padding::symmetric(&self.padding);
+        let padding = self.checked_padding().or_raise();
         lax::avg_pool_with(x, &self.kernel, &self.stride, &padding, self.count_include_pad).or_raise()
     }
 }
