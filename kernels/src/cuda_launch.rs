@@ -31,7 +31,7 @@ mod window;
 pub use conv::conv;
 pub use elementwise::{convert, copy, iota, map, threefry, write};
 pub use fused::{fused, FusedParams};
-pub use gemm::gemm;
+pub use gemm::{gemm, gemm_dims};
 pub use indexing::{concatenate, dynamic_update_slice, gather, pad, scatter_add};
 pub use params::{GatherParams, GemmParams, IterParams, IterParamsOf, PadParams, RedParams};
 pub use reduce::{arg_reduce, cumulative, reduce};

@@ -85,9 +85,14 @@ impl VersionGuard {
 /// Adds `g` to `guards` unless a guard of its storage at its version is
 /// there.
 pub(crate) fn push_guard(guards: &mut Vec<VersionGuard>, g: VersionGuard) {
-    if !guards.iter().any(|h| h.version == g.version && h.array.shares_storage(&g.array)) {
+    if !has_guard(guards, &g) {
         guards.push(g);
     }
+}
+
+/// True if `guards` already checks `g`'s storage at `g`'s version.
+pub(crate) fn has_guard(guards: &[VersionGuard], g: &VersionGuard) -> bool {
+    guards.iter().any(|h| h.version == g.version && h.array.shares_storage(&g.array))
 }
 
 /// The storage version of a concrete constant (`u64::MAX` for a tracer).
@@ -279,14 +284,16 @@ impl Program {
     /// [`Program::check_consts`]), or an equation fails.
     pub fn eval(&self, args: &[Tensor]) -> Result<Vec<Tensor>> {
         self.check_consts("Program::eval")?;
-        // evaluated while a program is staged: what this one computed from
-        // captured tensors when it was recorded is computed from them in
-        // that program too
-        if crate::staging::recording() {
-            let guards = self.version_guards();
+        // evaluated while a program is staged: a constant this one computed
+        // from captured tensors when it was recorded (its guards) is
+        // computed from them in that program too, besides being itself
+        // (each equation's own reads are recorded as `bind` evaluates it)
+        if crate::staging::recording() && !self.guards.is_empty() {
             for c in &self.consts {
                 if let crate::tensor::Value::Array(a) = &*c.value() {
-                    crate::staging::note_derived(a, &guards);
+                    let mut from = self.guards.clone();
+                    push_guard(&mut from, VersionGuard::now(a));
+                    crate::staging::note_derived(a, &from);
                 }
             }
         }

@@ -22,8 +22,8 @@
 //! figures and checks bounds on them) in the test profile on x86-64: 3.9
 //! KiB for vmap, 2.5 KiB for jvp, and 3.9 KiB for grad (two interpreters,
 //! a JVP and a staging one). So 1,024 nested vmaps (4 MiB) or a 200-fold
-//! grad (0.8 MiB) fit an 8 MiB main thread, about 440 vmaps fit a 2 MiB
-//! thread, and deeper nesting is refused rather than crashing.
+//! grad (0.8 MiB) fit an 8 MiB thread (tested), and deeper nesting (4,096
+//! vmaps on a 2 MiB thread, tested) is refused rather than crashing.
 
 use std::cell::Cell;
 
@@ -35,12 +35,16 @@ pub const RESERVE: usize = 256 << 10;
 /// platform does not report.
 pub const FALLBACK_BUDGET: usize = 1 << 20;
 
-thread_local! {
-    /// The lowest stack address transforms may reach on this thread (0: not
-    /// computed yet).
-    static LIMIT: Cell<usize> = const { Cell::new(0) };
+/// This thread's guard, in one thread-local.
+struct Guard {
+    /// The lowest stack address transforms may reach (0: not computed yet).
+    limit: Cell<usize>,
     /// The lowest stack address a check saw (see [`deepest_since`]).
-    static LOW_WATER: Cell<usize> = const { Cell::new(usize::MAX) };
+    low_water: Cell<usize>,
+}
+
+thread_local! {
+    static GUARD: Guard = const { Guard { limit: Cell::new(0), low_water: Cell::new(usize::MAX) } };
 }
 
 /// The current stack pointer, near enough (the address of a local).
@@ -50,29 +54,35 @@ fn stack_pointer() -> usize {
     std::hint::black_box(std::ptr::addr_of!(marker)) as usize
 }
 
-/// The lowest address transforms may use on this thread.
-#[inline]
-fn limit(sp: usize) -> usize {
-    LIMIT.with(|l| match l.get() {
-        0 => {
-            let v = match bounds() {
-                Some((low, _)) => low.saturating_add(RESERVE),
-                None => sp.saturating_sub(FALLBACK_BUDGET),
-            };
-            l.set(v.max(1));
-            v.max(1)
+impl Guard {
+    /// The lowest address transforms may use on this thread.
+    #[inline]
+    fn limit(&self, sp: usize) -> usize {
+        match self.limit.get() {
+            0 => {
+                let v = match bounds() {
+                    Some((low, _)) => low.saturating_add(RESERVE),
+                    None => sp.saturating_sub(FALLBACK_BUDGET),
+                }
+                .max(1);
+                self.limit.set(v);
+                v
+            }
+            v => v,
         }
-        v => v,
-    })
+    }
 }
 
 /// True if this thread's stack is used down to the limit (NOTE: [stack
-/// guard]): one thread-local read and a comparison.
+/// guard]): one thread-local access, which also lowers the low-water mark
+/// [`deepest_since`] reads, and a comparison.
 #[inline]
 pub(crate) fn exhausted() -> bool {
     let sp = stack_pointer();
-    LOW_WATER.with(|l| l.set(l.get().min(sp)));
-    sp < limit(sp)
+    GUARD.with(|g| {
+        g.low_water.set(g.low_water.get().min(sp));
+        sp < g.limit(sp)
+    })
 }
 
 /// The most stack, in bytes below the caller's frame, that transform
@@ -80,17 +90,10 @@ pub(crate) fn exhausted() -> bool {
 /// costs in NOTE: [stack guard] are measured.
 pub fn deepest_since<R>(f: impl FnOnce() -> R) -> (R, usize) {
     let top = stack_pointer();
-    let before = LOW_WATER.with(|l| l.replace(usize::MAX));
+    let before = GUARD.with(|g| g.low_water.replace(usize::MAX));
     let r = f();
-    let low = LOW_WATER.with(|l| l.replace(before.min(l.get())));
+    let low = GUARD.with(|g| g.low_water.replace(before.min(g.low_water.get())));
     (r, top.saturating_sub(low))
-}
-
-/// Bytes of this thread's stack left above the limit that transforms may
-/// still use (0 past it).
-pub fn remaining() -> usize {
-    let sp = stack_pointer();
-    sp.saturating_sub(limit(sp))
 }
 
 /// This thread's stack as `(lowest, highest)` addresses, where the platform

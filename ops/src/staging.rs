@@ -33,7 +33,7 @@ use crate::array::Array;
 use crate::error::{OrRaise, Result};
 use crate::interp::{with_interpreter, Interpreter, Level, Outs, Tag};
 use crate::prim::{shape_rule, Prim};
-use crate::program::{push_guard, Atom, Program, ProgramBuilder, Var, VersionGuard};
+use crate::program::{has_guard, push_guard, Atom, Program, ProgramBuilder, Var, VersionGuard};
 use crate::tensor::{Aval, Tensor, Tracer, TracerData, Value};
 use smallvec::SmallVec;
 use std::cell::{Cell, RefCell};
@@ -81,8 +81,13 @@ impl Staging {
         }
         let mut b = self.builder.borrow_mut();
         if self.reads_from.is_some() {
+            // a value computed while recording is guarded by what it was
+            // computed from; any other constant by its own version, which
+            // the program records with it
             if let Value::Array(a) = &*t.value() {
-                b.guard(derived_from(a));
+                if let Some(from) = computed_from(a) {
+                    b.guard(from);
+                }
             }
         }
         Ok(b.constant(t))
@@ -115,8 +120,9 @@ impl Drop for Staging {
 #[derive(Default)]
 struct Provenance {
     /// Per storage (by address) computed while recording: an array over it
-    /// (kept alive, so the address is not reused) and the storages it was
-    /// computed from.
+    /// (kept alive, so the address is not reused: the intermediates of a
+    /// trace's eager work live until the last visible staging ends) and
+    /// the storages it was computed from.
     derived: HashMap<usize, (Array, SmallVec<[VersionGuard; 2]>)>,
     /// The storages that staged code read values of, in order.
     reads: Vec<VersionGuard>,
@@ -156,10 +162,12 @@ fn stop_recording() {
 /// The storages `a` was computed from while recording (with their
 /// versions then), or `a`'s own storage if it was not computed then.
 fn derived_from(a: &Array) -> SmallVec<[VersionGuard; 2]> {
-    PROVENANCE.with(|p| match p.borrow().derived.get(&a.storage_addr()) {
-        Some((_, from)) => from.clone(),
-        None => smallvec::smallvec![VersionGuard::now(a)],
-    })
+    computed_from(a).unwrap_or_else(|| smallvec::smallvec![VersionGuard::now(a)])
+}
+
+/// The storages `a` was computed from, if it was computed while recording.
+fn computed_from(a: &Array) -> Option<SmallVec<[VersionGuard; 2]>> {
+    PROVENANCE.with(|p| p.borrow().derived.get(&a.storage_addr()).map(|(_, from)| from.clone()))
 }
 
 /// Records that `outs` were computed from `inputs` (see NOTE:
@@ -210,7 +218,7 @@ pub fn note_derived(a: &Array, from: &[VersionGuard]) {
         let mut p = p.borrow_mut();
         let entry = p.derived.entry(a.storage_addr()).or_insert_with(|| (a.clone(), SmallVec::new()));
         for g in from {
-            if !entry.1.iter().any(|h| h.version == g.version && h.array.shares_storage(&g.array)) {
+            if !has_guard(&entry.1, g) {
                 entry.1.push(g.clone());
             }
         }

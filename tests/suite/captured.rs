@@ -121,3 +121,40 @@ fn nested_jits_pass_their_guards_on() {
     // the inner function itself takes `c` as an argument: it sees the write
     assert_eq!(inner(&c).unwrap().to_vec::<f64>(), vec![1.0; 3]);
 }
+
+/// A recorded program evaluated on concrete values inside a jitted
+/// function: what it computed from a captured tensor when it was recorded
+/// (its guards) guards the jitted program too.
+#[test]
+fn programs_evaluated_while_staging_pass_their_guards_on() {
+    let c = c3();
+    let x = x3();
+    let p = trace(|x: &Tensor| x * (&c * 2.0).exp(), &x);
+    let outer = try_jit(|y: &Tensor| y + p.eval(std::slice::from_ref(&x3())).unwrap().remove(0));
+    let want = &x + &x * (&c * 2.0).exp();
+    assert_eq!(outer(&x).unwrap().to_vec::<f64>(), want.to_vec::<f64>());
+    c.fill_(0.0);
+    refused(outer(&x));
+    // the recorded program refuses too: it read `exp(2 c)`
+    refused(p.eval(std::slice::from_ref(&x)));
+}
+
+/// A while_loop whose predicate is known when the function is staged (a
+/// captured count): the staged program is refused after the count is
+/// written, rather than running the old number of iterations.
+#[test]
+fn loop_trip_counts_decided_on_captured_values_are_guarded() {
+    let n = Tensor::scalar(3.0f64);
+    let x = x3();
+    let f = try_jit(|x: &Tensor| {
+        let (_, y) = while_loop(
+            |(i, _): &(Tensor, Tensor)| i.lt(&n),
+            |(i, y): &(Tensor, Tensor)| (i + 1.0, y * 2.0),
+            &(Tensor::scalar(0.0f64), x.clone()),
+        );
+        y
+    });
+    assert_eq!(f(&x).unwrap().to_vec::<f64>(), vec![8.0, 16.0, 24.0]);
+    n.fill_(1.0);
+    refused(f(&x));
+}

@@ -11,8 +11,9 @@ use xform::core::prim::shape_rule;
 use xform::{DType, Prim, Tensor};
 
 /// The same values in a different layout: a transposed, sliced, reversed
-/// or broadcast view of some other storage.
-fn relayout(t: &Tensor, g: &mut G) -> Tensor {
+/// or broadcast view of some other storage (the emulation of the CUDA
+/// kernels reads its inputs through these too).
+pub fn relayout(t: &Tensor, g: &mut G) -> Tensor {
     let r = t.rank();
     match g.int(0, 4) {
         0 if r >= 2 => {
@@ -59,12 +60,11 @@ fn relayout(t: &Tensor, g: &mut G) -> Tensor {
             t.flip(&axes).copy().flip(&axes)
         }
         3 if r >= 1 && t.shape().contains(&1) => {
-            // a stride-0 broadcast of the unit axes (same values)
+            // a stride-0 broadcast along the unit axes (same values)
             let shape = t.shape();
-            let unit = shape.iter().position(|&n| n == 1).unwrap();
-            let mut small = shape.clone();
-            small[unit] = 1;
-            t.broadcast_to(shape)
+            let kept: Vec<usize> = (0..r).filter(|&a| shape[a] != 1).collect();
+            let squeezed = t.reshape_to(kept.iter().map(|&a| shape[a]).collect::<Vec<_>>());
+            xform::lax::broadcast_in_dim(&squeezed, &shape, &kept).unwrap()
         }
         _ => t.clone(),
     }

@@ -231,10 +231,6 @@ pub(crate) fn write_back(
     // every transform that writes arguments back saw each one as its own
     // value
     check_unaliased_writes(op, originals, written)?;
-    let rename = |mut e: xform_ops::Error| {
-        e.op = op.to_string();
-        e
-    };
     let targets: SmallVec<[xform_ops::Array; 4]> = pending.iter().filter_map(|(o, _)| o.array()).collect();
     for (_, v) in pending.iter_mut() {
         if let Some(a) = v.array() {
@@ -247,7 +243,7 @@ pub(crate) fn write_back(
         xform_ops::methods::check_write(op, orig, v)?;
     }
     for (orig, v) in &pending {
-        orig.try_copy_(v).map_err(rename)?;
+        orig.try_copy_(v).map_err(|e| e.named(op))?;
     }
     Ok(())
 }

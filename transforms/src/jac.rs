@@ -99,7 +99,7 @@ pub fn jacfwd<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y) -> impl Fn(&X) -> Y::Map<X>
 
 /// [`jacfwd`] with a memory budget.
 pub fn jacfwd_with<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y, opts: JacOptions) -> impl Fn(&X) -> Y::Map<X> {
-    move |x: &X| try_jacfwd(&|x: &X| (f(x), ()), &opts, x, false).or_raise().0
+    move |x: &X| try_jacfwd(&|x: &X| (f(x), ()), &opts, x, "jacfwd", false).or_raise().0
 }
 
 /// [`jacfwd`] of the first output of `f`, and its second output (aux data,
@@ -112,7 +112,7 @@ pub fn jacfwd_with<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y, opts: JacOptions) -> i
 /// assert_eq!((j.to_vec::<f64>(), n.item::<f64>()), (vec![3.0, 0.0, 0.0, 3.0], 3.0));
 /// ```
 pub fn jacfwd_with_aux<X: Tree, Y: Tree, A: Tree>(f: impl Fn(&X) -> (Y, A)) -> impl Fn(&X) -> (Y::Map<X>, A) {
-    move |x: &X| try_jacfwd(&f, &JacOptions::default(), x, false).or_raise()
+    move |x: &X| try_jacfwd(&f, &JacOptions::default(), x, "jacfwd", false).or_raise()
 }
 
 /// Refuses an integer or bool output leaf, as JAX's jacfwd and jacrev do
@@ -140,10 +140,10 @@ pub(crate) fn try_jacfwd<X: Tree, Y: Tree, A: Tree>(
     f: &impl Fn(&X) -> (Y, A),
     opts: &JacOptions,
     x: &X,
+    op: &'static str,
     int_outputs: bool,
 ) -> Result<(Y::Map<X>, A)> {
-    // (the outer Jacobian of a Hessian: named as the user called it)
-    crate::grad::check_differentiable(if int_outputs { "hessian" } else { "jacfwd" }, x)?;
+    crate::grad::check_differentiable(op, x)?;
     let ins = x.leaves();
     let diff: SmallVec<[bool; 4]> = ins.iter().map(|l| l.dtype().is_float()).collect();
     let dins: Vec<Tensor> = ins.iter().filter(|l| l.dtype().is_float()).cloned().collect();
@@ -151,7 +151,7 @@ pub(crate) fn try_jacfwd<X: Tree, Y: Tree, A: Tree>(
         // No leaves at all (an empty tree; one without float leaves was
         // refused above): every block is empty.
         let (y, aux) = f(x);
-        check_outputs("jacfwd", &y, &y.leaves(), int_outputs)?;
+        check_outputs(op, &y, &y.leaves(), int_outputs)?;
         let blocks: Vec<X> = y
             .leaves()
             .iter()
@@ -195,7 +195,7 @@ pub(crate) fn try_jacfwd<X: Tree, Y: Tree, A: Tree>(
     crate::functionalize::write_back("jacfwd", &ins, finals)?;
     let (y, aux) = primal.expect("at least one chunk");
     let y_leaves = y.leaves();
-    check_outputs("jacfwd", &y, &y_leaves, int_outputs)?;
+    check_outputs(op, &y, &y_leaves, int_outputs)?;
     // cols: the tangents of y's leaves then aux's, each [N, out...]; block
     // for input i: rows of input i.
     let mut blocks = Vec::with_capacity(y_leaves.len());
@@ -340,7 +340,7 @@ pub(crate) fn try_jacrev<X: Tree, Y: Tree, A: Tree>(
 /// ```
 pub fn hessian<X: Tree>(f: impl Fn(&X) -> Tensor) -> impl Fn(&X) -> X::Map<X> {
     let g = jacrev(f);
-    move |x: &X| try_jacfwd(&|x: &X| (g(x), ()), &JacOptions::default(), x, true).or_raise().0
+    move |x: &X| try_jacfwd(&|x: &X| (g(x), ()), &JacOptions::default(), x, "hessian", true).or_raise().0
 }
 
 /// The Hessian of the first output of `f` and its second output (aux data),
@@ -357,5 +357,5 @@ pub fn hessian<X: Tree>(f: impl Fn(&X) -> Tensor) -> impl Fn(&X) -> X::Map<X> {
 /// ```
 pub fn hessian_with_aux<X: Tree, A: Tree>(f: impl Fn(&X) -> (Tensor, A)) -> impl Fn(&X) -> (X::Map<X>, A) {
     let g = jacrev_with_aux(f);
-    move |x: &X| try_jacfwd(&g, &JacOptions::default(), x, true).or_raise()
+    move |x: &X| try_jacfwd(&g, &JacOptions::default(), x, "hessian", true).or_raise()
 }

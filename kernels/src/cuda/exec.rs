@@ -49,15 +49,6 @@ enum DeviceTemp {
     Flag(DeviceVec<u64>),
 }
 
-impl DeviceTemp {
-    fn ptr(&self) -> u64 {
-        match self {
-            DeviceTemp::Array(b) => b.device_ptr(),
-            DeviceTemp::Flag(f) => f.ptr(),
-        }
-    }
-}
-
 /// The device address of a plan's pointer argument.
 fn address(p: plans::Ptr, inputs: &[&CudaBuffer], temps: &[DeviceTemp], dest: Option<&CudaBuffer>) -> Result<u64> {
     let missing = || CudaError::unsupported(format!("a plan reads {:?}, which it was not given", p.buf));
@@ -66,7 +57,7 @@ fn address(p: plans::Ptr, inputs: &[&CudaBuffer], temps: &[DeviceTemp], dest: Op
         Buf::Dest => dest.map(|b| (b.device_ptr(), b.dtype().size_bytes())).ok_or_else(missing)?,
         Buf::Temp(t) => match temps.get(t) {
             Some(DeviceTemp::Array(b)) => (b.device_ptr(), b.dtype().size_bytes()),
-            Some(f @ DeviceTemp::Flag(_)) => (f.ptr(), 8),
+            Some(DeviceTemp::Flag(f)) => (f.ptr(), 8),
             None => return Err(missing()),
         },
     };
@@ -154,7 +145,10 @@ pub fn run(
                             Some(DeviceTemp::Array(b)) => b,
                             _ => return Err(CudaError::unsupported("an index check of no indices")),
                         },
-                        Buf::Input(k) => inputs[*k],
+                        Buf::Input(k) => match inputs.get(*k) {
+                            Some(b) => b,
+                            None => return Err(CudaError::unsupported("an index check of an input it was not given")),
+                        },
                         Buf::Dest => return Err(CudaError::unsupported("an index check of the destination")),
                     };
                     let index = iv.download_range(pos as usize, 1)?.as_slice::<i64>()[0];
@@ -337,10 +331,10 @@ pub fn scatter_add(
 /// compute), else a tiled kernel (always for integers, wrapping).
 pub fn gemm(a: &CudaBuffer, la: &Layout, b: &CudaBuffer, lb: &Layout) -> Result<CudaBuffer> {
     let dev = same_device(&[a, b])?;
-    let plan = plans::gemm(a.dtype(), la, b.dtype(), lb)?;
-    let (batch, m, k, n) = (la.shape[0], la.shape[1], la.shape[2], lb.shape[2]);
+    // cuBLAS is decided first, so its products build no kernel plan
+    let [batch, m, k, n] = plans::gemm_dims(a.dtype(), la, b.dtype(), lb)?;
     let fits = [batch, m, k, n].iter().all(|&d| d <= i32::MAX as usize) && m * n <= i32::MAX as usize;
-    if !plan.steps.is_empty() && a.dtype().is_float() && dev.blas().is_some() && k > 0 && fits {
+    if batch * m * n > 0 && a.dtype().is_float() && dev.blas().is_some() && k > 0 && fits {
         let usable = |l: &Layout, r: usize, c: usize| {
             cublas::blas_operand(r, c, l.strides[1], l.strides[2]).is_some() && cublas::blas_batch_stride(l).is_some()
         };
@@ -360,7 +354,7 @@ pub fn gemm(a: &CudaBuffer, la: &Layout, b: &CudaBuffer, lb: &Layout) -> Result<
         };
         return cublas::gemm_cublas(&dev, a, &la, b, &lb);
     }
-    run1(&dev, &plan, &[a, b])
+    run1(&dev, &plans::gemm(a.dtype(), la, b.dtype(), lb)?, &[a, b])
 }
 
 /// Threefry-2x32 over four u32 operands of one shape (key0, key1, counter0,

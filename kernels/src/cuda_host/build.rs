@@ -88,7 +88,8 @@ fn cooperative(k: &Kernel) -> bool {
     k.source.contains("__syncthreads") || k.source.contains("__shfl")
 }
 
-/// A unit of kernels (`first` is the global id of its first).
+/// The C++ source of unit `unit`: its kernels, each in a namespace of its
+/// own, and the table of their entry points.
 fn unit_source(unit: usize, kernels: &[&Kernel]) -> String {
     let mut s = String::from("#include \"shim.h\"\n#include \"launch.h\"\n");
     for (i, k) in kernels.iter().enumerate() {

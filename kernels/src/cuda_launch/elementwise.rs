@@ -63,13 +63,32 @@ pub fn write(d: DType, ld: &Layout, ls: &Layout) -> Result<Plan> {
         return Err(unsupported(format!("writing {} elements into {}", ls.shape, ld.shape)));
     }
     let mut plan = Plan::default();
+    write_into(&mut plan, d, Buf::Dest, ld, Buf::Input(0), ls)?;
+    Ok(plan)
+}
+
+/// Appends the strided write `dst[ld] = src[ls]` of dtype `d`.
+pub(super) fn write_into(plan: &mut Plan, d: DType, dst: Buf, ld: &Layout, src: Buf, ls: &Layout) -> Result<()> {
     let n = ld.numel();
     if n > 0 {
         let params = iter_params(&ld.shape, [(&ld.strides[..], ld.offset), (&ls.strides[..], ls.offset)])?;
-        let args = vec![Arg::Ptr(Ptr::at(Buf::Dest)), Arg::Ptr(Ptr::at(Buf::Input(0))), Arg::Iter(Box::new(params))];
+        let args = vec![Arg::Ptr(Ptr::at(dst)), Arg::Ptr(Ptr::at(src)), Arg::Iter(Box::new(params))];
         plan.launch_1d(source::write_kernel(d), n, args);
     }
-    Ok(plan)
+    Ok(())
+}
+
+/// Appends the one-operand map `kernel` of operand `src` (laid out as `l`)
+/// into a fresh contiguous temporary of dtype `out`; its index.
+pub(super) fn map_into_temp(plan: &mut Plan, kernel: Kernel, src: Buf, l: &Layout, out: DType) -> Result<usize> {
+    let n = l.numel();
+    let t = plan.temp(out, n);
+    if n > 0 {
+        let params = iter_params(&l.shape, [(&l.strides[..], l.offset)])?;
+        let args = vec![Arg::Ptr(Ptr::at(Buf::Temp(t))), Arg::Ptr(Ptr::at(src)), Arg::Iter(Box::new(params))];
+        plan.launch_1d(kernel, n, args);
+    }
+    Ok(t)
 }
 
 /// Threefry-2x32 over four u32 operands of one shape (key0, key1,

@@ -10,18 +10,27 @@ use crate::layout::Layout;
 /// `TILE x TILE` threads computes one tile of the product.
 const TILE: usize = 16;
 
-/// The batched product `[B, M, K] x [B, K, N] -> [B, M, N]` (contiguous)
-/// of strided 3-d operands `Input(0)` (dtypes `da`, layout `la`) and
-/// `Input(1)` (`db`, `lb`) by the tiled kernel (floats accumulate in float,
-/// f64 in double; integers wrap).
-pub fn gemm(da: DType, la: &Layout, db: DType, lb: &Layout) -> Result<Plan> {
+/// The sizes `[batch, m, k, n]` of a product `[B, M, K] x [B, K, N]` of
+/// dtypes `da` and `db`, or why the kernels cannot compute it.
+///
+/// # Errors
+/// Operands of different dtypes, or shapes that are not such a product.
+pub fn gemm_dims(da: DType, la: &Layout, db: DType, lb: &Layout) -> Result<[usize; 4]> {
     if da != db {
         return Err(unsupported(format!("matrix products of {da} with {db}")));
     }
     if la.rank() != 3 || lb.rank() != 3 || la.shape[0] != lb.shape[0] || la.shape[2] != lb.shape[1] {
         return Err(unsupported(format!("GEMM of shapes {} and {}", la.shape, lb.shape)));
     }
-    let (batch, m, k, n) = (la.shape[0], la.shape[1], la.shape[2], lb.shape[2]);
+    Ok([la.shape[0], la.shape[1], la.shape[2], lb.shape[2]])
+}
+
+/// The batched product `[B, M, K] x [B, K, N] -> [B, M, N]` (contiguous)
+/// of strided 3-d operands `Input(0)` (dtypes `da`, layout `la`) and
+/// `Input(1)` (`db`, `lb`) by the tiled kernel (floats accumulate in float,
+/// f64 in double; integers wrap).
+pub fn gemm(da: DType, la: &Layout, db: DType, lb: &Layout) -> Result<Plan> {
+    let [batch, m, k, n] = gemm_dims(da, la, db, lb)?;
     let mut plan = Plan::default();
     let c = plan.temp(da, batch * m * n);
     if batch * m * n == 0 {

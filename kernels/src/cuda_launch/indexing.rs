@@ -1,7 +1,8 @@
 //! The launches that move elements between positions: pad, concatenate,
 //! dynamic_update_slice, gather and scatter-add.
 
-use super::params::{fill_dims, gather_params, iter_params, too_many_dims};
+use super::elementwise::{map_into_temp, write_into};
+use super::params::{fill_dims, gather_params, too_many_dims};
 use super::{unsupported, Arg, Buf, PadParams, Plan, Ptr, Result, Step};
 use crate::cpu::indexing::GatherExtents;
 use crate::cuda_source::{self as source, MAX_DIMS};
@@ -11,14 +12,7 @@ use crate::layout::{Layout, Shape};
 /// Appends a copy of operand `buf` (dtype `d`, layout `l`) into a fresh
 /// contiguous temporary; its index.
 fn copy_into_temp(plan: &mut Plan, d: DType, buf: Buf, l: &Layout) -> Result<usize> {
-    let n = l.numel();
-    let t = plan.temp(d, n);
-    if n > 0 {
-        let params = iter_params(&l.shape, [(&l.strides[..], l.offset)])?;
-        let args = vec![Arg::Ptr(Ptr::at(Buf::Temp(t))), Arg::Ptr(Ptr::at(buf)), Arg::Iter(Box::new(params))];
-        plan.launch_1d(source::copy_kernel(d), n, args);
-    }
-    Ok(t)
+    map_into_temp(plan, source::copy_kernel(d), buf, l, d)
 }
 
 /// The address of the logical element 0 of operand `buf` read as a
@@ -28,17 +22,6 @@ fn contiguous_ptr(plan: &mut Plan, d: DType, buf: Buf, l: &Layout) -> Result<Ptr
         Some(r) => Ok(Ptr { buf, offset: r.start }),
         None => Ok(Ptr::at(Buf::Temp(copy_into_temp(plan, d, buf, l)?))),
     }
-}
-
-/// Appends the strided write `dst[ld] = src[ls]` of dtype `d`.
-fn write_into(plan: &mut Plan, d: DType, dst: Buf, ld: &Layout, src: Buf, ls: &Layout) -> Result<()> {
-    let n = ld.numel();
-    if n > 0 {
-        let params = iter_params(&ld.shape, [(&ld.strides[..], ld.offset), (&ls.strides[..], ls.offset)])?;
-        let args = vec![Arg::Ptr(Ptr::at(dst)), Arg::Ptr(Ptr::at(src)), Arg::Iter(Box::new(params))];
-        plan.launch_1d(source::write_kernel(d), n, args);
-    }
-    Ok(())
 }
 
 /// Pads a `d` operand (`Input(0)`, laid out as `lx`) with the scalar
@@ -140,12 +123,7 @@ pub fn dynamic_update_slice(d: DType, lx: &Layout, lu: &Layout, start: &[usize])
 /// in row-major order is reported by a [`Step::CheckIndices`]).
 fn checked_indices(plan: &mut Plan, d: DType, buf: Buf, l: &Layout, n: usize, check: bool) -> Result<usize> {
     let count = l.numel();
-    let iv = plan.temp(DType::I64, count);
-    if count > 0 {
-        let params = iter_params(&l.shape, [(&l.strides[..], l.offset)])?;
-        let args = vec![Arg::Ptr(Ptr::at(Buf::Temp(iv))), Arg::Ptr(Ptr::at(buf)), Arg::Iter(Box::new(params))];
-        plan.launch_1d(source::convert_kernel(d, DType::I64), count, args);
-    }
+    let iv = map_into_temp(plan, source::convert_kernel(d, DType::I64), buf, l, DType::I64)?;
     if !check || count == 0 {
         return Ok(iv);
     }

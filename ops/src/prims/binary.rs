@@ -5,7 +5,7 @@
 
 use super::cuda_c::{upow_helper, CudaCx, CudaExpr};
 use super::elementwise::{Tile, TileMut};
-use super::jit::{self, Blame, JitProps, RowFusion, RowQuery, RowRule};
+use super::jit::{self, Blame, JitProps, RowQuery, RowRule};
 use super::sample::{numeric, Case, Dom, Sample, FLOATS};
 use super::{check_arity, check_same_dtypes, check_same_shapes, Family, OnesTranspose, Props};
 use crate::array::{Array, Device};
@@ -646,24 +646,14 @@ impl Family for BinaryOp {
 
     // ---- jit ----
 
+    jit::no_row_form!();
+
     fn jit_props(&self) -> JitProps {
         JitProps { graph_capture: true, sink: false, thread_bound: false, lower_into: false }
     }
 
     fn split_rows(&self, q: &RowQuery<'_>) -> std::result::Result<RowRule, Blame> {
         jit::elementwise_rows(q)
-    }
-
-    fn at_rows(&self, _axis: usize, _len: usize, cut: bool) -> Option<Prim> {
-        super::same_at_rows(*self, cut)
-    }
-
-    fn row_fusion(&self) -> RowFusion<'_> {
-        RowFusion::None
-    }
-
-    fn cpu_row_reduce(&self, _x: &Tile<'_>, _row: usize, _strided: bool, _out: TileMut<'_>) -> bool {
-        false
     }
 
     fn cpu_tile(&self, ins: &[Tile<'_>], out: TileMut<'_>) -> bool {

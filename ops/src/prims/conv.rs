@@ -26,9 +26,8 @@ mod lower;
 
 use lower::lower_conv;
 
-use super::elementwise::{Tile, TileMut};
 use super::factor::{Factor, FactorRows};
-use super::jit::{self, Blame, JitProps, RowFusion, RowQuery, RowRule};
+use super::jit::{self, Blame, JitProps, RowQuery, RowRule};
 use super::padding::Padding;
 use super::sample::{Case, Dom, Sample, FLOATS};
 use super::{check_arity, Family, Props};
@@ -42,7 +41,6 @@ use smallvec::{smallvec, SmallVec};
 use std::fmt;
 use xform_kernels::conv_geom::{dilated, window_positions, ConvGeometry, SPATIAL};
 use xform_kernels::cuda_source::Kernel;
-use xform_kernels::cuda_source::MapOp;
 use xform_kernels::{DType, Layout, Shape};
 
 /// Per-spatial-axis `(low, high)` padding.
@@ -758,6 +756,10 @@ impl Family for ConvOp {
 
     // ---- jit ----
 
+    jit::no_row_form!();
+
+    jit::no_map_form!();
+
     fn jit_props(&self) -> JitProps {
         JitProps { graph_capture: false, sink: true, thread_bound: false, lower_into: false }
     }
@@ -765,26 +767,6 @@ impl Family for ConvOp {
     /// Rows do not pass: the split keeps its operands whole.
     fn split_rows(&self, q: &RowQuery<'_>) -> std::result::Result<RowRule, Blame> {
         jit::no_rows(q)
-    }
-
-    fn at_rows(&self, _axis: usize, _len: usize, cut: bool) -> Option<Prim> {
-        super::same_at_rows(self.clone(), cut)
-    }
-
-    fn row_fusion(&self) -> RowFusion<'_> {
-        RowFusion::None
-    }
-
-    fn cpu_row_reduce(&self, _x: &Tile<'_>, _row: usize, _strided: bool, _out: TileMut<'_>) -> bool {
-        false
-    }
-
-    fn cpu_tile(&self, _ins: &[Tile<'_>], _out: TileMut<'_>) -> bool {
-        false
-    }
-
-    fn cuda_map_op(&self, _ins: &[DType]) -> Option<MapOp> {
-        None
     }
 }
 

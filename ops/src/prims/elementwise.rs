@@ -302,10 +302,6 @@ impl Family for ElementwiseOp {
         jit::elementwise_rows(q)
     }
 
-    fn at_rows(&self, _axis: usize, _len: usize, cut: bool) -> Option<Prim> {
-        super::same_at_rows(self.clone(), cut)
-    }
-
     fn row_fusion(&self) -> RowFusion<'_> {
         match self {
             ElementwiseOp::StopGradient => RowFusion::SameElements,

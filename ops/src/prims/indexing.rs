@@ -5,9 +5,8 @@
 //! of range are an error, not a clamp).
 
 use super::batching::{batch_size, to_front, to_position};
-use super::elementwise::{Tile, TileMut};
 use super::factor::{Factor, FactorRows};
-use super::jit::{self, Blame, JitProps, RowFusion, RowQuery, RowRule};
+use super::jit::{self, Blame, JitProps, RowQuery, RowRule};
 use super::sample::{generic_dom, numeric, Case, Dom, Sample, FLOATS, INTS};
 use super::{check_arity, check_axis, check_int, Family, Props};
 use crate::array::{Array, Device};
@@ -19,7 +18,6 @@ use crate::tensor::{Aval, AvalRef, Tensor};
 use smallvec::{smallvec, SmallVec};
 use xform_kernels::cpu::indexing::{self as k, GatherExtents};
 use xform_kernels::cuda_source::Kernel;
-use xform_kernels::cuda_source::MapOp;
 use xform_kernels::Layout;
 use xform_kernels::{match_buffer, CpuBuffer, DType, Element, Shape};
 
@@ -688,6 +686,10 @@ impl Family for IndexOp {
 
     // ---- jit ----
 
+    jit::no_row_form!();
+
+    jit::no_map_form!();
+
     fn jit_props(&self) -> JitProps {
         JitProps { graph_capture: false, sink: true, thread_bound: false, lower_into: false }
     }
@@ -729,25 +731,5 @@ impl Family for IndexOp {
             }
             IndexOp::DynamicSlice { .. } | IndexOp::DynamicUpdateSlice => jit::no_rows(q),
         }
-    }
-
-    fn at_rows(&self, _axis: usize, _len: usize, cut: bool) -> Option<Prim> {
-        super::same_at_rows(self.clone(), cut)
-    }
-
-    fn row_fusion(&self) -> RowFusion<'_> {
-        RowFusion::None
-    }
-
-    fn cpu_row_reduce(&self, _x: &Tile<'_>, _row: usize, _strided: bool, _out: TileMut<'_>) -> bool {
-        false
-    }
-
-    fn cpu_tile(&self, _ins: &[Tile<'_>], _out: TileMut<'_>) -> bool {
-        false
-    }
-
-    fn cuda_map_op(&self, _ins: &[DType]) -> Option<MapOp> {
-        None
     }
 }

@@ -68,6 +68,48 @@ pub enum RowFusion<'a> {
     SameElements,
 }
 
+/// States, inside a family's `Family` impl, that its primitives have no
+/// elementwise fused form: `cpu_tile` is `false` and `cuda_map_op` `None`
+/// (jit runs each as a step of its own).
+macro_rules! no_map_form {
+    () => {
+        fn cpu_tile(
+            &self,
+            _: &[$crate::prims::elementwise::Tile<'_>],
+            _: $crate::prims::elementwise::TileMut<'_>,
+        ) -> bool {
+            false
+        }
+
+        fn cuda_map_op(&self, _: &[xform_kernels::DType]) -> Option<xform_kernels::cuda_source::MapOp> {
+            None
+        }
+    };
+}
+pub(crate) use no_map_form;
+
+/// States, inside a family's `Family` impl, that its primitives join no
+/// row group other than as elementwise maps: `row_fusion` is
+/// [`RowFusion::None`] and `cpu_row_reduce` `false`.
+macro_rules! no_row_form {
+    () => {
+        fn row_fusion(&self) -> $crate::prims::jit::RowFusion<'_> {
+            $crate::prims::jit::RowFusion::None
+        }
+
+        fn cpu_row_reduce(
+            &self,
+            _: &$crate::prims::elementwise::Tile<'_>,
+            _: usize,
+            _: bool,
+            _: $crate::prims::elementwise::TileMut<'_>,
+        ) -> bool {
+            false
+        }
+    };
+}
+pub(crate) use no_row_form;
+
 /// Which operands (a bit per operand) an equation cannot take as rows.
 pub type Blame = u32;
 

@@ -7,9 +7,9 @@
 //! unbatched into a free axis, so `vmap(x @ W)` is a single GEMM.
 
 use super::batching::physical;
-use super::elementwise::{Tile, TileMut};
+use super::elementwise::TileMut;
 use super::factor::{Factor, FactorRows};
-use super::jit::{Blame, JitProps, RowFusion, RowQuery, RowRule};
+use super::jit::{self, Blame, JitProps, RowQuery, RowRule};
 use super::sample::{numeric, Case, Dom, Sample};
 use super::{check_arity, check_axes, Family, Props};
 use crate::array::{Array, Device};
@@ -24,7 +24,6 @@ use std::fmt;
 use xform_kernels::cpu::matmul::{gemm, gemm_half, gemm_int};
 use xform_kernels::cpu::Par;
 use xform_kernels::cuda_source::Kernel;
-use xform_kernels::cuda_source::MapOp;
 use xform_kernels::{CpuBuffer, DType, Layout, Shape};
 
 /// Which axes of `dot_general` contract and which are batch axes.
@@ -651,6 +650,10 @@ impl Family for LinalgOp {
 
     // ---- jit ----
 
+    jit::no_row_form!();
+
+    jit::no_map_form!();
+
     fn jit_props(&self) -> JitProps {
         JitProps { graph_capture: true, sink: true, thread_bound: false, lower_into: true }
     }
@@ -714,25 +717,5 @@ impl Family for LinalgOp {
             TileMut::F64(o) => dot_general_into::<f64>(d, a, b, o),
             TileMut::Bool(_) => lower_dot_general(d, a, b).map(Some),
         }
-    }
-
-    fn at_rows(&self, _axis: usize, _len: usize, cut: bool) -> Option<Prim> {
-        super::same_at_rows(self.clone(), cut)
-    }
-
-    fn row_fusion(&self) -> RowFusion<'_> {
-        RowFusion::None
-    }
-
-    fn cpu_row_reduce(&self, _x: &Tile<'_>, _row: usize, _strided: bool, _out: TileMut<'_>) -> bool {
-        false
-    }
-
-    fn cpu_tile(&self, _ins: &[Tile<'_>], _out: TileMut<'_>) -> bool {
-        false
-    }
-
-    fn cuda_map_op(&self, _ins: &[DType]) -> Option<MapOp> {
-        None
     }
 }

@@ -222,8 +222,15 @@ pub trait Family: Clone + fmt::Debug + PartialEq + Into<Prim> + 'static {
     /// operands are cut as [`Family::split_rows`] said (`None`: it cannot
     /// run on a half); without, they are whole, and `None` unless its
     /// result does not vary along `axis` (a broadcast or an iota along
-    /// another axis, made at the half's size rather than sliced).
-    fn at_rows(&self, axis: usize, len: usize, cut: bool) -> Option<Prim>;
+    /// another axis, made at the half's size rather than sliced). By
+    /// default the same primitive on cut operands: right for parameters
+    /// that hold no size, and safe for the rest, since the split checks
+    /// each half's equation against the shape rule and is not taken where
+    /// they disagree.
+    fn at_rows(&self, axis: usize, len: usize, cut: bool) -> Option<Prim> {
+        let _ = (axis, len);
+        cut.then(|| self.clone().into())
+    }
     /// How it joins a row group of jit's row fusion, besides as an
     /// elementwise map.
     fn row_fusion(&self) -> jit::RowFusion<'_>;
@@ -477,12 +484,6 @@ pub(crate) fn linear_jvp(prim: &Prim, primals: &[Tensor], tangents: &[Option<Ten
 /// The transpose rule of a primitive that is not linear in any operand.
 pub(crate) fn not_linear(name: &str) -> Result<Cotangents> {
     Err(Error::transform(name, format!("{name} is not linear in any operand, so it cannot be transposed")))
-}
-
-/// [`Family::at_rows`] of a primitive whose parameters hold no size: the
-/// same primitive on cut operands.
-pub(crate) fn same_at_rows(prim: impl Into<Prim>, cut: bool) -> Option<Prim> {
-    cut.then(|| prim.into())
 }
 
 /// The batch rule of a primitive without operands.

@@ -2,8 +2,7 @@
 //! over four u32 operands of one shape, with two u32 outputs. It has no
 //! tangent and no transpose; it batches elementwise.
 
-use super::elementwise::{Tile, TileMut};
-use super::jit::{self, Blame, JitProps, RowFusion, RowQuery, RowRule};
+use super::jit::{self, Blame, JitProps, RowQuery, RowRule};
 use super::sample::{Case, Dom, Sample};
 use super::{check_arity, check_same_shapes, Family, Props};
 use crate::array::{Array, Device};
@@ -18,7 +17,6 @@ use xform_kernels::cpu::elementwise::to_contiguous;
 use xform_kernels::cpu::random::threefry2x32;
 use xform_kernels::cpu::Par;
 use xform_kernels::cuda_source::Kernel;
-use xform_kernels::cuda_source::MapOp;
 use xform_kernels::Layout;
 use xform_kernels::{CpuBuffer, DType};
 
@@ -135,6 +133,10 @@ impl Family for RandomOp {
 
     // ---- jit ----
 
+    jit::no_row_form!();
+
+    jit::no_map_form!();
+
     fn jit_props(&self) -> JitProps {
         JitProps { graph_capture: true, sink: false, thread_bound: false, lower_into: false }
     }
@@ -142,25 +144,5 @@ impl Family for RandomOp {
     /// Rows do not pass: the split keeps its operands whole.
     fn split_rows(&self, q: &RowQuery<'_>) -> std::result::Result<RowRule, Blame> {
         jit::no_rows(q)
-    }
-
-    fn at_rows(&self, _axis: usize, _len: usize, cut: bool) -> Option<Prim> {
-        super::same_at_rows(self.clone(), cut)
-    }
-
-    fn row_fusion(&self) -> RowFusion<'_> {
-        RowFusion::None
-    }
-
-    fn cpu_row_reduce(&self, _x: &Tile<'_>, _row: usize, _strided: bool, _out: TileMut<'_>) -> bool {
-        false
-    }
-
-    fn cpu_tile(&self, _ins: &[Tile<'_>], _out: TileMut<'_>) -> bool {
-        false
-    }
-
-    fn cuda_map_op(&self, _ins: &[DType]) -> Option<MapOp> {
-        None
     }
 }

@@ -20,7 +20,6 @@ use xform_kernels::cpu::reduce::{
     arg_reduce, cumulative, fold_rows_into, reduce, reduced_shape, sum_row, sum_rows, trailing_rows, Reducer,
 };
 use xform_kernels::cpu::Par;
-use xform_kernels::cuda_source::MapOp;
 use xform_kernels::cuda_source::{arg_reduce_kernel, cumulative_kernel, reduce_kernel, Fold, Kernel, Ranking};
 use xform_kernels::{CpuBuffer, DType, Element, Float, Layout, Real};
 
@@ -565,6 +564,8 @@ impl Family for Reduction {
 
     // ---- jit ----
 
+    jit::no_map_form!();
+
     fn jit_props(&self) -> JitProps {
         JitProps { graph_capture: true, sink: true, thread_bound: false, lower_into: false }
     }
@@ -581,10 +582,6 @@ impl Family for Reduction {
             }
             Reduction::ArgReduce { .. } | Reduction::Cumsum { .. } => jit::no_rows(q),
         }
-    }
-
-    fn at_rows(&self, _axis: usize, _len: usize, cut: bool) -> Option<Prim> {
-        super::same_at_rows(self.clone(), cut)
     }
 
     fn row_fusion(&self) -> RowFusion<'_> {
@@ -607,14 +604,6 @@ impl Family for Reduction {
             _ => return false,
         }
         true
-    }
-
-    fn cpu_tile(&self, _ins: &[Tile<'_>], _out: TileMut<'_>) -> bool {
-        false
-    }
-
-    fn cuda_map_op(&self, _ins: &[DType]) -> Option<MapOp> {
-        None
     }
 }
 

@@ -18,7 +18,6 @@ use crate::tensor::{Aval, AvalRef, Tensor};
 use smallvec::{smallvec, SmallVec};
 use xform_kernels::cpu::shape as k;
 use xform_kernels::cuda_source::Kernel;
-use xform_kernels::cuda_source::MapOp;
 use xform_kernels::Layout;
 use xform_kernels::{match_buffer, CpuBuffer, DType, Element, Shape};
 
@@ -714,6 +713,8 @@ impl Family for ShapeOp {
 
     // ---- jit ----
 
+    jit::no_map_form!();
+
     fn jit_props(&self) -> JitProps {
         // an iota is made on the host, so a CUDA graph cannot replay it
         let graph_capture = !matches!(self, ShapeOp::Iota { .. });
@@ -805,14 +806,6 @@ impl Family for ShapeOp {
 
     fn cpu_row_reduce(&self, _x: &Tile<'_>, _row: usize, _strided: bool, _out: TileMut<'_>) -> bool {
         false
-    }
-
-    fn cpu_tile(&self, _ins: &[Tile<'_>], _out: TileMut<'_>) -> bool {
-        false
-    }
-
-    fn cuda_map_op(&self, _ins: &[DType]) -> Option<MapOp> {
-        None
     }
 }
 

@@ -31,8 +31,7 @@ mod params;
 pub use params::WindowParams;
 
 use super::batching::{batch_size, to_position};
-use super::elementwise::{Tile, TileMut};
-use super::jit::{self, Blame, JitProps, RowFusion, RowQuery, RowRule};
+use super::jit::{self, Blame, JitProps, RowQuery, RowRule};
 use super::padding::Padding;
 use super::reduce::reduce_fold;
 use super::sample::{generic_dom, numeric, Case, Dom, Gen, Sample, FLOATS};
@@ -51,7 +50,6 @@ use xform_kernels::conv_geom::dilated;
 use xform_kernels::cpu::reduce::Reducer;
 use xform_kernels::cpu::window::{self as k, WindowGeom};
 use xform_kernels::cpu::Par;
-use xform_kernels::cuda_source::MapOp;
 use xform_kernels::cuda_source::{reduce_window_kernel, Fold, Kernel};
 use xform_kernels::{CpuBuffer, DType, Float, Layout, Real, Shape};
 
@@ -660,6 +658,10 @@ impl Family for WindowOp {
 
     // ---- jit ----
 
+    jit::no_row_form!();
+
+    jit::no_map_form!();
+
     fn jit_props(&self) -> JitProps {
         JitProps { graph_capture: true, sink: true, thread_bound: false, lower_into: false }
     }
@@ -667,26 +669,6 @@ impl Family for WindowOp {
     /// Rows do not pass: the split keeps its operands whole.
     fn split_rows(&self, q: &RowQuery<'_>) -> std::result::Result<RowRule, Blame> {
         jit::no_rows(q)
-    }
-
-    fn at_rows(&self, _axis: usize, _len: usize, cut: bool) -> Option<Prim> {
-        super::same_at_rows(self.clone(), cut)
-    }
-
-    fn row_fusion(&self) -> RowFusion<'_> {
-        RowFusion::None
-    }
-
-    fn cpu_row_reduce(&self, _x: &Tile<'_>, _row: usize, _strided: bool, _out: TileMut<'_>) -> bool {
-        false
-    }
-
-    fn cpu_tile(&self, _ins: &[Tile<'_>], _out: TileMut<'_>) -> bool {
-        false
-    }
-
-    fn cuda_map_op(&self, _ins: &[DType]) -> Option<MapOp> {
-        None
     }
 }
 

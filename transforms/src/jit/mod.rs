@@ -556,19 +556,21 @@ fn run<Y: Tree>(c: &Compiled<Y>, leaves: &[Tensor]) -> Result<Y> {
     let outs = match &c.plan {
         Some(plan) if leaves.iter().all(|l| !l.is_tracer()) => {
             c.program.check_consts("jit")?;
-            match split_now(c) {
+            let outs = match split_now(c) {
                 Some(s) => s.run(leaves)?,
                 None => plan.run(leaves)?,
+            };
+            // replayed while another program is staged: its results were
+            // computed from the arguments and from what this program
+            // captured (NOTE: [trace-time values] in xform_ops::staging;
+            // `eval` records per equation through `bind`)
+            if xform_ops::staging::recording() {
+                xform_ops::staging::note_computed(leaves, &outs, &c.program.version_guards());
             }
+            outs
         }
         _ => c.program.eval(leaves)?,
     };
-    // replayed while another program is staged: its results were computed
-    // from the arguments and from what this program captured (NOTE:
-    // [trace-time values] in xform_ops::staging)
-    if xform_ops::staging::recording() {
-        xform_ops::staging::note_computed(leaves, &outs, &c.program.version_guards());
-    }
     if !c.mutated.is_empty() {
         let mut finals: Vec<Option<Tensor>> = vec![None; leaves.len()];
         for (k, &i) in c.mutated.iter().enumerate() {

@@ -7,7 +7,7 @@
 //! A batched index runs every branch on the whole batch and selects, as
 //! JAX does; an unbatched one keeps one cond of batched branches.
 
-use super::eval::{batch_eval, batch_program, batched_outputs, instantiate, jvp_eval, transpose_eval};
+use super::eval::{batch_eval, batch_program, batched_outputs, instantiate, jvp_eval, transpose_eval, OutBatching};
 use super::{avals_of, bind_control, check_inputs, Body, ControlOp};
 use crate::array::Array;
 use crate::error::{Error, Result};
@@ -171,7 +171,7 @@ pub(super) fn batch(branches: &Arc<[Body]>, ins: &[Tensor], bdims: &[Option<usiz
         }
         let bodies: Vec<Body> = branches
             .iter()
-            .map(|b| Ok(Body::new(batch_program(b, &bdims[1..], size, Some(&out_batched))?.0)))
+            .map(|b| Ok(Body::new(batch_program(b, &bdims[1..], size, OutBatching::Given(&out_batched))?.0)))
             .collect::<Result<_>>()?;
         let outs = bind_control(ControlOp::Cond { branches: bodies.into() }, ins)?.into_vec();
         return Ok((outs, out_batched.iter().map(|&b| b.then_some(0)).collect()));

@@ -13,7 +13,7 @@
 //! `jacfwd`) needs a JVP rule, else it is an error, as JAX's "can't apply
 //! forward-mode autodiff (jvp) to a custom_vjp function".
 
-use super::eval::{batch_eval, batch_program, instantiate, jvp_eval};
+use super::eval::{batch_eval, batch_program, instantiate, jvp_eval, OutBatching};
 use super::{bind_control, cat, cat_refs, check_inputs, move_to_front, Body, ControlOp};
 use crate::error::{Error, Result};
 use crate::interp::Outs;
@@ -240,8 +240,8 @@ pub(super) fn batch(op: &ControlOp, ins: &[Tensor], bdims: &[Option<usize>], siz
             let force = vec![false; ins.len()];
             let (ins, bd) = move_to_front(ins, bdims, &force, size)?;
             let (cf, cr, xb) = (&bd[..*fun_consts], &bd[*fun_consts..nc], &bd[nc..]);
-            let (fun_b, _) = batch_program(fun, &[cf, xb].concat(), size, None)?;
-            let (rule_b, _) = batch_program(rule, &[cr, xb, xb].concat(), size, None)?;
+            let (fun_b, _) = batch_program(fun, &[cf, xb].concat(), size, OutBatching::Every)?;
+            let (rule_b, _) = batch_program(rule, &[cr, xb, xb].concat(), size, OutBatching::Every)?;
             let op = ControlOp::CustomJvp {
                 fun: Body::new(fun_b),
                 rule: Body::new(rule_b),
@@ -259,12 +259,14 @@ pub(super) fn batch(op: &ControlOp, ins: &[Tensor], bdims: &[Option<usize>], siz
             let (o1, o2, o3) = (consts[0], consts[0] + consts[1], consts[0] + consts[1] + consts[2]);
             let xb = &bd[nc..];
             let x_batched: Vec<bool> = xb.iter().map(Option::is_some).collect();
-            let (fun_b, _) = batch_program(fun, &[&bd[..o1], xb].concat(), size, None)?;
-            let (fwd_b, _) = batch_program(fwd, &[&bd[o1..o2], xb].concat(), size, None)?;
+            let (fun_b, _) = batch_program(fun, &[&bd[..o1], xb].concat(), size, OutBatching::Every)?;
+            let (fwd_b, _) = batch_program(fwd, &[&bd[o1..o2], xb].concat(), size, OutBatching::Every)?;
             let nr = fwd.outputs.len() - fun.outputs.len();
             let bwd_b = batch_bwd(bwd, &bd[o2..o3], nr, &x_batched, size)?;
             let jvp_b = match jvp {
-                Some(j) => Some(Body::new(batch_program(j, &[&bd[o3..nc], xb, xb].concat(), size, None)?.0)),
+                Some(j) => {
+                    Some(Body::new(batch_program(j, &[&bd[o3..nc], xb, xb].concat(), size, OutBatching::Every)?.0))
+                }
                 None => None,
             };
             let op = ControlOp::CustomVjp {
@@ -292,7 +294,7 @@ pub(super) fn batch(op: &ControlOp, ins: &[Tensor], bdims: &[Option<usize>], siz
             let (b_b, j_b, _, x_b, _) = call_split(&bd, nb, nj, nr)?;
             let bwd_b = batch_bwd(bwd, b_b, nr, &xt, size)?;
             let jvp_b = match jvp {
-                Some(j) => Some(Body::new(batch_program(j, &[j_b, x_b, x_b].concat(), size, None)?.0)),
+                Some(j) => Some(Body::new(batch_program(j, &[j_b, x_b, x_b].concat(), size, OutBatching::Every)?.0)),
                 None => None,
             };
             let op = ControlOp::CustomVjpCall { bwd: bwd_b, jvp: jvp_b, bwd_consts: nb, jvp_consts: nj, residuals: nr };

@@ -143,15 +143,25 @@ pub(crate) fn batched_aval(aval: &Aval, bdim: Option<usize>, size: usize) -> Ava
     }
 }
 
+/// Which outputs [`batch_program`] batches.
+#[derive(Copy, Clone, Debug)]
+pub(crate) enum OutBatching<'a> {
+    /// Every output (an unbatched one is broadcast).
+    Every,
+    /// Those that depend on a batched input; the others stay unbatched.
+    AsComputed,
+    /// Those marked; an output left unbatched must be unbatched.
+    Given(&'a [bool]),
+}
+
 /// `p` batched: its inputs batched at `in_bdims` (size `size`), and each
-/// output moved (or broadcast) to batch dim 0 where `out_batched` says so
-/// (`None`: every output). Returns the program and which outputs it
-/// batched; an output left unbatched by request must be unbatched.
+/// output moved (or broadcast) to batch dim 0 where `out_batched` says so.
+/// Returns the program and which outputs it batched.
 pub(crate) fn batch_program(
     p: &Program,
     in_bdims: &[Option<usize>],
     size: usize,
-    out_batched: Option<&[bool]>,
+    out_batched: OutBatching<'_>,
 ) -> Result<(Program, Vec<bool>)> {
     let avals: Vec<Aval> = p.in_avals().iter().zip(in_bdims).map(|(a, b)| batched_aval(a, *b, size)).collect();
     let mut which = Vec::new();
@@ -159,7 +169,11 @@ pub(crate) fn batch_program(
         let (outs, bdims) = batch_eval(p, ins, in_bdims)?;
         let mut r = Vec::with_capacity(outs.len());
         for (i, (o, b)) in outs.into_iter().zip(bdims).enumerate() {
-            let want = out_batched.is_none_or(|w| w[i]);
+            let want = match out_batched {
+                OutBatching::Every => true,
+                OutBatching::AsComputed => b.is_some(),
+                OutBatching::Given(w) => w[i],
+            };
             if want {
                 r.push(to_position(&o, b, 0, size)?);
             } else if b.is_some() {
@@ -182,14 +196,7 @@ pub(crate) fn batch_program(
 /// Which outputs of `p` are batched when its inputs are batched at
 /// `in_bdims` (by staging its batched form).
 pub(crate) fn batched_outputs(p: &Program, in_bdims: &[Option<usize>], size: usize) -> Result<Vec<bool>> {
-    let avals: Vec<Aval> = p.in_avals().iter().zip(in_bdims).map(|(a, b)| batched_aval(a, *b, size)).collect();
-    let mut which = Vec::new();
-    stage("vmap", &avals, |ins| {
-        let (outs, bdims) = batch_eval(p, ins, in_bdims)?;
-        which = bdims.iter().map(Option::is_some).collect();
-        Ok(outs)
-    })?;
-    Ok(which)
+    Ok(batch_program(p, in_bdims, size, OutBatching::AsComputed)?.1)
 }
 
 /// Cotangents of the linear inputs of `p` (those whose `known` entry is

@@ -18,6 +18,7 @@
 
 use super::eval::{
     batch_eval, batch_program, batched_outputs, instantiate, jvp_eval, partial_eval_jvp, transpose_eval_deferring,
+    OutBatching,
 };
 use super::{avals_of, bind_control, cat, cat_refs, check_inputs, move_to_front, Body, ControlOp, RematPolicy};
 use crate::array::Array;
@@ -662,8 +663,8 @@ pub(super) fn batch(op: &ControlOp, ins: &[Tensor], bdims: &[Option<usize>], siz
             let mut body_in = bc_b.to_vec();
             body_in.extend(kd.iter().copied());
             let outs = if !pred_batched {
-                let (cond_b, _) = batch_program(cond, &cond_in, size, Some(&[false]))?;
-                let (body_b, _) = batch_program(body, &body_in, size, Some(&cb))?;
+                let (cond_b, _) = batch_program(cond, &cond_in, size, OutBatching::Given(&[false]))?;
+                let (body_b, _) = batch_program(body, &body_in, size, OutBatching::Given(&cb))?;
                 let w = ControlOp::While {
                     cond: Body::new(cond_b),
                     body: Body::new(body_b),
@@ -701,7 +702,7 @@ pub(super) fn batch(op: &ControlOp, ins: &[Tensor], bdims: &[Option<usize>], siz
             let ny = body.outputs.len() - nk;
             let mut force = cb.clone();
             force.extend(std::iter::repeat_n(true, ny));
-            let (body_b, _) = batch_program(body, &in_bd, size, Some(&force))?;
+            let (body_b, _) = batch_program(body, &in_bd, size, OutBatching::Given(&force))?;
             let s = ControlOp::Scan {
                 body: Body::new(body_b),
                 consts: nc,

@@ -26,8 +26,7 @@ mod loops;
 mod remat;
 mod samples;
 
-use super::elementwise::{Tile, TileMut};
-use super::jit::{self, Blame, JitProps, RowFusion, RowQuery, RowRule};
+use super::jit::{self, Blame, JitProps, RowQuery, RowRule};
 pub(crate) use super::Family;
 use super::Props;
 use crate::array::Array;
@@ -39,7 +38,6 @@ use crate::tensor::{Aval, AvalRef, Tensor};
 use std::fmt;
 use std::sync::Arc;
 use xform_kernels::cuda_source::Kernel;
-use xform_kernels::cuda_source::MapOp;
 use xform_kernels::{DType, Layout};
 
 pub use remat::RematPolicy;
@@ -394,6 +392,10 @@ impl Family for ControlOp {
 
     // ---- jit ----
 
+    jit::no_row_form!();
+
+    jit::no_map_form!();
+
     fn jit_props(&self) -> JitProps {
         JitProps { graph_capture: false, sink: false, thread_bound: true, lower_into: false }
     }
@@ -401,26 +403,6 @@ impl Family for ControlOp {
     /// Rows do not pass: the split keeps its operands whole.
     fn split_rows(&self, q: &RowQuery<'_>) -> std::result::Result<RowRule, Blame> {
         jit::no_rows(q)
-    }
-
-    fn at_rows(&self, _axis: usize, _len: usize, cut: bool) -> Option<Prim> {
-        super::same_at_rows(self.clone(), cut)
-    }
-
-    fn row_fusion(&self) -> RowFusion<'_> {
-        RowFusion::None
-    }
-
-    fn cpu_row_reduce(&self, _x: &Tile<'_>, _row: usize, _strided: bool, _out: TileMut<'_>) -> bool {
-        false
-    }
-
-    fn cpu_tile(&self, _ins: &[Tile<'_>], _out: TileMut<'_>) -> bool {
-        false
-    }
-
-    fn cuda_map_op(&self, _ins: &[DType]) -> Option<MapOp> {
-        None
     }
 }
 

@@ -5,7 +5,7 @@
 //! transpose recomputes the rest of the forward pass (`eval::transpose_eval`
 //! evaluates the non-linear equations the linear ones read).
 
-use super::eval::{batch_program, batched_outputs, instantiate, jvp_eval_with, transpose_eval};
+use super::eval::{batch_program, instantiate, jvp_eval_with, transpose_eval, OutBatching};
 use super::{avals_of, bind_control, Body, ControlOp};
 use crate::error::Result;
 use crate::prim::{Cotangents, LinearArg, Prim};
@@ -103,8 +103,7 @@ pub(super) fn batch(
     // only the outputs that depend on a batched operand are batched (a
     // final value the body writes into an unbatched argument stays
     // unbatched, so vmap can write it back)
-    let out_batched = batched_outputs(body, bdims, size)?;
-    let (b, _) = batch_program(body, bdims, size, Some(&out_batched))?;
+    let (b, out_batched) = batch_program(body, bdims, size, OutBatching::AsComputed)?;
     let outs = bind_control(ControlOp::Checkpoint { body: Body::new(b), policy }, ins)?.into_vec();
     Ok((outs, out_batched.iter().map(|&b| b.then_some(0)).collect()))
 }
