@@ -66,10 +66,10 @@ pub mod core {
     pub use xform_ops::{interp, prim, prims, program, stack, tensor};
     pub use xform_transforms::backward_pass;
 
-    /// jit's passes over programs and its replay plan.
-    pub mod jit {
-        pub use xform_transforms::jit::{fuse, fuse_cuda, passes, plan};
-    }
+    /// The execution layer jit compiles programs with: compile a
+    /// `Program` once ([`Executable::compile`](xform_exec::Executable::compile)),
+    /// run it many times.
+    pub use xform_exec::{ExecOptions, Executable, PlanStats};
 }
 
 /// Everything a typical program needs: `use xform::prelude::*;`.

@@ -1,29 +1,9 @@
-//! Typed CPU buffers and the dispatch macros that turn a buffer into a typed
+//! Typed CPU buffers (the enum is defined beside the dtypes it mirrors, in
+//! `dtype.rs`) and the dispatch macros that turn a buffer into a typed
 //! slice for a generic kernel.
 
+use crate::dtype::CpuBuffer;
 use crate::dtype::{DType, Element};
-use half::{bf16, f16};
-
-/// The elements of one CPU array, typed.
-#[derive(Clone, Debug, PartialEq)]
-pub enum CpuBuffer {
-    /// f32 elements.
-    F32(Vec<f32>),
-    /// f64 elements.
-    F64(Vec<f64>),
-    /// f16 elements.
-    F16(Vec<f16>),
-    /// bf16 elements.
-    BF16(Vec<bf16>),
-    /// i32 elements.
-    I32(Vec<i32>),
-    /// i64 elements.
-    I64(Vec<i64>),
-    /// u32 elements.
-    U32(Vec<u32>),
-    /// bool elements.
-    Bool(Vec<bool>),
-}
 
 impl Drop for CpuBuffer {
     fn drop(&mut self) {
@@ -110,44 +90,64 @@ macro_rules! match_buffer {
     };
 }
 
+/// The one dtype dispatch table: each dtype's variant, element type and
+/// class (`float`, `int` or `bool`), one row each and no catch-all arm, so
+/// a new dtype that is not added here fails to compile every dispatch.
+/// [`with_dtype!`], [`with_float_dtype!`], [`with_numeric_dtype!`] and
+/// [`with_int_dtype!`] are its views: `$sel` picks the classes that run
+/// `$body` (with `$t` the element type); the others run `$other`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! dispatch_dtype {
+    ($sel:ident, $dtype:expr, $t:ident => $body:expr, $other:expr) => {
+        match $dtype {
+            $crate::DType::F32 => $crate::dtype_arm!($sel, float, $t = f32, $body, $other),
+            $crate::DType::F64 => $crate::dtype_arm!($sel, float, $t = f64, $body, $other),
+            $crate::DType::F16 => $crate::dtype_arm!($sel, float, $t = $crate::half::f16, $body, $other),
+            $crate::DType::BF16 => $crate::dtype_arm!($sel, float, $t = $crate::half::bf16, $body, $other),
+            $crate::DType::I32 => $crate::dtype_arm!($sel, int, $t = i32, $body, $other),
+            $crate::DType::I64 => $crate::dtype_arm!($sel, int, $t = i64, $body, $other),
+            $crate::DType::U32 => $crate::dtype_arm!($sel, int, $t = u32, $body, $other),
+            $crate::DType::Bool => $crate::dtype_arm!($sel, bool, $t = bool, $body, $other),
+        }
+    };
+}
+
+/// One arm of [`dispatch_dtype!`]: `$body` with `$t = $ty` where the
+/// selection `$sel` takes the class `$class`, else `$other`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! dtype_arm {
+    (all, $class:ident, $t:ident = $ty:ty, $body:expr, $other:expr) => {{
+        type $t = $ty;
+        $body
+    }};
+    (float, float, $t:ident = $ty:ty, $body:expr, $other:expr) => {{
+        type $t = $ty;
+        $body
+    }};
+    (int, int, $t:ident = $ty:ty, $body:expr, $other:expr) => {{
+        type $t = $ty;
+        $body
+    }};
+    (numeric, float, $t:ident = $ty:ty, $body:expr, $other:expr) => {{
+        type $t = $ty;
+        $body
+    }};
+    (numeric, int, $t:ident = $ty:ty, $body:expr, $other:expr) => {{
+        type $t = $ty;
+        $body
+    }};
+    ($sel:ident, $class:ident, $t:ident = $ty:ty, $body:expr, $other:expr) => {
+        $other
+    };
+}
+
 /// Runs `$body` with the type alias `$t` set to the element type of `$dtype`.
 #[macro_export]
 macro_rules! with_dtype {
     ($dtype:expr, $t:ident => $body:expr) => {
-        match $dtype {
-            $crate::DType::F32 => {
-                type $t = f32;
-                $body
-            }
-            $crate::DType::F64 => {
-                type $t = f64;
-                $body
-            }
-            $crate::DType::F16 => {
-                type $t = $crate::half::f16;
-                $body
-            }
-            $crate::DType::BF16 => {
-                type $t = $crate::half::bf16;
-                $body
-            }
-            $crate::DType::I32 => {
-                type $t = i32;
-                $body
-            }
-            $crate::DType::I64 => {
-                type $t = i64;
-                $body
-            }
-            $crate::DType::U32 => {
-                type $t = u32;
-                $body
-            }
-            $crate::DType::Bool => {
-                type $t = bool;
-                $body
-            }
-        }
+        $crate::dispatch_dtype!(all, $dtype, $t => $body, unreachable!())
     };
 }
 
@@ -155,25 +155,7 @@ macro_rules! with_dtype {
 #[macro_export]
 macro_rules! with_float_dtype {
     ($dtype:expr, $t:ident => $body:expr, _ => $other:expr) => {
-        match $dtype {
-            $crate::DType::F32 => {
-                type $t = f32;
-                $body
-            }
-            $crate::DType::F64 => {
-                type $t = f64;
-                $body
-            }
-            $crate::DType::F16 => {
-                type $t = $crate::half::f16;
-                $body
-            }
-            $crate::DType::BF16 => {
-                type $t = $crate::half::bf16;
-                $body
-            }
-            _ => $other,
-        }
+        $crate::dispatch_dtype!(float, $dtype, $t => $body, $other)
     };
 }
 
@@ -181,37 +163,7 @@ macro_rules! with_float_dtype {
 #[macro_export]
 macro_rules! with_numeric_dtype {
     ($dtype:expr, $t:ident => $body:expr, _ => $other:expr) => {
-        match $dtype {
-            $crate::DType::F32 => {
-                type $t = f32;
-                $body
-            }
-            $crate::DType::F64 => {
-                type $t = f64;
-                $body
-            }
-            $crate::DType::F16 => {
-                type $t = $crate::half::f16;
-                $body
-            }
-            $crate::DType::BF16 => {
-                type $t = $crate::half::bf16;
-                $body
-            }
-            $crate::DType::I32 => {
-                type $t = i32;
-                $body
-            }
-            $crate::DType::I64 => {
-                type $t = i64;
-                $body
-            }
-            $crate::DType::U32 => {
-                type $t = u32;
-                $body
-            }
-            _ => $other,
-        }
+        $crate::dispatch_dtype!(numeric, $dtype, $t => $body, $other)
     };
 }
 
@@ -219,20 +171,6 @@ macro_rules! with_numeric_dtype {
 #[macro_export]
 macro_rules! with_int_dtype {
     ($dtype:expr, $t:ident => $body:expr, _ => $other:expr) => {
-        match $dtype {
-            $crate::DType::I32 => {
-                type $t = i32;
-                $body
-            }
-            $crate::DType::I64 => {
-                type $t = i64;
-                $body
-            }
-            $crate::DType::U32 => {
-                type $t = u32;
-                $body
-            }
-            _ => $other,
-        }
+        $crate::dispatch_dtype!(int, $dtype, $t => $body, $other)
     };
 }

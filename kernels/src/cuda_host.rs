@@ -31,9 +31,9 @@
 //! anything of the device itself: streams, CUDA graphs, cuBLAS and cuDNN
 //! calls, memory limits, occupancy, timing.
 
-use crate::buffer::CpuBuffer;
 use crate::cuda_launch::Plan;
 use crate::cuda_source::Kernel;
+use crate::dtype::CpuBuffer;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 

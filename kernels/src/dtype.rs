@@ -4,7 +4,6 @@
 //! f16 and bf16 compute in f32 and round once per result (their `Compute`
 //! type is f32), as the design requires.
 
-use crate::buffer::CpuBuffer;
 use half::{bf16, f16};
 use std::fmt;
 
@@ -27,6 +26,28 @@ pub enum DType {
     U32,
     /// Boolean.
     Bool,
+}
+
+/// The elements of one CPU array, typed: one variant per [`DType`] (its
+/// methods and dispatch macros are in `buffer.rs`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum CpuBuffer {
+    /// f32 elements.
+    F32(Vec<f32>),
+    /// f64 elements.
+    F64(Vec<f64>),
+    /// f16 elements.
+    F16(Vec<f16>),
+    /// bf16 elements.
+    BF16(Vec<bf16>),
+    /// i32 elements.
+    I32(Vec<i32>),
+    /// i64 elements.
+    I64(Vec<i64>),
+    /// u32 elements.
+    U32(Vec<u32>),
+    /// bool elements.
+    Bool(Vec<bool>),
 }
 
 impl DType {

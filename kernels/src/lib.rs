@@ -22,7 +22,6 @@ pub mod layout;
 pub mod pool;
 pub mod special;
 
-pub use buffer::CpuBuffer;
-pub use dtype::{DType, Element, Float, Real};
+pub use dtype::{CpuBuffer, DType, Element, Float, Real};
 pub use half;
 pub use layout::{Coalesced, Dims, Layout, Shape, Strides};

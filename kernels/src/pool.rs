@@ -217,7 +217,7 @@ pub fn from_fn<T>(n: usize, mut f: impl FnMut(usize) -> T) -> Vec<T> {
         s.write(f(i));
     }
     // SAFETY: every slot was written.
-    unsafe { crate::cpu::assume_init(v) }
+    unsafe { assume_init(v) }
 }
 
 /// A vector of `n` copies of `value`, from the cache when possible.
@@ -227,7 +227,7 @@ pub fn filled<T: Copy>(n: usize, value: T) -> Vec<T> {
         s.write(value);
     }
     // SAFETY: every slot was written.
-    unsafe { crate::cpu::assume_init(v) }
+    unsafe { assume_init(v) }
 }
 
 /// Takes a vector's buffer into the cache (or frees it).
@@ -245,6 +245,19 @@ pub fn recycle<T>(v: Vec<T>) {
     give(ptr, layout);
 }
 
+/// Converts a completely written vector of slots into a vector of values.
+///
+/// Used with [`alloc_uninit`].
+///
+/// # Safety
+/// Every slot must have been written.
+pub unsafe fn assume_init<T>(v: Vec<MaybeUninit<T>>) -> Vec<T> {
+    let mut v = std::mem::ManuallyDrop::new(v);
+    // SAFETY: MaybeUninit<T> has the layout of T, every slot is initialized
+    // (the caller's contract), and the allocation is handed over unchanged.
+    unsafe { Vec::from_raw_parts(v.as_mut_ptr() as *mut T, v.len(), v.capacity()) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -257,7 +270,7 @@ mod tests {
         let w = alloc_uninit::<f32>(100);
         assert_eq!(w.as_ptr() as usize, p);
         // same bytes and alignment, another type: reused too
-        recycle(unsafe { crate::cpu::assume_init(w) });
+        recycle(unsafe { assume_init(w) });
         let u = alloc_uninit::<i32>(100);
         assert_eq!(u.as_ptr() as usize, p);
         let big: Vec<f64> = filled(1 << 20, 2.0);

@@ -5,8 +5,8 @@
 //! storage and differ only in their [`Layout`]; a write through one is seen
 //! by all (PyTorch semantics).
 
+use crate::counted::{pooled, Counted};
 use crate::error::{Error, Result};
-use crate::storage_ref::StorageRef;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use xform_kernels::{CpuBuffer, DType, Element, Layout, Shape};
@@ -118,6 +118,8 @@ pub struct Storage {
     updates: Mutex<()>,
 }
 
+pooled!(Storage, 256);
+
 impl Storage {
     fn new(data: Buffer, device: Device) -> Storage {
         Storage { data: RwLock::new(data), device, version: AtomicU64::new(0), updates: Mutex::new(()) }
@@ -127,7 +129,7 @@ impl Storage {
 /// A concrete array: storage, layout and dtype.
 #[derive(Clone, Debug)]
 pub struct Array {
-    storage: StorageRef,
+    storage: Counted<Storage>,
     /// Shape, strides and offset into the storage.
     pub layout: Layout,
     /// Element type (the storage's).
@@ -148,7 +150,7 @@ impl Array {
         debug_assert_eq!(buf.len(), shape.numel(), "buffer length does not match shape {shape}");
         let dtype = buf.dtype();
         Array {
-            storage: StorageRef::new(Storage::new(Buffer::Cpu(buf), Device::Cpu)),
+            storage: Counted::new(Storage::new(Buffer::Cpu(buf), Device::Cpu)),
             layout: Layout::contiguous(shape),
             dtype,
         }
@@ -156,7 +158,7 @@ impl Array {
 
     /// A contiguous array over a buffer on any device.
     pub fn from_buffer(buf: Buffer, shape: Shape, dtype: DType, device: Device) -> Array {
-        Array { storage: StorageRef::new(Storage::new(buf, device)), layout: Layout::contiguous(shape), dtype }
+        Array { storage: Counted::new(Storage::new(buf, device)), layout: Layout::contiguous(shape), dtype }
     }
 
     /// A contiguous CPU array of `shape` filled with `value` (cast like

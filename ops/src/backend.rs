@@ -223,7 +223,7 @@ mod imp {
         exec::write_strided(d, &dst.layout, s, &src.layout).map_err(|e| cuda_err("copy_", e))
     }
 
-    /// Runs a fused elementwise kernel (`prims::elementwise::run_fused_cuda`).
+    /// Runs a fused elementwise kernel (`prims::jit::run_fused_cuda`).
     pub fn cuda_fused(
         kernel: &xform_kernels::cuda_source::Kernel,
         in_dtypes: &[DType],

@@ -1,6 +1,6 @@
-//! A per-thread free list of equal-sized blocks, shared by the two counted
-//! pointers of the hot path ([`NodeRef`](crate::node_ref) for tensor nodes,
-//! [`StorageRef`](crate::storage_ref) for array storage).
+//! A per-thread free list of equal-sized blocks, behind the counted
+//! pointer of the hot path ([`Counted`](crate::counted), one list per
+//! pointee type: tensor nodes and array storage).
 //!
 //! Every op at every transform level makes a node (and every eager op a
 //! storage header), tens per transformed call, freed in bursts when a

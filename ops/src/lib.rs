@@ -10,6 +10,7 @@
 
 pub mod array;
 mod backend;
+mod counted;
 mod display;
 pub mod error;
 mod free_list;
@@ -17,14 +18,12 @@ pub mod interp;
 pub mod lax;
 pub mod methods;
 mod mutation;
-mod node_ref;
 pub mod prim;
 pub mod prims;
 pub mod program;
 pub mod random;
 pub mod stack;
 pub mod staging;
-mod storage_ref;
 pub mod tensor;
 mod value_cell;
 
@@ -36,4 +35,4 @@ pub use prim::{DotDims, LinearArg, Prim};
 pub use program::{Atom, Eqn, Program, ProgramBuilder, Var, VersionGuard};
 pub use random::Key;
 pub use tensor::{Aval, AvalRef, Tensor, Tracer, TracerData, Value, ValueRef};
-pub use xform_kernels::{half, DType, Element, Shape};
+pub use xform_kernels::{half, DType, Element, Layout, Shape};

@@ -9,8 +9,8 @@
 use crate::array::Array;
 use crate::error::Result;
 use crate::interp::Outs;
-use crate::prims::elementwise::{Tile, TileMut};
 use crate::prims::jit::{Blame, JitProps, RowFusion, RowQuery, RowRule};
+use crate::prims::jit::{Tile, TileMut};
 use crate::prims::sample::Sample;
 use crate::prims::{Family, OnesTranspose, Props, ViewKind};
 use crate::tensor::{Aval, AvalRef, Tensor};

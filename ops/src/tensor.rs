@@ -11,9 +11,9 @@
 //! writes (see `NOTE: [node ownership]`), so tensors are `Send + Sync`.
 
 use crate::array::{Array, Device};
+use crate::counted::{pooled, Counted};
 use crate::error::{Error, Result};
 use crate::interp::Tag;
-use crate::node_ref::NodeRef;
 use crate::value_cell::ValueCell;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -260,6 +260,9 @@ pub(crate) struct Node {
     pub(crate) birth: u64,
 }
 
+// At most 1024 recycled blocks (~190 KiB) per thread.
+pooled!(Node, 1024);
+
 /// What a functionalized write changes: the value, and the layout it had.
 pub(crate) struct Slot {
     pub(crate) value: Value,
@@ -335,7 +338,7 @@ impl Drop for ValueRef<'_> {
 /// Operations go through [`bind`](crate::bind), so every method works the
 /// same eagerly and under any stack of transforms.
 #[derive(Clone)]
-pub struct Tensor(pub(crate) NodeRef);
+pub struct Tensor(pub(crate) Counted<Node>);
 
 impl Tensor {
     /// A tensor holding `value`. (Always inlined: built in place, the
@@ -344,7 +347,7 @@ impl Tensor {
     pub fn from_value(value: Value) -> Tensor {
         let birth = crate::interp::next_epoch();
         let owner = crate::value_cell::thread_index();
-        Tensor(NodeRef::new_with(|| Node::new(value, None, birth, owner)))
+        Tensor(Counted::new_with(|| Node::new(value, None, birth, owner)))
     }
 
     /// A tensor over a concrete array.
@@ -361,7 +364,7 @@ impl Tensor {
     pub(crate) fn new_view(value: Value, link: ViewLink) -> Tensor {
         let birth = crate::interp::next_epoch();
         let owner = crate::value_cell::thread_index();
-        Tensor(NodeRef::new_with(|| Node::new(value, Some(Box::new(link)), birth, owner)))
+        Tensor(Counted::new_with(|| Node::new(value, Some(Box::new(link)), birth, owner)))
     }
 
     /// The current value. For a view whose base was replaced by a
@@ -588,7 +591,7 @@ impl Tensor {
     /// write of its elements over the buffer (the jit's in-place updates
     /// and donated arguments). No lock is taken.
     pub fn owns_its_buffer(&self) -> bool {
-        if !self.0.is_unique() || self.0.view.is_some() {
+        if self.0.strong_count() != 1 || self.0.view.is_some() {
             return false;
         }
         let v = self.value();
@@ -655,7 +658,7 @@ impl Tensor {
     pub fn value_key(&self) -> ValueKey {
         drop(self.value());
         let seen = self.view_link().map_or(0, |l| l.seen_version.load(Ordering::Relaxed));
-        (self.0.as_ptr(), self.version(), seen)
+        (self.0.addr() as *const (), self.version(), seen)
     }
 
     /// The view link, if this tensor was made by a view method.

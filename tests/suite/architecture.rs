@@ -26,10 +26,10 @@ const FAMILY_ENUMS: &[&str] = &[
 /// name specific primitives, each with its reason. Everything else reads
 /// what the families state (`Props`, `JitProps`, the `Family` rules).
 const MAY_NAME_PRIMITIVES: &[(&str, &str)] = &[
-    ("transforms/src/jit/passes/simplify.rs", "a rewrite pass: algebraic identities of specific primitives"),
-    ("transforms/src/jit/passes/diagonal.rs", "a rewrite pass: products with a diagonal operand"),
-    ("transforms/src/jit/split.rs", "cuts a whole value to a half's rows with a slice it makes"),
-    ("transforms/src/jit/fuse_cuda.rs", "its `samples` module: hand-built programs for the kernel tests"),
+    ("exec/src/passes/simplify.rs", "a rewrite pass: algebraic identities of specific primitives"),
+    ("exec/src/passes/diagonal.rs", "a rewrite pass: products with a diagonal operand"),
+    ("exec/src/split.rs", "cuts a whole value to a half's rows with a slice it makes"),
+    ("exec/src/fuse_cuda.rs", "its `samples` module: hand-built programs for the kernel tests"),
     ("transforms/src/control/", "binds the control-flow primitives whose user API it is"),
 ];
 
@@ -77,6 +77,7 @@ fn the_family_list_is_complete() {
 fn only_rewrite_passes_name_primitives_outside_ops() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
+    rust_files(&root.join("exec/src"), &mut files);
     rust_files(&root.join("transforms/src"), &mut files);
     rust_files(&root.join("src"), &mut files);
     assert!(files.len() > 30, "found the sources ({} files)", files.len());
@@ -112,4 +113,54 @@ fn the_scanner_sees_primitive_names() {
     assert!(!names_primitive("e.prim.jit_props().sink // Prim::Linalg(_)"));
     assert!(!names_primitive("let p: Prim = prim.clone();"));
     assert!(!names_primitive("MyShapeOp::Slice"));
+}
+
+/// The crates and the workspace crates each may depend on (ARCHITECTURE.md's
+/// picture): kernels <- ops <- exec <- transforms <- xform, and transforms
+/// reaches kernels only through ops and exec. Dev-dependencies are not
+/// layering (exec's unit tests stage programs through the transforms).
+const LAYERS: &[(&str, &[&str])] = &[
+    ("kernels", &[]),
+    ("ops", &["xform-kernels"]),
+    ("exec", &["xform-kernels", "xform-ops"]),
+    ("transforms", &["xform-ops", "xform-exec"]),
+    ("derive", &[]),
+    (".", &["xform-kernels", "xform-ops", "xform-exec", "xform-transforms", "xform-derive"]),
+];
+
+/// The workspace crates in the `[dependencies]` table of a manifest (and
+/// its target-specific ones).
+fn workspace_dependencies(manifest: &str) -> Vec<String> {
+    let mut deps = Vec::new();
+    let mut in_deps = false;
+    for line in manifest.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            in_deps = line.ends_with("dependencies]") && !line.contains("dev-dependencies");
+            continue;
+        }
+        if in_deps && line.starts_with("xform-") {
+            deps.push(line.split(['=', '.', ' ']).next().expect("a name").to_string());
+        }
+    }
+    deps
+}
+
+#[test]
+fn crates_depend_only_downward() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let workspace = std::fs::read_to_string(root.join("Cargo.toml")).expect("the workspace manifest");
+    for (dir, allowed) in LAYERS {
+        assert!(dir == &"." || workspace.contains(&format!("\"{dir}\"")), "{dir} is not a workspace member");
+        let manifest = std::fs::read_to_string(root.join(dir).join("Cargo.toml")).expect("a crate manifest");
+        for dep in workspace_dependencies(&manifest) {
+            assert!(allowed.contains(&dep.as_str()), "{dir} depends on {dep}, which its layer may not import");
+        }
+    }
+    assert_eq!(
+        workspace_dependencies(
+            "[dependencies]\nxform-ops.workspace = true\n[dev-dependencies]\nxform-transforms = 1\n"
+        ),
+        ["xform-ops"]
+    );
 }

@@ -92,7 +92,7 @@ pub(crate) const CHAIN_OPS: f64 = 13.0;
 /// The fused group of [`chain`] traced at CUDA abstract values of dtype
 /// `d` (the program traced on the CPU, its values moved to `cuda:0`; no
 /// device needed), grouped as the plan groups with CUDA fusion on.
-pub(crate) fn chain_group(d: xform::DType) -> Vec<xform::core::jit::fuse::Item> {
+pub(crate) fn chain_group(d: xform::DType) -> Vec<xform_exec::inspect::Item> {
     use xform::{Device, Tensor};
     let xs = vec![Tensor::zeros([37, 29], d), Tensor::zeros([37, 29], d), Tensor::zeros([29], d)];
     let mut p = xform::trace(chain, &xs);
@@ -100,7 +100,7 @@ pub(crate) fn chain_group(d: xform::DType) -> Vec<xform::core::jit::fuse::Item> 
     for a in &mut p.avals {
         a.device = Device::Cuda(0);
     }
-    xform::core::jit::fuse::group_with(&p, true)
+    xform_exec::inspect::group_with(&p, true)
 }
 
 /// The chain the device tests jit is one fused CUDA group of all its
@@ -108,7 +108,7 @@ pub(crate) fn chain_group(d: xform::DType) -> Vec<xform::core::jit::fuse::Item> 
 /// before it), for every float dtype the device test uses.
 #[test]
 fn cuda_jit_chain_is_one_fused_cuda_group() {
-    use xform::core::jit::fuse::Item;
+    use xform_exec::inspect::Item;
     for d in [xform::DType::F32, xform::DType::F64, xform::DType::F16] {
         let items = chain_group(d);
         let groups: Vec<_> = items
@@ -134,8 +134,8 @@ fn cuda_jit_chain_is_one_fused_cuda_group() {
 #[cfg(feature = "cuda")]
 #[test]
 fn cuda_graph_capture_eligibility() {
-    use xform::core::jit::plan::Plan;
     use xform::{Device, Tensor};
+    use xform_exec::inspect::Plan;
     let on_cuda = |mut p: xform::Program| {
         for a in &mut p.avals {
             a.device = Device::Cuda(0);
@@ -218,11 +218,11 @@ mod nvrtc {
     #[test]
     #[ignore = "needs libnvrtc; .ci/run runs it with --include-ignored where it installed NVRTC"]
     fn cuda_jit_fused_kernels_compile_with_nvrtc() {
-        let mut kernels = xform::core::jit::fuse_cuda::sample_kernels();
+        let mut kernels = xform_exec::inspect::sample_kernels();
         assert_eq!(kernels.len(), 2 * xform::DType::ALL.len());
         for d in [xform::DType::F32, xform::DType::F64, xform::DType::F16] {
             for it in crate::cuda::chain_group(d) {
-                if let xform::core::jit::fuse::Item::Group { fused, .. } = it {
+                if let xform_exec::inspect::Item::Group { fused, .. } = it {
                     kernels.extend(fused.cuda.map(|c| c.kernel));
                 }
             }
@@ -445,7 +445,7 @@ mod device {
     fn cuda_jit_fused_chain_equals_unfused_and_cpu() {
         require_device();
         use super::{chain, CHAIN_OPS};
-        use xform::core::jit::plan::{Plan, StepOp};
+        use xform_exec::inspect::{Plan, StepOp};
         for d in [DType::F32, DType::F64, DType::F16] {
             let (_, dev) = chain_inputs(d, 5, true);
             let p = xform::trace(chain, &dev);

@@ -181,12 +181,12 @@ pub(crate) fn check_unaliased_writes(
 /// Whether two non-empty layouts of one storage reach a common element:
 /// disjoint spans cannot; overlapping spans are checked element by element
 /// (sorted offsets, merged), which only interleaved views need.
-fn layouts_overlap(a: &xform_kernels::Layout, b: &xform_kernels::Layout) -> bool {
+fn layouts_overlap(a: &xform_ops::Layout, b: &xform_ops::Layout) -> bool {
     let (sa, sb) = (a.storage_span(), b.storage_span());
     if sa.end <= sb.start || sb.end <= sa.start {
         return false;
     }
-    let offsets = |l: &xform_kernels::Layout| {
+    let offsets = |l: &xform_ops::Layout| {
         let mut v: Vec<usize> = vec![l.offset];
         for (&n, &s) in l.shape.iter().zip(l.strides.iter()) {
             v = v.iter().flat_map(|&o| (0..n).map(move |k| (o as isize + k as isize * s) as usize)).collect();

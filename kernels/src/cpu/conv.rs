@@ -460,7 +460,7 @@ where
             out.chunks_mut(m * p).enumerate().for_each(|(u, dst)| unit(&mut col, u, dst));
         }
         // SAFETY: gemm_block wrote every m x p block.
-        return unsafe { super::assume_init(out) };
+        return unsafe { crate::pool::assume_init(out) };
     }
     // Fewer than two units per thread: unroll them all (a few), then
     // `gemm_offsets` splits the products between threads.

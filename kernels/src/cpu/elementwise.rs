@@ -5,11 +5,12 @@
 //! contiguous. Otherwise the axes are coalesced and the innermost run is a
 //! tight loop, unit-stride where the layouts allow.
 
-use super::{assume_init, for_run_chunks, Par};
 #[cfg(target_arch = "x86_64")]
 use super::{avx2, avx512};
+use super::{for_run_chunks, Par};
 use crate::layout::{Coalesced, Layout};
 use crate::pool::alloc_uninit;
+use crate::pool::assume_init;
 use std::mem::MaybeUninit;
 
 #[inline(always)]
@@ -22,17 +23,17 @@ fn at<T: Copy>(x: &[T], base: usize, i: usize, stride: isize) -> T {
 /// the closures (the f32 math of `fastmath` included) vectorize 16 or 8
 /// lanes wide.
 #[inline(always)]
-fn contig1<T: Copy, U, F: Fn(T) -> U>(src: &[T], dst: &mut [MaybeUninit<U>], f: &F) {
+pub fn slice1<T: Copy, U, F: Fn(T) -> U>(src: &[T], dst: &mut [MaybeUninit<U>], f: &F) {
     #[cfg(target_arch = "x86_64")]
     {
         if avx512() {
             // SAFETY: the CPU supports AVX-512F/DQ/BW/VL, AVX2 and FMA (checked above).
-            unsafe { contig1_avx512(src, dst, f) };
+            unsafe { slice1_avx512(src, dst, f) };
             return;
         }
         if avx2() {
             // SAFETY: the CPU supports AVX2 and FMA (checked above).
-            unsafe { contig1_avx2(src, dst, f) };
+            unsafe { slice1_avx2(src, dst, f) };
             return;
         }
     }
@@ -43,7 +44,7 @@ fn contig1<T: Copy, U, F: Fn(T) -> U>(src: &[T], dst: &mut [MaybeUninit<U>], f: 
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn contig1_avx2<T: Copy, U, F: Fn(T) -> U>(src: &[T], dst: &mut [MaybeUninit<U>], f: &F) {
+unsafe fn slice1_avx2<T: Copy, U, F: Fn(T) -> U>(src: &[T], dst: &mut [MaybeUninit<U>], f: &F) {
     for (d, s) in dst.iter_mut().zip(src) {
         d.write(f(*s));
     }
@@ -53,12 +54,12 @@ unsafe fn contig1_avx2<T: Copy, U, F: Fn(T) -> U>(src: &[T], dst: &mut [MaybeUni
 /// binary maps are memory-bound, and on short runs, like the rows of a
 /// broadcast operand, 16-lane loops measured slower than 8-lane ones).
 #[inline(always)]
-fn contig2<A: Copy, B: Copy, U, F: Fn(A, B) -> U>(a: &[A], b: &[B], dst: &mut [MaybeUninit<U>], f: &F) {
+pub fn slice2<A: Copy, B: Copy, U, F: Fn(A, B) -> U>(a: &[A], b: &[B], dst: &mut [MaybeUninit<U>], f: &F) {
     #[cfg(target_arch = "x86_64")]
     {
         if avx2() {
             // SAFETY: the CPU supports AVX2 and FMA (checked above).
-            unsafe { contig2_avx2(a, b, dst, f) };
+            unsafe { slice2_avx2(a, b, dst, f) };
             return;
         }
     }
@@ -69,7 +70,7 @@ fn contig2<A: Copy, B: Copy, U, F: Fn(A, B) -> U>(a: &[A], b: &[B], dst: &mut [M
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn contig2_avx2<A: Copy, B: Copy, U, F: Fn(A, B) -> U>(a: &[A], b: &[B], dst: &mut [MaybeUninit<U>], f: &F) {
+unsafe fn slice2_avx2<A: Copy, B: Copy, U, F: Fn(A, B) -> U>(a: &[A], b: &[B], dst: &mut [MaybeUninit<U>], f: &F) {
     for ((d, x), y) in dst.iter_mut().zip(a).zip(b) {
         d.write(f(*x, *y));
     }
@@ -77,7 +78,7 @@ unsafe fn contig2_avx2<A: Copy, B: Copy, U, F: Fn(A, B) -> U>(a: &[A], b: &[B], 
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")]
-unsafe fn contig1_avx512<T: Copy, U, F: Fn(T) -> U>(src: &[T], dst: &mut [MaybeUninit<U>], f: &F) {
+unsafe fn slice1_avx512<T: Copy, U, F: Fn(T) -> U>(src: &[T], dst: &mut [MaybeUninit<U>], f: &F) {
     // Elements up to the output's first 64-byte line on their own, so the
     // vector loop's stores do not split lines (malloc's buffers start 16
     // bytes into one; split 64-byte stores cost ~25% on a 64 x 64 map).
@@ -116,7 +117,7 @@ where
         let src = &x[r];
         for_run_chunks(&mut out, 1, par, |first, dst| {
             let n = dst.len();
-            contig1(&src[first..first + n], dst, &f);
+            slice1(&src[first..first + n], dst, &f);
         });
     } else {
         let c = Coalesced::new(&lx.shape, [(&lx.strides[..], lx.offset)]);
@@ -126,7 +127,7 @@ where
             c.for_runs(first, dst.len() / len, |[o], n, [s]| {
                 let d = &mut dst[k..k + n];
                 if s == 1 {
-                    contig1(&x[o..o + n], d, &f);
+                    slice1(&x[o..o + n], d, &f);
                 } else {
                     for (i, d) in d.iter_mut().enumerate() {
                         d.write(f(at(x, o, i, s)));
@@ -155,7 +156,7 @@ where
         let (sa, sb) = (&a[ra], &b[rb]);
         for_run_chunks(&mut out, 1, par, |first, dst| {
             let n = dst.len();
-            contig2(&sa[first..first + n], &sb[first..first + n], dst, &f);
+            slice2(&sa[first..first + n], &sb[first..first + n], dst, &f);
         });
     } else {
         let c = Coalesced::new(&la.shape, [(&la.strides[..], la.offset), (&lb.strides[..], lb.offset)]);
@@ -165,7 +166,7 @@ where
             c.for_runs(first, dst.len() / len, |[oa, ob], n, [sa, sb]| {
                 let d = &mut dst[k..k + n];
                 match (sa, sb) {
-                    (1, 1) => contig2(&a[oa..oa + n], &b[ob..ob + n], d, &f),
+                    (1, 1) => slice2(&a[oa..oa + n], &b[ob..ob + n], d, &f),
                     (1, 0) => {
                         let y = b[ob];
                         for (d, x) in d.iter_mut().zip(&a[oa..oa + n]) {

@@ -98,7 +98,7 @@ pub fn gemm_offsets<T: FaerElem + num_one::One>(
     let mut out = crate::pool::alloc_uninit::<T>(ma.offsets.len() * m * n);
     gemm_offsets_into(a, ma, b, mb, m, k, n, par, &mut out);
     // SAFETY: gemm_offsets_into wrote every element.
-    unsafe { crate::cpu::assume_init(out) }
+    unsafe { crate::pool::assume_init(out) }
 }
 
 /// [`gemm_offsets`] into `out` (`[B, m, n]` row-major, every element

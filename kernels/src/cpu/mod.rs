@@ -133,19 +133,6 @@ pub(crate) fn to_boundary<T>(p: *const T, bytes: usize) -> usize {
     (bytes - p as usize % bytes) % bytes / std::mem::size_of::<T>().max(1)
 }
 
-/// Converts a completely written vector of slots into a vector of values.
-///
-/// Used with [`crate::pool::alloc_uninit`].
-///
-/// # Safety
-/// Every slot must have been written.
-pub unsafe fn assume_init<T>(v: Vec<MaybeUninit<T>>) -> Vec<T> {
-    let mut v = std::mem::ManuallyDrop::new(v);
-    // SAFETY: MaybeUninit<T> has the layout of T, every slot is initialized
-    // (the caller's contract), and the allocation is handed over unchanged.
-    unsafe { Vec::from_raw_parts(v.as_mut_ptr() as *mut T, v.len(), v.capacity()) }
-}
-
 /// Calls `body(range)` for ranges of `0..n` that start at multiples of
 /// `step` and cover it, for a loop of `cost` per element (as for
 /// [`Par::for_work`]): one range on this thread, two halves where a pair

@@ -4,7 +4,7 @@
 //! NOTE: [paired halves] Waking rayon's pool costs tens of microseconds on
 //! a small virtual machine, so kernels below [`super::PAR_MIN_WORK`] run on
 //! the calling thread. A jit replay has a thread that is already awake (the
-//! helper of its parallel sinks, `transforms/src/jit/sinks.rs`), and lends
+//! helper of its parallel sinks, `exec/src/sinks.rs`), and lends
 //! it here for the replay's duration ([`lend`]). Kernels with work between
 //! [`PAIR_MIN_WORK`] and `PAR_MIN_WORK` then split it in two ([`join`]): the
 //! second half is offered to the lent thread, the first runs here, and the

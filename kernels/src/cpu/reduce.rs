@@ -1,8 +1,9 @@
 //! Reductions over axes, arg-reductions over one axis, and cumulative sums.
 
-use super::{assume_init, for_run_chunks, Par};
+use super::{for_run_chunks, Par};
 use crate::layout::{Coalesced, Dims, Layout, Shape};
 use crate::pool::alloc_uninit;
+use crate::pool::assume_init;
 
 /// How to reduce: an accumulator `A` started at `init`, fed elements with
 /// `fold`, and turned into the result with `finish`.

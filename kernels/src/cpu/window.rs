@@ -18,11 +18,12 @@
 //! Work is split over output rows (the last output axis) under `Par::Rayon`.
 
 use super::reduce::Reducer;
-use super::{assume_init, for_run_chunks, Par};
+use super::{for_run_chunks, Par};
 use crate::conv_geom::{dilated, window_positions};
 use crate::dtype::Element;
 use crate::layout::{Layout, Shape};
 use crate::pool::alloc_uninit;
+use crate::pool::assume_init;
 
 /// The geometry of a windowed op: one entry per operand axis in every field.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

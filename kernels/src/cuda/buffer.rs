@@ -2,7 +2,7 @@
 
 use super::device::{device, CudaDevice};
 use super::error::{CudaError, Result};
-use crate::buffer::CpuBuffer;
+use crate::dtype::CpuBuffer;
 use crate::dtype::DType;
 use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr};
 use half::{bf16, f16};

@@ -9,7 +9,7 @@ use super::conv::{conv_forward, conv_forward_with, ConvPath};
 use super::source::conv::test_cases::{self, cases, geom, reference};
 use super::source::conv::{conv_kernel, CONV_DTYPES};
 use super::{cudnn, is_available, CudaBuffer};
-use crate::buffer::CpuBuffer;
+use crate::dtype::CpuBuffer;
 use crate::dtype::DType;
 
 #[test]

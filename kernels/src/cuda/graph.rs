@@ -1,6 +1,6 @@
 //! CUDA graphs: a run of launches recorded once and replayed with one
 //! driver call (`jit`'s replay on CUDA, NOTE: [cuda graph replay] in
-//! `xform_transforms::jit::graph`).
+//! `xform_exec`'s `graph.rs`).
 //!
 //! [`capture`] runs a closure with this thread's work on one device
 //! recorded on the device's capture stream (NOTE: [capture stream]) in the

@@ -2,8 +2,8 @@
 //! running them.
 
 use super::{HostError, HostGpu, Job, Outcome, GRID_STRIDE_BLOCKS};
-use crate::buffer::CpuBuffer;
 use crate::cuda_launch::{Arg, Buf, Step, Temp};
+use crate::dtype::CpuBuffer;
 use crate::dtype::DType;
 use half::{bf16, f16};
 use std::process::Command;

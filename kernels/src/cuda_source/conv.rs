@@ -387,8 +387,8 @@ mod tests {
     /// not found" where g++ is missing.
     #[test]
     fn conv_kernel_matches_the_reference_on_the_cpu_under_gcc() {
-        use crate::buffer::CpuBuffer;
         use crate::cuda_host::{Job, Outcome};
+        use crate::dtype::CpuBuffer;
         let mut runs = Vec::new();
         for (d, tol) in [(DType::F64, 1e-13), (DType::F32, 2e-6)] {
             for (seed, (name, g)) in cases().into_iter().enumerate() {

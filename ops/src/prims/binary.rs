@@ -4,8 +4,8 @@
 //! (elementwise) and samples.
 
 use super::cuda_c::{upow_helper, CudaCx, CudaExpr};
-use super::elementwise::{Tile, TileMut};
 use super::jit::{self, Blame, JitProps, RowQuery, RowRule};
+use super::jit::{Tile, TileMut};
 use super::sample::{numeric, Case, Dom, Sample, FLOATS};
 use super::{check_arity, check_same_dtypes, check_same_shapes, Family, OnesTranspose, Props};
 use crate::array::{Array, Device};
@@ -88,7 +88,7 @@ macro_rules! binary_table {
             match op {
                 $( BinaryOp::$v => {
                     $(
-                        super::elementwise::slice2(a, b, out, |p: T, q: T| {
+                        xform_kernels::cpu::elementwise::slice2(a, b, out, &|p: T, q: T| {
                             let ($fx, $fy): (R, R) = (p.up(), q.up());
                             T::down($fbody)
                         });

@@ -3,8 +3,8 @@
 //! lowering, JVP (no tangent), batching (elementwise) and samples.
 
 use super::cuda_c::CudaExpr;
-use super::elementwise::{Tile, TileMut};
 use super::jit::{self, Blame, JitProps, RowQuery, RowRule};
+use super::jit::{Tile, TileMut};
 use super::sample::{numeric, Case, Dom, Sample};
 use super::{check_arity, check_same_dtypes, check_same_shapes, Family, Props};
 use crate::array::{Array, Device};
@@ -183,10 +183,10 @@ impl Family for CompareOp {
     }
 
     fn cpu_tile(&self, ins: &[Tile<'_>], out: TileMut<'_>) -> bool {
-        use super::elementwise::slice2;
+        use xform_kernels::cpu::elementwise::slice2;
         match (ins, out) {
-            ([Tile::F32(a), Tile::F32(b)], TileMut::Bool(o)) => slice2(a, b, o, |p, q| self.holds(p, q)),
-            ([Tile::F64(a), Tile::F64(b)], TileMut::Bool(o)) => slice2(a, b, o, |p, q| self.holds(p, q)),
+            ([Tile::F32(a), Tile::F32(b)], TileMut::Bool(o)) => slice2(a, b, o, &|p, q| self.holds(p, q)),
+            ([Tile::F64(a), Tile::F64(b)], TileMut::Bool(o)) => slice2(a, b, o, &|p, q| self.holds(p, q)),
             _ => return false,
         }
         true

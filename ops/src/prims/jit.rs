@@ -16,7 +16,8 @@
 //! [`Family::cuda_map_op`]: super::Family::cuda_map_op
 
 use smallvec::{smallvec, SmallVec};
-use xform_kernels::Shape;
+use std::mem::MaybeUninit;
+use xform_kernels::{DType, Shape};
 
 /// Facts of a primitive that jit's plan reads. Every family states every
 /// field (there is no default), so a new primitive decides each.
@@ -73,11 +74,7 @@ pub enum RowFusion<'a> {
 /// (jit runs each as a step of its own).
 macro_rules! no_map_form {
     () => {
-        fn cpu_tile(
-            &self,
-            _: &[$crate::prims::elementwise::Tile<'_>],
-            _: $crate::prims::elementwise::TileMut<'_>,
-        ) -> bool {
+        fn cpu_tile(&self, _: &[$crate::prims::jit::Tile<'_>], _: $crate::prims::jit::TileMut<'_>) -> bool {
             false
         }
 
@@ -99,10 +96,10 @@ macro_rules! no_row_form {
 
         fn cpu_row_reduce(
             &self,
-            _: &$crate::prims::elementwise::Tile<'_>,
+            _: &$crate::prims::jit::Tile<'_>,
             _: usize,
             _: bool,
-            _: $crate::prims::elementwise::TileMut<'_>,
+            _: $crate::prims::jit::TileMut<'_>,
         ) -> bool {
             false
         }
@@ -190,4 +187,98 @@ pub(crate) fn no_rows(q: &RowQuery<'_>) -> Result<RowRule, Blame> {
 /// A single operand's cut axis.
 pub(crate) fn one_operand(axis: usize) -> SmallVec<[Option<usize>; 4]> {
     smallvec![Some(axis)]
+}
+
+// ---- the fused forms' vocabulary: tiles of elements ---------------------
+
+/// A contiguous run of elements of one dtype, as a fused CPU loop reads it
+/// (the dtypes elementwise fusion covers: f32, f64 and bool).
+#[derive(Copy, Clone, Debug)]
+pub enum Tile<'a> {
+    /// f32 elements.
+    F32(&'a [f32]),
+    /// f64 elements.
+    F64(&'a [f64]),
+    /// bool elements (predicates).
+    Bool(&'a [bool]),
+}
+
+/// A contiguous run of elements a fused CPU loop writes one op's result
+/// to: scratch, or a tile of an output array, whose elements may not be
+/// initialized yet (they are written, never read).
+#[derive(Debug)]
+pub enum TileMut<'a> {
+    /// f32 elements.
+    F32(&'a mut [MaybeUninit<f32>]),
+    /// f64 elements.
+    F64(&'a mut [MaybeUninit<f64>]),
+    /// bool elements.
+    Bool(&'a mut [MaybeUninit<bool>]),
+}
+
+impl TileMut<'_> {
+    /// Writes `src` at element `at` of this run.
+    ///
+    /// # Panics
+    /// If the dtypes differ or it does not fit (a fusion bug).
+    pub fn put(&mut self, at: usize, src: &Tile<'_>) {
+        // a memcpy: the element loop compiles to 16-byte moves
+        fn put<T: Copy>(d: &mut [MaybeUninit<T>], s: &[T]) {
+            assert_eq!(d.len(), s.len(), "fused output tile of another length");
+            // SAFETY: both slices hold `s.len()` elements of `T` (checked),
+            // `d` is writable and borrowed exclusively, so it does not
+            // overlap `s`; MaybeUninit<T> has the layout of T.
+            unsafe { std::ptr::copy_nonoverlapping(s.as_ptr(), d.as_mut_ptr() as *mut T, s.len()) };
+        }
+        let n = src.len();
+        match (self, src) {
+            (TileMut::F32(d), Tile::F32(s)) => put(&mut d[at..at + n], s),
+            (TileMut::F64(d), Tile::F64(s)) => put(&mut d[at..at + n], s),
+            (TileMut::Bool(d), Tile::Bool(s)) => put(&mut d[at..at + n], s),
+            _ => panic!("fused output written with another dtype"),
+        }
+    }
+}
+
+impl Tile<'_> {
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            Tile::F32(v) => v.len(),
+            Tile::F64(v) => v.len(),
+            Tile::Bool(v) => v.len(),
+        }
+    }
+
+    /// True if it has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The elements' dtype.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Tile::F32(_) => DType::F32,
+            Tile::F64(_) => DType::F64,
+            Tile::Bool(_) => DType::Bool,
+        }
+    }
+}
+
+/// Runs a fused CUDA kernel (generated for inputs of dtypes `in_dtypes`)
+/// over `arrays` (CUDA arrays of one device and of logical shape `shape`,
+/// any layouts), returning its outputs of dtypes `outs`, contiguous.
+///
+/// # Errors
+/// Operands that do not match the kernel, a launch failure, or out of
+/// memory (as the eager CUDA lowerings report them).
+#[cfg(feature = "cuda")]
+pub fn run_fused_cuda(
+    kernel: &xform_kernels::cuda_source::Kernel,
+    in_dtypes: &[DType],
+    arrays: &[&crate::array::Array],
+    shape: &Shape,
+    outs: &[DType],
+) -> crate::error::Result<Vec<crate::array::Array>> {
+    crate::backend::cuda_fused(kernel, in_dtypes, arrays, shape, outs)
 }

@@ -7,8 +7,8 @@
 //! unbatched into a free axis, so `vmap(x @ W)` is a single GEMM.
 
 use super::batching::physical;
-use super::elementwise::TileMut;
 use super::factor::{Factor, FactorRows};
+use super::jit::TileMut;
 use super::jit::{self, Blame, JitProps, RowQuery, RowRule};
 use super::sample::{numeric, Case, Dom, Sample};
 use super::{check_arity, check_axes, Family, Props};

@@ -36,7 +36,7 @@ use crate::interp::Outs;
 use crate::prim::{Avals, BDims, Cotangents, LinearArg, Prim, Tangents};
 use crate::tensor::AvalRef;
 use crate::tensor::Tensor;
-use elementwise::{Tile, TileMut};
+use jit::{Tile, TileMut};
 use std::fmt;
 use xform_kernels::cuda_source::{Kernel, MapOp};
 use xform_kernels::Layout;

@@ -4,8 +4,8 @@
 
 use super::batching::physical;
 use super::cuda_c::CudaCx;
-use super::elementwise::{Tile, TileMut};
 use super::jit::{self, Blame, JitProps, RowFusion, RowQuery, RowRule};
+use super::jit::{Tile, TileMut};
 use super::sample::{numeric, Case, Sample};
 use super::{check_arity, check_axes, check_axis, Family, OnesTranspose, Props};
 use crate::array::{Array, Device};

@@ -4,9 +4,9 @@
 //! `view_layout` says how).
 
 use super::batching::{batch_size, physical, to_front};
-use super::elementwise::{Tile, TileMut};
 use super::factor::{Factor, FactorRows};
 use super::jit::{self, Blame, JitProps, RowFusion, RowQuery, RowRule};
+use super::jit::{Tile, TileMut};
 use super::sample::{generic_dom, numeric, Case, Sample};
 use super::{axes_str, check_arity, check_axes, check_axis, check_same_dtypes, Family, OnesTranspose, Props, ViewKind};
 use crate::array::{Array, Device};

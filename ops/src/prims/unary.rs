@@ -7,8 +7,8 @@
 //! `registry::edge_points` exactly at poles and domain ends.
 
 use super::cuda_c::{upow_helper, CudaCx, CudaExpr};
-use super::elementwise::{Tile, TileMut};
 use super::jit::{self, Blame, JitProps, RowQuery, RowRule};
+use super::jit::{Tile, TileMut};
 use super::sample::{generic_dom, Case, Dom, Sample, FLOATS, INTS};
 use super::{check_arity, Family, Props};
 use crate::array::{Array, Device};

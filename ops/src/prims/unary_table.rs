@@ -184,7 +184,7 @@ macro_rules! unary_table {
             match op {
                 $( UnaryOp::$v $(($p))? => {
                     $(
-                        super::elementwise::slice1(x, out, |a: T| {
+                        xform_kernels::cpu::elementwise::slice1(x, out, &|a: T| {
                             let $fx: R = a.up();
                             T::down($fbody)
                         });

@@ -10,13 +10,13 @@
 
 use super::{run_cases, storage, values, Case, Check, Want};
 use crate::registry::G;
-use xform::core::jit::fuse::{group_with, Item, Reg};
-use xform::core::jit::fuse_cuda::samples;
 use xform::core::kernels::cuda_launch::{self as plans, Buf, Plan};
 use xform::core::kernels::{Element, Layout};
 use xform::core::prim::ElementwiseOp;
 use xform::core::program::Atom;
 use xform::{DType, Device, Prim, Program, Tensor};
+use xform_exec::inspect::samples;
+use xform_exec::inspect::{group_with, Item, Reg};
 
 /// Inputs for the avals of `p`'s inputs: values in [-2, 2) (integers in
 /// -20..20, positive for u32), NaN, infinities and signed zeros among the
@@ -67,12 +67,7 @@ fn evaluate(p: &Program, args: &[Tensor]) -> Vec<Option<Tensor>> {
 /// The group's ops as the eager CUDA kernels run them: one launch each,
 /// chained through temporaries in one plan (a conversion as
 /// `exec::convert`, every other op as its map kernel).
-fn unfused(
-    ops: &[xform::core::jit::fuse::FusedOp],
-    outputs: &[u32],
-    ins: &[(DType, &Layout)],
-    shape: &[usize],
-) -> Plan {
+fn unfused(ops: &[xform_exec::inspect::FusedOp], outputs: &[u32], ins: &[(DType, &Layout)], shape: &[usize]) -> Plan {
     let mut plan = Plan::default();
     let contiguous = Layout::contiguous(xform::Shape::from(shape));
     let mut results: Vec<(usize, DType)> = Vec::new();

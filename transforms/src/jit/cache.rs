@@ -56,7 +56,7 @@ pub struct JitEntry {
     /// off, a failed capture); `None` off CUDA.
     pub cuda_graph: Option<String>,
     /// The rows of each half where the replay runs as two halves of its
-    /// batch, one per core (NOTE: [batch split] in `jit/split.rs`).
+    /// batch, one per core (NOTE: [batch split] in `exec/src/split.rs`).
     pub batch_split: Option<(usize, usize)>,
 }
 

@@ -10,8 +10,9 @@
 //! and, for [`jit_static`], the static argument (compared with `PartialEq`,
 //! as JAX hashes its `static_argnums`). A call whose key is absent traces `f` with
 //! the staging interpreter (the user's Rust code runs once per signature;
-//! its side effects, such as prints, happen then only), runs the passes
-//! ([`passes`]) and compiles a replay plan ([`plan`]). The cache holds at
+//! its side effects, such as prints, happen then only), and hands the
+//! program to the execution layer (`xform_exec::Executable`: the passes,
+//! the replay plan, fusion, the batch split). The cache holds at
 //! most [`JitOptions::cache_size`] signatures, least recently used out
 //! first; [`Jitted`] shows its statistics and entries, clears it and
 //! resizes it.
@@ -46,24 +47,15 @@
 //! value on the Rust side (`item`, `to_vec`) inside `f` is an error that
 //! says the tensor is being staged and has no value yet, as under `trace`.
 
-mod aliasing;
 mod cache;
-pub mod fuse;
-pub mod fuse_cuda;
-pub mod fuse_rows;
-pub mod graph;
-pub mod passes;
-pub mod plan;
-mod sinks;
-mod split;
 
 use crate::functionalize::write_back;
 use crate::tree::{StaticValue, Tree};
 use cache::{Cache, Slot};
 pub use cache::{JitEntry, JitStats};
-use plan::Plan;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard};
+use xform_exec::{ExecOptions, Executable};
 use xform_ops::interp::with_interpreter;
 use xform_ops::staging::Staging;
 use xform_ops::{catch, OrRaise, Program, Result, Tensor};
@@ -74,25 +66,25 @@ pub struct JitOptions {
     /// The most signatures kept compiled (least recently used out first;
     /// at least 1). Default 64.
     pub cache_size: usize,
-    /// Run the passes of [`passes::PIPELINE`] on the traced program
+    /// Run the optimizer's passes (`xform_exec`) on the traced program
     /// (default true); without them the program is replayed as traced.
     pub optimize: bool,
     /// On CUDA, replay a signature as a captured CUDA graph from its
     /// second call, when every step can be captured (default true; NOTE:
-    /// [cuda graph replay] in `jit/graph.rs`).
+    /// [cuda graph replay] in `exec/src/graph.rs`).
     pub cuda_graphs: bool,
     /// On the CPU, run sink steps (results that are only returned, such as
     /// per-sample weight gradients) on a helper thread
     /// while the replay goes on, and lend that thread to mid-sized CPU
     /// kernels for half their work (default true; NOTE: [parallel sinks]
-    /// in `jit/sinks.rs`, [paired halves] in `xform_kernels::cpu::pair`).
+    /// in `xform_exec`'s `sinks.rs`, [paired halves] in `xform_kernels::cpu::pair`).
     /// Off, every step runs on the calling thread (and `batch_split` is
     /// off too).
     pub parallel_sinks: bool,
     /// On the CPU, replay a program that never mixes the rows of a batch
     /// (per-sample gradients, a forward pass) as two halves of the batch,
     /// the second on the helper thread of `parallel_sinks` (default true;
-    /// NOTE: [batch split] in `jit/split.rs`). The results are the same
+    /// NOTE: [batch split] in `xform_exec`'s `split.rs`). The results are the same
     /// bits either way.
     pub batch_split: bool,
 }
@@ -105,17 +97,9 @@ impl Default for JitOptions {
 
 /// One compiled signature.
 pub(crate) struct Compiled<Y> {
-    /// Equations as traced.
-    traced_eqns: usize,
-    /// The optimized program: outputs, then the final values of the
-    /// mutated arguments.
-    program: Program,
-    /// The replay plan (`None` when the program holds a tracer of an
-    /// enclosing transform: then it is not cached either).
-    plan: Option<Plan>,
-    /// The plan as two halves of the batch, where that pays (NOTE: [batch
-    /// split] in `jit/split.rs`).
-    split: Option<split::SplitPlan>,
+    /// The optimized program (outputs, then the final values of the
+    /// mutated arguments), its replay plan and batch split.
+    exec: Executable,
     /// The output tree, its leaves placeholders.
     template: Y,
     /// Number of output leaves.
@@ -125,7 +109,7 @@ pub(crate) struct Compiled<Y> {
     mutated: Vec<usize>,
     /// Outputs copied after each call: the passes made them share storage
     /// with an argument or another output where eager results would not
-    /// (NOTE: [output aliasing] in `jit/aliasing.rs`).
+    /// (`Executable::outputs_to_copy`).
     copied: Vec<usize>,
     /// `(k, i)`: output `k` is argument `i`, which `f` mutated and
     /// returned; a call returns the caller's tensor there, written back,
@@ -356,7 +340,7 @@ where
     /// # Errors
     /// What the trace or the passes raise.
     pub fn program(&self, s: &S, x: &X) -> Result<Program> {
-        catch(|| self.compiled(s, x, &x.leaves()).program.clone())
+        catch(|| self.compiled(s, x, &x.leaves()).exec.program().clone())
     }
 
     /// The cache's statistics.
@@ -369,20 +353,23 @@ where
         self.lock()
             .slots
             .iter()
-            .map(|s| JitEntry {
-                avals: s.avals.clone(),
-                skeleton: s.skeleton.clone(),
-                static_arg: format!("{:?}", s.static_arg),
-                default_device: s.default_device,
-                traced_eqns: s.compiled.traced_eqns,
-                optimized_eqns: s.compiled.program.eqns.len(),
-                hits: s.hits,
-                plan_steps: s.compiled.plan.as_ref().map_or(0, |p| p.steps.len()),
-                fused_steps: s.compiled.plan.as_ref().map_or(0, Plan::fused_steps),
-                sink_steps: s.compiled.plan.as_ref().map_or(0, Plan::sink_steps),
-                in_place_writes: s.compiled.plan.as_ref().map_or(0, Plan::in_place_writes),
-                cuda_graph: s.compiled.plan.as_ref().and_then(Plan::cuda_graph),
-                batch_split: s.compiled.split.as_ref().map(split::SplitPlan::rows),
+            .map(|s| {
+                let p = s.compiled.exec.stats();
+                JitEntry {
+                    avals: s.avals.clone(),
+                    skeleton: s.skeleton.clone(),
+                    static_arg: format!("{:?}", s.static_arg),
+                    default_device: s.default_device,
+                    traced_eqns: s.compiled.exec.traced_eqns(),
+                    optimized_eqns: s.compiled.exec.program().eqns.len(),
+                    hits: s.hits,
+                    plan_steps: p.plan_steps,
+                    fused_steps: p.fused_steps,
+                    sink_steps: p.sink_steps,
+                    in_place_writes: p.in_place_writes,
+                    cuda_graph: p.cuda_graph,
+                    batch_split: p.batch_split,
+                }
             })
             .collect()
     }
@@ -422,7 +409,7 @@ where
         }
         self.lock().misses += 1;
         let c = Arc::new(compile(&self.f, s, x, leaves, &self.opts).or_raise());
-        if c.plan.is_some() {
+        if c.exec.has_plan() {
             let slot = Slot {
                 static_arg: s.clone(),
                 statics: statics.iter().map(StaticValue::to_owned_key).collect(),
@@ -481,96 +468,35 @@ fn compile<S, X: Tree, Y: Tree>(
             (template, program, n_out, mutated, (returned_args, returned_views))
         })
     })?;
-    let program = if opts.optimize { passes::optimize(&traced)? } else { passes::dce::run(&traced)? };
-    let plan = if program.consts.iter().any(Tensor::is_tracer) {
-        None
-    } else {
-        let mut plan = Plan::compile(&program)?;
-        if !opts.parallel_sinks {
-            plan.disable_sinks();
-        }
-        if !opts.cuda_graphs {
-            plan.disable_cuda_graph();
-        }
-        Some(plan)
+    let eopts = ExecOptions {
+        optimize: opts.optimize,
+        cuda_graphs: opts.cuda_graphs,
+        parallel_sinks: opts.parallel_sinks,
+        batch_split: opts.batch_split,
     };
-    // a split that cannot be built (a constant that cannot be cut; even a
-    // panic of the analysis) is only a replay not taken
-    let split = match &plan {
-        Some(_) if opts.parallel_sinks && opts.batch_split && !aliasing::outputs_share_storage(&traced, n_out) => {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| split::SplitPlan::new(&program)))
-                .ok()
-                .and_then(|r| r.ok().flatten())
-        }
-        _ => None,
-    };
+    let exec = Executable::compile(&traced, n_out, &eopts)?;
     // an output replaced by the caller's argument after the call needs no copy
-    let mut copied = aliasing::outputs_to_copy(&traced, &program, n_out);
+    let mut copied = exec.outputs_to_copy().to_vec();
     copied.retain(|k| !returned_args.iter().any(|(r, _)| r == k) && !returned_views.iter().any(|(r, ..)| r == k));
-    Ok(Compiled {
-        traced_eqns: traced.eqns.len(),
-        program,
-        plan,
-        split,
-        template,
-        n_out,
-        mutated,
-        copied,
-        returned_args,
-        returned_views,
-    })
+    Ok(Compiled { exec, template, n_out, mutated, copied, returned_args, returned_views })
 }
 
 /// [`run`] on leaves handed over: the plan may write over those no one
 /// else holds. A function that mutates its arguments writes them back
 /// (a caller's clone sees the writes), so it runs as [`run`].
 fn run_donated<Y: Tree>(c: &Compiled<Y>, leaves: Vec<Tensor>) -> Result<Y> {
-    match &c.plan {
-        // (while another program is staged, `run` records what the
-        // results were computed from)
-        Some(plan)
-            if c.mutated.is_empty() && !xform_ops::staging::recording() && leaves.iter().all(|l| !l.is_tracer()) =>
-        {
-            c.program.check_consts("jit")?;
-            let outs = match split_now(c) {
-                Some(s) => s.run(&leaves)?,
-                None => plan.run_donated(leaves)?,
-            };
-            Ok(c.template.with_leaves(unshared(c, outs)?.into_iter().take(c.n_out)))
-        }
-        _ => run(c, &leaves),
+    if !c.mutated.is_empty() {
+        return run(c, &leaves);
     }
+    let outs = c.exec.run_donated(leaves)?;
+    Ok(c.template.with_leaves(unshared(c, outs)?.into_iter().take(c.n_out)))
 }
 
-/// The split replay of `c` if it has one and this thread may hand half of
-/// it to the helper (another thread exists, and this is not one of rayon's:
-/// see NOTE: [parallel sinks]).
-fn split_now<Y>(c: &Compiled<Y>) -> Option<&split::SplitPlan> {
-    c.split.as_ref().filter(|_| xform_kernels::cpu::threads() > 1 && !xform_kernels::cpu::on_pool_thread())
-}
-
-/// Runs a compiled signature on the call's leaves: the plan for concrete
-/// inputs, the program through `bind` for tracers; writes mutated
+/// Runs a compiled signature on the call's leaves (the plan for concrete
+/// inputs, the program through `bind` for tracers) and writes mutated
 /// arguments back.
 fn run<Y: Tree>(c: &Compiled<Y>, leaves: &[Tensor]) -> Result<Y> {
-    let outs = match &c.plan {
-        Some(plan) if leaves.iter().all(|l| !l.is_tracer()) => {
-            c.program.check_consts("jit")?;
-            let outs = match split_now(c) {
-                Some(s) => s.run(leaves)?,
-                None => plan.run(leaves)?,
-            };
-            // replayed while another program is staged: its results were
-            // computed from the arguments and from what this program
-            // captured (NOTE: [trace-time values] in xform_ops::staging;
-            // `eval` records per equation through `bind`)
-            if xform_ops::staging::recording() {
-                xform_ops::staging::note_computed(leaves, &outs, &c.program.version_guards());
-            }
-            outs
-        }
-        _ => c.program.eval(leaves)?,
-    };
+    let outs = c.exec.run(leaves)?;
     if !c.mutated.is_empty() {
         let mut finals: Vec<Option<Tensor>> = vec![None; leaves.len()];
         for (k, &i) in c.mutated.iter().enumerate() {

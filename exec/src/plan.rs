@@ -34,9 +34,9 @@
 //!
 //! [`Plan::in_place_writes`] counts the results written over an operand.
 //! Steps whose results are only returned may run on a helper thread while
-//! the replay goes on (NOTE: [parallel sinks] in `jit/sinks.rs`).
+//! the replay goes on (NOTE: [parallel sinks] in `sinks.rs`).
 //! On CUDA the loop is captured into a CUDA graph at the second call and
-//! replayed as one launch (NOTE: [cuda graph replay] in `jit/graph.rs`).
+//! replayed as one launch (NOTE: [cuda graph replay] in `graph.rs`).
 
 use super::fuse::{self, Fused, Item};
 use super::fuse_rows::RowFused;
@@ -85,7 +85,7 @@ pub struct Step {
     /// The program output this step writes straight into the caller's
     /// destination when `Plan::run_into` is given one (a product whose one
     /// result is that output and which no step reads; NOTE: [batch split]
-    /// in `jit/split.rs`).
+    /// in `split.rs`).
     pub into: Option<u32>,
 }
 

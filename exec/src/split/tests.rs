@@ -1,6 +1,5 @@
 use super::*;
-use crate::tree::Tree;
-use crate::{grad, jit, jitted, vmap, JitOptions};
+use xform_transforms::{grad, jit, jitted, vmap, JitOptions, Tree};
 
 /// Deterministic values in [-0.5, 0.5).
 fn values(shape: &[usize], seed: u64) -> Tensor {
@@ -144,7 +143,7 @@ fn what_mixes_rows_is_not_split() {
     assert_eq!(split_rows(tiny, &values(&[8], 10)), None);
     // control flow stays on the replaying thread, even on whole values
     let branch = |(x, w): &(Tensor, Tensor)| {
-        let w = crate::cond(&w.sum().gt_scalar(0.0), |w: &Tensor| w * 2.0, |w: &Tensor| w * -1.0, w);
+        let w = xform_transforms::cond(&w.sum().gt_scalar(0.0), |w: &Tensor| w * 2.0, |w: &Tensor| w * -1.0, w);
         x.matmul(&w).tanh()
     };
     assert_eq!(split_rows(branch, &(values(&[256, 64], 11), values(&[64, 64], 12))), None);

@@ -34,8 +34,9 @@
 //! run as one generated kernel per group (`fuse_cuda`, NOTE: [cuda
 //! elementwise fusion]).
 
+use crate::tiles::{run_fused, with_fused_inputs, FusedIn, OutBase};
 use smallvec::SmallVec;
-use xform_ops::prims::elementwise::{run_fused, with_fused_inputs, FusedIn, OutBase, Tile, TileMut};
+use xform_ops::prims::jit::{Tile, TileMut};
 use xform_ops::{Array, Atom, DType, Device, Error, Prim, Program, Result, Shape};
 
 /// Elements per tile: 1024 f64 scratch values are 8 KiB per op, so a
@@ -93,7 +94,7 @@ pub enum Item {
         /// The fused kernel.
         fused: Fused,
     },
-    /// A row group (NOTE: [row fusion] in `jit/fuse_rows.rs`): its
+    /// A row group (NOTE: [row fusion] in `fuse_rows.rs`): its
     /// equations, the atoms it reads, the variables it writes, and the step.
     Rows {
         /// Its equations' indices, in program order.
@@ -154,13 +155,8 @@ pub(crate) fn fusable(p: &Program, k: usize, cuda: bool) -> Option<(Shape, Devic
     e.prim.cpu_tile(&ins, probe).then(|| (out.shape.clone(), Device::Cpu))
 }
 
-/// Groups the program's equations (see the module docs); CUDA equations
-/// group only with the `cuda` feature.
-pub fn group(p: &Program) -> Vec<Item> {
-    group_with(p, cfg!(feature = "cuda"))
-}
-
-/// [`group`], grouping CUDA equations if `cuda`.
+/// Groups the program's equations (see the module docs), CUDA equations
+/// too if `cuda`.
 pub fn group_with(p: &Program, cuda: bool) -> Vec<Item> {
     grouped(p, cuda, &last_reads(p))
 }

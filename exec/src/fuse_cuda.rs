@@ -102,8 +102,7 @@ impl Fused {
     /// operands the kernel was not generated for (an internal error).
     pub fn run_cuda(&self, k: &CudaFused, arrays: &[&xform_ops::Array]) -> xform_ops::Result<xform_ops::Outs> {
         let dtypes: Vec<DType> = self.outputs.iter().map(|&j| self.ops[j as usize].dtype).collect();
-        let outs =
-            xform_ops::prims::elementwise::run_fused_cuda(&k.kernel, &k.in_dtypes, arrays, &self.shape, &dtypes)?;
+        let outs = xform_ops::prims::jit::run_fused_cuda(&k.kernel, &k.in_dtypes, arrays, &self.shape, &dtypes)?;
         Ok(outs.into_iter().map(xform_ops::Tensor::from_array).collect())
     }
 }
@@ -277,7 +276,7 @@ mod tests {
     fn cuda_groups_need_the_flag() {
         let p = every_op(DType::F32);
         assert!(groups(&p, false).is_empty());
-        assert_eq!(super::super::fuse::group(&p).len() == 1, cfg!(feature = "cuda"));
+        assert_eq!(super::super::fuse::group_with(&p, cfg!(feature = "cuda")).len() == 1, cfg!(feature = "cuda"));
     }
 
     /// A group over the input limit runs unfused (plain steps).

@@ -9,7 +9,7 @@
 //! forward pass, the loss per sample and the per-sample gradients never
 //! mix two samples. The replay then runs two programs, each on its half of
 //! the batch, one on the replaying thread and one on the sinks' helper
-//! (`jit/sinks.rs`): one hand-off per replay.
+//! (`sinks.rs`): one hand-off per replay.
 //!
 //! [`SplitPlan::new`] decides, per variable, whether each half holds the
 //! whole value ([`Part::Whole`]: the parameters and what is computed from
@@ -47,7 +47,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use xform_ops::interp::lower_checked;
 use xform_ops::prim::{shape_rule, ShapeOp};
-use xform_ops::prims::elementwise::TileMut;
+use xform_ops::prims::jit::TileMut;
 use xform_ops::prims::jit::{Blame, RowQuery};
 use xform_ops::{
     Array, Atom, Aval, DType, Device, Eqn, Error, Prim, Program, ProgramBuilder, Result, Shape, Tensor, Var,
@@ -471,7 +471,7 @@ fn alloc_whole(aval: &Aval) -> Result<WholeOut> {
                 }
                 // SAFETY: called only after both halves wrote elements
                 // skip..skip + n; the others were written just above.
-                let buf = xform_kernels::CpuBuffer::from_vec(unsafe { xform_kernels::cpu::assume_init(v) });
+                let buf = xform_kernels::CpuBuffer::from_vec(unsafe { xform_kernels::pool::assume_init(v) });
                 let all = Array::from_cpu(buf, xform_ops::Shape::from(vec![len]));
                 let strides = shape.contiguous_strides();
                 all.with_layout(xform_kernels::Layout { shape, strides, offset: skip })

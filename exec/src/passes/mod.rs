@@ -100,11 +100,6 @@ impl<'p> Rebuild<'p> {
         Rebuild { old, b, map, pending }
     }
 
-    /// The old program.
-    pub fn old(&self) -> &'p Program {
-        self.old
-    }
-
     /// The new atom of an old atom.
     ///
     /// # Panics
