@@ -262,14 +262,17 @@ impl Array {
         }
     }
 
-    /// Runs `f` on the CPU elements and layout (a device array is copied to
-    /// the host first).
+    /// Runs `f` on the elements and layout of this CPU array: what the CPU
+    /// lowerings and host reads use. An array on another device is never
+    /// copied over silently: that is a CPU path given a device array (a
+    /// lowering that `backend::lower` should have sent to the device), an
+    /// internal error; host reads copy first (`to_device(Device::Cpu)`).
     ///
     /// # Errors
-    /// If the array lives on a device it cannot be copied from.
+    /// If the array is not on the CPU.
     pub fn with_cpu<R>(&self, op: &str, f: impl FnOnce(&CpuBuffer, &Layout) -> R) -> Result<R> {
         if self.device() != Device::Cpu {
-            return self.to_device(Device::Cpu)?.with_cpu(op, f);
+            return Err(Error::internal(op, format!("a CPU path was given a {} array", self.device())));
         }
         let guard = self.read();
         Ok(f(guard.cpu(op)?, &self.layout))
@@ -284,7 +287,8 @@ impl Array {
                 &[self.dtype, T::DTYPE],
             ));
         }
-        let v = self.with_cpu("to_vec", |b, l| {
+        let host = self.to_device(Device::Cpu)?;
+        let v = host.with_cpu("to_vec", |b, l| {
             guard_alloc("to_vec", &l.shape, self.dtype, Device::Cpu, || {
                 xform_kernels::cpu::elementwise::to_contiguous(b.as_slice::<T>(), l, xform_kernels::cpu::Par::Seq)
             })
@@ -294,18 +298,18 @@ impl Array {
 
     /// A contiguous copy in fresh storage on the same device.
     pub fn contiguous_copy(&self) -> Result<Array> {
-        match self.device() {
-            Device::Cpu => {
-                let buf = self.with_cpu("copy", |b, l| {
-                    let par = xform_kernels::cpu::Par::for_work(l.numel(), 1);
-                    guard_alloc("copy", &l.shape, self.dtype, Device::Cpu, || {
-                        xform_kernels::match_buffer!(b, v => CpuBuffer::from_vec(xform_kernels::cpu::elementwise::to_contiguous(v, l, par)))
-                    })
-                })??;
-                Ok(Array::from_cpu(buf, self.layout.shape.clone()))
-            }
-            Device::Cuda(_) => crate::backend::cuda_contiguous_copy(self),
-        }
+        crate::backend::contiguous_copy(self)
+    }
+
+    /// [`Array::contiguous_copy`] of a CPU array.
+    pub(crate) fn cpu_contiguous_copy(&self) -> Result<Array> {
+        let buf = self.with_cpu("copy", |b, l| {
+            let par = xform_kernels::cpu::Par::for_work(l.numel(), 1);
+            guard_alloc("copy", &l.shape, self.dtype, Device::Cpu, || {
+                xform_kernels::match_buffer!(b, v => CpuBuffer::from_vec(xform_kernels::cpu::elementwise::to_contiguous(v, l, par)))
+            })
+        })??;
+        Ok(Array::from_cpu(buf, self.layout.shape.clone()))
     }
 
     /// This array if its layout is contiguous, else a contiguous copy.

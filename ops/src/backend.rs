@@ -1,72 +1,171 @@
-//! Device dispatch for the lowerings: CPU kernels live next to each
-//! primitive; the CUDA lowerings are reached through these functions. In a
-//! build without the `cuda` feature no array can live on a CUDA device, and
-//! each of these reports that CUDA support was not built.
+//! The backend seam: the one place that decides where a primitive runs.
 //!
-//! With the feature, each function runs the kernels of
-//! `xform_kernels::cuda`. Neither this file nor the kernels crate knows an
-//! op: the CUDA C of each elementwise op, reduction fold and ranking is
-//! written in its family file (`prims/<family>.rs`) beside the CPU kernel,
-//! and arrives here as a [`CudaExpr`], [`Fold`] or [`Ranking`].
+//! A primitive on CPU arrays runs its family's own lowering
+//! (`Family::lower`: the CPU kernels live beside each primitive's other
+//! rules). On any other device it runs the family's device lowering
+//! (`Family::lower_device`), which states the work in the device-neutral
+//! vocabulary of [`Backend`] (map, reduce, arg-reduce, cumsum, GEMM,
+//! convolution, gather and scatter, pad and concatenate, windows, random
+//! bits, copies, writes, fused kernels and transfers) and hands it to the
+//! device's backend, chosen by [`of`] here and nowhere else. Family files
+//! carry no device branches, and a CPU path given a device array is an
+//! internal error ([`Array::with_cpu`]), never a silent transfer.
+//!
+//! Neither this file nor the kernels crate knows an op: the CUDA C of each
+//! elementwise op, reduction fold and ranking is written in its family
+//! file (`prims/<family>.rs`) beside the CPU kernel, and arrives here as a
+//! [`CudaExpr`], [`Fold`] or [`Ranking`].
+//!
+//! Adding a backend (a third device, say) is an implementation of
+//! [`Backend`], a `Device` variant and its arm in [`of`]; several devices
+//! of one kind are one backend (the CUDA one reads each array's ordinal).
+//! In a build without the `cuda` feature no array can live on a CUDA
+//! device, and [`of`] reports that CUDA support was not built.
 
 use crate::array::{Array, Device};
 use crate::error::{Error, Result};
+use crate::interp::Outs;
+use crate::prim::Prim;
 use crate::prims::cuda_c::CudaExpr;
 use smallvec::SmallVec;
-use xform_kernels::cuda_source::{Fold, Ranking};
+use xform_kernels::conv_geom::ConvGeometry;
+use xform_kernels::cpu::indexing::GatherExtents;
+use xform_kernels::cpu::window::WindowGeom;
+use xform_kernels::cuda_source::{Fold, Kernel, Ranking};
 use xform_kernels::{DType, Shape};
 
-#[cfg(not(feature = "cuda"))]
-fn unavailable<T>(op: &str) -> Result<T> {
-    Err(Error::device(op, "CUDA support was not built: enable the `cuda` feature of xform"))
+/// The kernels of a device other than the CPU, in the vocabulary the
+/// families' device lowerings use. Every operand lives on the backend's
+/// device (the interpreter refuses mixed devices first); results are
+/// fresh arrays there. Shapes are the results' (the shape rules computed
+/// them); an op that has no kernel for a dtype is a dtype error.
+pub trait Backend: Sync {
+    /// Elementwise `out[i] = e(ins[0][i], ...)` over operands of one
+    /// logical shape (any layouts), in the compute type of the dtype;
+    /// `None`: the op has no form for this dtype.
+    fn map(&self, name: &str, e: Option<CudaExpr>, ins: &[&Array], out: DType) -> Result<Array>;
+    /// [`Backend::map`] on storage values (data movement, no widening).
+    fn map_raw(&self, name: &str, e: CudaExpr, ins: &[&Array], out: DType) -> Result<Array>;
+    /// `x` converted to `dtype`.
+    fn convert(&self, dtype: DType, x: &Array) -> Result<Array>;
+    /// `x` folded by `f` over `axes` (`None`: the dtype cannot be reduced).
+    fn reduce(&self, name: &str, f: Option<Fold>, axes: &[usize], x: &Array) -> Result<Array>;
+    /// The index of the first element ranked best by `r` along `axis`.
+    fn arg_reduce(&self, name: &str, r: Ranking, axis: usize, index_dtype: DType, x: &Array) -> Result<Array>;
+    /// Inclusive running fold along `axis`, from the end if `reverse`.
+    fn cumsum(&self, f: Option<Fold>, axis: usize, reverse: bool, x: &Array) -> Result<Array>;
+    /// Batched `a @ b` of `[bt, m, k]` and `[bt, k, n]` operands, shaped `shape`.
+    fn gemm(&self, a: &Array, b: &Array, shape: Shape) -> Result<Array>;
+    /// The convolution of operands in the canonical layouts of
+    /// `prims::conv` (batch-major result, shaped `shape`).
+    fn conv(&self, lhs: &Array, rhs: &Array, g: &ConvGeometry, shape: Shape) -> Result<Array>;
+    /// `x` gathered at `idx` (extents `e`), shaped `shape`.
+    fn gather(&self, x: &Array, idx: &Array, e: GatherExtents, shape: Shape) -> Result<Array>;
+    /// `x` plus `u` scattered at `idx` (extents `e`).
+    fn scatter_add(&self, x: &Array, idx: &Array, u: &Array, e: GatherExtents) -> Result<Array>;
+    /// `x` with `u` written at `start`.
+    fn dynamic_update_slice(&self, x: &Array, u: &Array, start: &[usize]) -> Result<Array>;
+    /// `x` padded with the scalar `v` (negative amounts crop).
+    fn pad(&self, x: &Array, v: &Array, low: &[i64], high: &[i64], interior: &[usize], shape: Shape) -> Result<Array>;
+    /// The operands joined along `axis`, shaped `shape`.
+    fn concatenate(&self, ins: &[&Array], axis: usize, shape: Shape) -> Result<Array>;
+    /// `x` folded by `f` over each window of `g`, shaped `shape`.
+    fn reduce_window(&self, name: &str, f: Fold, x: &Array, g: &WindowGeom, shape: Shape) -> Result<Array>;
+    /// `t` at each window's first maximum (`max`) or minimum of `x`.
+    fn select_and_gather(
+        &self,
+        name: &str,
+        max: bool,
+        t: &Array,
+        x: &Array,
+        g: &WindowGeom,
+        shape: Shape,
+    ) -> Result<Array>;
+    /// Zeros shaped like `x` plus each element of `ct` at its window's
+    /// first maximum (`max`) or minimum.
+    fn select_and_scatter(&self, name: &str, max: bool, ct: &Array, x: &Array, g: &WindowGeom) -> Result<Array>;
+    /// Threefry-2x32 of four u32 operands: two u32 results.
+    fn threefry(&self, ins: &[&Array]) -> Result<SmallVec<[Array; 2]>>;
+    /// A contiguous copy of `a` in fresh storage.
+    fn contiguous_copy(&self, a: &Array) -> Result<Array>;
+    /// `src`'s elements written into `dst`'s (through their layouts).
+    fn write(&self, dst: &Array, src: &Array) -> Result<()>;
+    /// A fused elementwise kernel (generated by jit for inputs of dtypes
+    /// `in_dtypes`) over `arrays` of logical shape `shape`: its outputs of
+    /// dtypes `outs`, contiguous.
+    fn fused(
+        &self,
+        kernel: &Kernel,
+        in_dtypes: &[DType],
+        arrays: &[&Array],
+        shape: &Shape,
+        outs: &[DType],
+    ) -> Result<Vec<Array>>;
+    /// `a` copied to the host.
+    fn download(&self, a: &Array) -> Result<Array>;
+    /// The host array `a` copied to `device` (one of this backend's).
+    fn upload(&self, a: &Array, device: Device) -> Result<Array>;
 }
 
-#[cfg(not(feature = "cuda"))]
-mod imp {
-    use super::*;
-    pub fn transfer(a: &Array, device: Device) -> Result<Array> {
-        let _ = a;
-        match device {
-            Device::Cpu => Ok(a.clone()),
-            Device::Cuda(_) => unavailable("to_device"),
+/// The backend of `device`: the one place that maps devices to backends.
+///
+/// # Errors
+/// The CPU (its kernels are the families' own lowerings: asking for its
+/// backend is a bug), or a device whose support was not built.
+pub fn of(device: Device) -> Result<&'static dyn Backend> {
+    match device {
+        Device::Cpu => Err(Error::internal("backend", "the CPU runs the families' own lowerings, not a backend")),
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => Ok(&cuda::CUDA),
+        #[cfg(not(feature = "cuda"))]
+        Device::Cuda(_) => {
+            Err(Error::device("to_device", "CUDA support was not built: enable the `cuda` feature of xform"))
         }
     }
-    pub fn cuda_contiguous_copy(_: &Array) -> Result<Array> {
-        unavailable("copy")
-    }
-    pub fn cuda_map(name: &str, _: Option<CudaExpr>, _: &[&Array], _: DType) -> Result<Array> {
-        unavailable(name)
-    }
-    pub fn cuda_map_raw(name: &str, _: CudaExpr, _: &[&Array], _: DType) -> Result<Array> {
-        unavailable(name)
-    }
-    pub fn cuda_convert(_: DType, _: &Array) -> Result<Array> {
-        unavailable("convert_element_type")
-    }
-    pub fn cuda_reduce(name: &str, _: Option<Fold>, _: &[usize], _: &Array) -> Result<Array> {
-        unavailable(name)
-    }
-    pub fn cuda_arg_reduce(name: &str, _: Ranking, _: usize, _: DType, _: &Array) -> Result<Array> {
-        unavailable(name)
-    }
-    pub fn cuda_cumsum(_: Option<Fold>, _: usize, _: bool, _: &Array) -> Result<Array> {
-        unavailable("cumsum")
-    }
-    pub fn cuda_gemm(_: &Array, _: &Array, _: Shape) -> Result<Array> {
-        unavailable("dot_general")
-    }
-    pub fn cuda_write(_: &Array, _: &Array) -> Result<()> {
-        unavailable("copy_")
-    }
-    pub fn cuda_threefry(_: &[&Array]) -> Result<SmallVec<[Array; 2]>> {
-        unavailable("threefry2x32")
+}
+
+/// Runs `prim` on `ins` (checked by its shape rule): its CPU lowering on
+/// CPU arrays (and where there are no operands: such a primitive places
+/// its result itself), its device lowering through the operands' backend
+/// otherwise.
+pub(crate) fn lower(prim: &Prim, ins: &[&Array]) -> Result<Outs> {
+    match ins.first().map(|a| a.device()) {
+        None | Some(Device::Cpu) => crate::prim::lower_cpu(prim, ins),
+        Some(d) => crate::prim::lower_device(prim, ins, of(d)?),
     }
 }
 
-pub(crate) use imp::*;
+/// A contiguous copy of `a` in fresh storage on its device.
+pub(crate) fn contiguous_copy(a: &Array) -> Result<Array> {
+    match a.device() {
+        Device::Cpu => a.cpu_contiguous_copy(),
+        d => of(d)?.contiguous_copy(a),
+    }
+}
 
+/// `src`'s elements written into `dst`'s (checked: same shape, dtype and
+/// device, no overlap).
+pub(crate) fn write(op: &str, dst: &Array, src: &Array) -> Result<()> {
+    match dst.device() {
+        Device::Cpu => crate::mutation::write_cpu(op, dst, src),
+        d => of(d)?.write(dst, src),
+    }
+}
+
+/// `a` on `device`: through the host where neither end is the CPU.
+pub(crate) fn transfer(a: &Array, device: Device) -> Result<Array> {
+    match (a.device(), device) {
+        (from, to) if from == to => Ok(a.clone()),
+        (Device::Cpu, to) => of(to)?.upload(a, to),
+        (from, Device::Cpu) => of(from)?.download(a),
+        (from, to) => of(to)?.upload(&of(from)?.download(a)?, to),
+    }
+}
+
+/// The CUDA backend: the kernels of `xform_kernels::cuda` on each array's
+/// device (its ordinal).
 #[cfg(feature = "cuda")]
-mod imp {
+mod cuda {
     use super::*;
     use crate::array::Buffer;
     use crate::error::ErrorKind;
@@ -74,6 +173,9 @@ mod imp {
     use xform_kernels::cpu::reduce::reduced_shape;
     use xform_kernels::cuda::{exec, CudaBuffer, CudaError, MapOp};
     use xform_kernels::{CpuBuffer, Layout};
+
+    pub(super) struct Cuda;
+    pub(super) static CUDA: Cuda = Cuda;
 
     // ---- plumbing -----------------------------------------------------------
 
@@ -126,78 +228,9 @@ mod imp {
         f(&ins).map_err(|e| cuda_err(op, e))
     }
 
-    fn map_array(name: &str, m: &MapOp, arrays: &[&Array], out: DType) -> Result<Array> {
-        let buf = with_bufs(name, arrays, |ins| exec::map(m, ins, out))?;
-        Ok(wrap(buf, arrays[0].shape().clone(), out, ordinal(arrays[0])))
-    }
-
-    // ---- the lowerings ------------------------------------------------------
-
-    pub fn transfer(a: &Array, device: Device) -> Result<Array> {
-        match (a.device(), device) {
-            (from, to) if from == to => Ok(a.clone()),
-            (Device::Cpu, Device::Cuda(o)) => {
-                let host = a.with_cpu("to_device", |b, l| {
-                    xform_kernels::match_buffer!(b, v => CpuBuffer::from_vec(
-                        xform_kernels::cpu::elementwise::to_contiguous(v, l, xform_kernels::cpu::Par::Seq)))
-                })?;
-                let buf = CudaBuffer::upload(o, &host).map_err(|e| cuda_err("to_device", e))?;
-                Ok(wrap(buf, a.shape().clone(), a.dtype, o))
-            }
-            (Device::Cuda(_), Device::Cpu) => {
-                let host = with_bufs("to_device", &[a], |ins| exec::download(ins[0].0, ins[0].1))?;
-                Ok(Array::from_cpu(host, a.shape().clone()))
-            }
-            (Device::Cuda(_), Device::Cuda(_)) => transfer(&transfer(a, Device::Cpu)?, device),
-            (Device::Cpu, Device::Cpu) => Ok(a.clone()),
-        }
-    }
-
-    pub fn cuda_contiguous_copy(a: &Array) -> Result<Array> {
-        let buf = with_bufs("copy", &[a], |ins| exec::to_contiguous(ins[0].0, ins[0].1))?;
-        Ok(wrap(buf, a.shape().clone(), a.dtype, ordinal(a)))
-    }
-
-    /// Runs an elementwise op's CUDA form; `None` (the op has none for
-    /// this dtype, which the shape rule refuses first) is a dtype error.
-    pub fn cuda_map(name: &str, e: Option<CudaExpr>, arrays: &[&Array], out: DType) -> Result<Array> {
-        let e = e.ok_or_else(|| Error::dtype(name, "has no CUDA kernel for this dtype", &[arrays[0].dtype]))?;
-        map_array(name, &e.map_op(name, false), arrays, out)
-    }
-
-    /// [`cuda_map`] on storage values (data movement, no widening).
-    pub fn cuda_map_raw(name: &str, e: CudaExpr, arrays: &[&Array], out: DType) -> Result<Array> {
-        map_array(name, &e.map_op(name, true), arrays, out)
-    }
-
-    pub fn cuda_convert(dtype: DType, x: &Array) -> Result<Array> {
-        let buf = with_bufs("convert_element_type", &[x], |ins| exec::convert(ins[0].0, ins[0].1, dtype))?;
-        Ok(wrap(buf, x.shape().clone(), dtype, ordinal(x)))
-    }
-
-    pub fn cuda_reduce(name: &str, f: Option<Fold>, axes: &[usize], x: &Array) -> Result<Array> {
-        let f = f.ok_or_else(|| Error::dtype(name, "cannot reduce bool values; convert them first", &[x.dtype]))?;
-        let buf = with_bufs(name, &[x], |ins| exec::reduce(&f, ins[0].0, ins[0].1, axes, x.dtype))?;
-        Ok(wrap(buf, reduced_shape(x.shape(), axes), x.dtype, ordinal(x)))
-    }
-
-    pub fn cuda_arg_reduce(name: &str, r: Ranking, axis: usize, index_dtype: DType, x: &Array) -> Result<Array> {
-        let buf = with_bufs(name, &[x], |ins| exec::arg_reduce(&r, ins[0].0, ins[0].1, axis, index_dtype))?;
-        Ok(wrap(buf, reduced_shape(x.shape(), &[axis]), index_dtype, ordinal(x)))
-    }
-
-    pub fn cuda_cumsum(f: Option<Fold>, axis: usize, reverse: bool, x: &Array) -> Result<Array> {
-        let f = f.ok_or_else(|| Error::dtype("cumsum", "cannot sum bool values; convert them first", &[x.dtype]))?;
-        let buf = with_bufs("cumsum", &[x], |ins| exec::cumulative(&f, ins[0].0, ins[0].1, axis, reverse, x.dtype))?;
-        Ok(wrap(buf, x.shape().clone(), x.dtype, ordinal(x)))
-    }
-
     /// Runs a launch of the kernels crate on the operands' CUDA buffers and
-    /// makes its result an array of `shape` and `dtype` on their device:
-    /// how a family lowers to a CUDA kernel of its own without a function
-    /// here (its call sits under `#[cfg(feature = "cuda")]`; without the
-    /// feature no array lives on a CUDA device).
-    pub fn cuda_launch(
+    /// makes its result an array of `shape` and `dtype` on their device.
+    fn launch(
         op: &str,
         arrays: &[&Array],
         shape: Shape,
@@ -208,37 +241,196 @@ mod imp {
         Ok(wrap(buf, shape, dtype, ordinal(arrays[0])))
     }
 
-    pub fn cuda_gemm(a: &Array, b: &Array, shape: Shape) -> Result<Array> {
-        let buf = with_bufs("dot_general", &[a, b], |ins| exec::gemm(ins[0].0, ins[0].1, ins[1].0, ins[1].1))?;
-        Ok(wrap(buf, shape, a.dtype, ordinal(a)))
+    fn map_array(name: &str, m: &MapOp, arrays: &[&Array], out: DType) -> Result<Array> {
+        launch(name, arrays, arrays[0].shape().clone(), out, |ins| exec::map(m, ins, out))
     }
 
-    pub fn cuda_write(dst: &Array, src: &Array) -> Result<()> {
-        let (gs, mut gd) = Array::read_and_write(src, dst);
-        let s = cuda_buf("copy_", &gs)?;
-        let d = match &mut *gd {
-            Buffer::Cuda(b) => b,
-            Buffer::Cpu(_) => return Err(Error::device("copy_", "expected a CUDA array, found a CPU one")),
-        };
-        exec::write_strided(d, &dst.layout, s, &src.layout).map_err(|e| cuda_err("copy_", e))
+    // ---- the kernels --------------------------------------------------------
+
+    impl Backend for Cuda {
+        fn map(&self, name: &str, e: Option<CudaExpr>, ins: &[&Array], out: DType) -> Result<Array> {
+            let e = e.ok_or_else(|| Error::dtype(name, "has no CUDA kernel for this dtype", &[ins[0].dtype]))?;
+            map_array(name, &e.map_op(name, false), ins, out)
+        }
+
+        fn map_raw(&self, name: &str, e: CudaExpr, ins: &[&Array], out: DType) -> Result<Array> {
+            map_array(name, &e.map_op(name, true), ins, out)
+        }
+
+        fn convert(&self, dtype: DType, x: &Array) -> Result<Array> {
+            launch("convert_element_type", &[x], x.shape().clone(), dtype, |ins| {
+                exec::convert(ins[0].0, ins[0].1, dtype)
+            })
+        }
+
+        fn reduce(&self, name: &str, f: Option<Fold>, axes: &[usize], x: &Array) -> Result<Array> {
+            let f = f.ok_or_else(|| Error::dtype(name, "cannot reduce bool values; convert them first", &[x.dtype]))?;
+            launch(name, &[x], reduced_shape(x.shape(), axes), x.dtype, |ins| {
+                exec::reduce(&f, ins[0].0, ins[0].1, axes, x.dtype)
+            })
+        }
+
+        fn arg_reduce(&self, name: &str, r: Ranking, axis: usize, index_dtype: DType, x: &Array) -> Result<Array> {
+            launch(name, &[x], reduced_shape(x.shape(), &[axis]), index_dtype, |ins| {
+                exec::arg_reduce(&r, ins[0].0, ins[0].1, axis, index_dtype)
+            })
+        }
+
+        fn cumsum(&self, f: Option<Fold>, axis: usize, reverse: bool, x: &Array) -> Result<Array> {
+            let f =
+                f.ok_or_else(|| Error::dtype("cumsum", "cannot sum bool values; convert them first", &[x.dtype]))?;
+            launch("cumsum", &[x], x.shape().clone(), x.dtype, |ins| {
+                exec::cumulative(&f, ins[0].0, ins[0].1, axis, reverse, x.dtype)
+            })
+        }
+
+        fn gemm(&self, a: &Array, b: &Array, shape: Shape) -> Result<Array> {
+            launch("dot_general", &[a, b], shape, a.dtype, |ins| exec::gemm(ins[0].0, ins[0].1, ins[1].0, ins[1].1))
+        }
+
+        fn conv(&self, lhs: &Array, rhs: &Array, g: &ConvGeometry, shape: Shape) -> Result<Array> {
+            launch("conv_general_dilated", &[lhs, rhs], shape, lhs.dtype, |b| {
+                xform_kernels::cuda::exec::conv_forward_layouts(b[0].0, b[0].1, b[1].0, b[1].1, g, lhs.dtype)
+            })
+        }
+
+        fn gather(&self, x: &Array, idx: &Array, e: GatherExtents, shape: Shape) -> Result<Array> {
+            launch("gather", &[x, idx], shape, x.dtype, |b| exec::gather(b[0].0, b[0].1, b[1].0, b[1].1, e))
+        }
+
+        fn scatter_add(&self, x: &Array, idx: &Array, u: &Array, e: GatherExtents) -> Result<Array> {
+            launch("scatter_add", &[x, idx, u], x.shape().clone(), x.dtype, |b| {
+                exec::scatter_add(b[0].0, b[0].1, b[1].0, b[1].1, b[2].0, b[2].1, e)
+            })
+        }
+
+        fn dynamic_update_slice(&self, x: &Array, u: &Array, start: &[usize]) -> Result<Array> {
+            launch("dynamic_update_slice", &[x, u], x.shape().clone(), x.dtype, |b| {
+                exec::dynamic_update_slice(b[0].0, b[0].1, b[1].0, b[1].1, start)
+            })
+        }
+
+        fn pad(
+            &self,
+            x: &Array,
+            v: &Array,
+            low: &[i64],
+            high: &[i64],
+            interior: &[usize],
+            shape: Shape,
+        ) -> Result<Array> {
+            launch("pad", &[x, v], shape, x.dtype, |b| exec::pad(b[0].0, b[0].1, b[1].0, b[1].1, low, high, interior))
+        }
+
+        fn concatenate(&self, ins: &[&Array], axis: usize, shape: Shape) -> Result<Array> {
+            launch("concatenate", ins, shape.clone(), ins[0].dtype, |parts| exec::concatenate(parts, axis, &shape))
+        }
+
+        fn reduce_window(&self, name: &str, f: Fold, x: &Array, g: &WindowGeom, shape: Shape) -> Result<Array> {
+            launch(name, &[x], shape, x.dtype, |b| exec::reduce_window(&f, b[0].0, b[0].1, g))
+        }
+
+        fn select_and_gather(
+            &self,
+            name: &str,
+            max: bool,
+            t: &Array,
+            x: &Array,
+            g: &WindowGeom,
+            shape: Shape,
+        ) -> Result<Array> {
+            launch(name, &[t, x], shape, x.dtype, |b| exec::select_and_gather(max, b[0].0, b[0].1, b[1].0, b[1].1, g))
+        }
+
+        fn select_and_scatter(&self, name: &str, max: bool, ct: &Array, x: &Array, g: &WindowGeom) -> Result<Array> {
+            launch(name, &[ct, x], x.shape().clone(), x.dtype, |b| {
+                exec::select_and_scatter(max, b[0].0, b[0].1, b[1].0, b[1].1, g)
+            })
+        }
+
+        fn threefry(&self, ins: &[&Array]) -> Result<SmallVec<[Array; 2]>> {
+            let (y0, y1) = with_bufs("threefry2x32", ins, |b| exec::threefry([b[0], b[1], b[2], b[3]]))?;
+            let (shape, o) = (ins[0].shape().clone(), ordinal(ins[0]));
+            Ok(smallvec::smallvec![wrap(y0, shape.clone(), DType::U32, o), wrap(y1, shape, DType::U32, o)])
+        }
+
+        fn contiguous_copy(&self, a: &Array) -> Result<Array> {
+            launch("copy", &[a], a.shape().clone(), a.dtype, |ins| exec::to_contiguous(ins[0].0, ins[0].1))
+        }
+
+        fn write(&self, dst: &Array, src: &Array) -> Result<()> {
+            let (gs, mut gd) = Array::read_and_write(src, dst);
+            let s = cuda_buf("copy_", &gs)?;
+            let d = match &mut *gd {
+                Buffer::Cuda(b) => b,
+                Buffer::Cpu(_) => return Err(Error::device("copy_", "expected a CUDA array, found a CPU one")),
+            };
+            exec::write_strided(d, &dst.layout, s, &src.layout).map_err(|e| cuda_err("copy_", e))
+        }
+
+        fn fused(
+            &self,
+            kernel: &Kernel,
+            in_dtypes: &[DType],
+            arrays: &[&Array],
+            shape: &Shape,
+            outs: &[DType],
+        ) -> Result<Vec<Array>> {
+            let bufs = with_bufs("fused", arrays, |ins| exec::fused(kernel, in_dtypes, ins, shape, outs))?;
+            let o = ordinal(arrays[0]);
+            Ok(bufs.into_iter().zip(outs).map(|(b, &d)| wrap(b, shape.clone(), d, o)).collect())
+        }
+
+        fn download(&self, a: &Array) -> Result<Array> {
+            let host = with_bufs("to_device", &[a], |ins| exec::download(ins[0].0, ins[0].1))?;
+            Ok(Array::from_cpu(host, a.shape().clone()))
+        }
+
+        fn upload(&self, a: &Array, device: Device) -> Result<Array> {
+            let Device::Cuda(o) = device else {
+                return Err(Error::internal("to_device", format!("the CUDA backend asked to upload to {device}")));
+            };
+            let host = a.with_cpu("to_device", |b, l| {
+                xform_kernels::match_buffer!(b, v => CpuBuffer::from_vec(
+                    xform_kernels::cpu::elementwise::to_contiguous(v, l, xform_kernels::cpu::Par::Seq)))
+            })?;
+            let buf = CudaBuffer::upload(o, &host).map_err(|e| cuda_err("to_device", e))?;
+            Ok(wrap(buf, a.shape().clone(), a.dtype, o))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::array::Buffer;
+    use crate::prim::UnaryOp;
+    use xform_kernels::CpuBuffer;
+
+    /// An array that claims to live on cuda:0 (its elements are host
+    /// memory, which no path below may read as if it were on the CPU).
+    fn on_device() -> Array {
+        Array::from_buffer(Buffer::Cpu(CpuBuffer::F32(vec![1.0, 2.0])), Shape::from([2]), DType::F32, Device::Cuda(0))
     }
 
-    /// Runs a fused elementwise kernel (`prims::jit::run_fused_cuda`).
-    pub fn cuda_fused(
-        kernel: &xform_kernels::cuda_source::Kernel,
-        in_dtypes: &[DType],
-        arrays: &[&Array],
-        shape: &Shape,
-        outs: &[DType],
-    ) -> Result<Vec<Array>> {
-        let bufs = with_bufs("fused", arrays, |ins| exec::fused(kernel, in_dtypes, ins, shape, outs))?;
-        let o = ordinal(arrays[0]);
-        Ok(bufs.into_iter().zip(outs).map(|(b, &d)| wrap(b, shape.clone(), d, o)).collect())
+    #[test]
+    fn a_cpu_path_given_a_device_array_is_an_internal_error() {
+        let e = on_device().with_cpu("probe", |b, _| b.len()).unwrap_err();
+        assert!(e.to_string().contains("internal error") && e.to_string().contains("cuda:0"), "{e}");
+        assert!(of(Device::Cpu).is_err(), "the CPU has no backend: its kernels are the families'");
     }
 
-    pub fn cuda_threefry(ins: &[&Array]) -> Result<SmallVec<[Array; 2]>> {
-        let (y0, y1) = with_bufs("threefry2x32", ins, |b| exec::threefry([b[0], b[1], b[2], b[3]]))?;
-        let (shape, o) = (ins[0].shape().clone(), ordinal(ins[0]));
-        Ok(smallvec::smallvec![wrap(y0, shape.clone(), DType::U32, o), wrap(y1, shape, DType::U32, o)])
+    #[test]
+    fn a_primitive_on_a_device_array_goes_to_the_device_backend() {
+        let x = on_device();
+        let r = lower(&Prim::Unary(UnaryOp::Exp), &[&x]);
+        // never the CPU kernel on the host copy: the device's backend runs
+        // it, or (without the feature) says its support was not built
+        match r {
+            Err(e) if cfg!(not(feature = "cuda")) => assert!(e.to_string().contains("cuda"), "{e}"),
+            Err(_) => {} // with the feature and no GPU: the device is missing
+            Ok(_) => panic!("a fake device array was computed on"),
+        }
+        assert!(contiguous_copy(&x).is_err() && write("copy_", &x, &x.clone()).is_err());
     }
 }

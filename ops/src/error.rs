@@ -196,6 +196,14 @@ impl Error {
         Error::new(op, ErrorKind::Device { message: message.into() })
     }
 
+    /// A broken invariant of xform itself (a bug to report), such as a CPU
+    /// path given an array on another device: a device error whose message
+    /// says so, never a panic and never a silent transfer.
+    #[cold]
+    pub fn internal(op: impl Into<String>, message: impl Into<String>) -> Error {
+        Error::new(op, ErrorKind::Device { message: format!("internal error (please report it): {}", message.into()) })
+    }
+
     /// An overflow error.
     #[cold]
     pub fn overflow(op: impl Into<String>, message: impl Into<String>) -> Error {

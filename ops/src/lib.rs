@@ -9,7 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod array;
-mod backend;
+pub mod backend;
 mod counted;
 mod display;
 pub mod error;

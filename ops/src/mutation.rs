@@ -107,10 +107,12 @@ pub(crate) fn write_array(op: &str, dst: &crate::Array, src: &crate::Array) -> c
             format!("cannot write a {} tensor into a {} tensor", src.device(), dst.device()),
         ));
     }
-    if let crate::Device::Cuda(_) = dst.device() {
-        return crate::backend::cuda_write(dst, &src);
-    }
-    let (guard_src, mut guard_dst) = crate::Array::read_and_write(&src, dst);
+    crate::backend::write(op, dst, &src)
+}
+
+/// [`write_array`]'s CPU write (same shape, dtype and device checked).
+pub(crate) fn write_cpu(op: &str, dst: &crate::Array, src: &crate::Array) -> crate::Result<()> {
+    let (guard_src, mut guard_dst) = crate::Array::read_and_write(src, dst);
     let s = guard_src.cpu(op)?;
     let d = guard_dst.cpu_mut(op)?;
     xform_kernels::match_buffer!(d, dv => {

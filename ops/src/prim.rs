@@ -178,9 +178,21 @@ macro_rules! families {
             match prim { $( Prim::$variant(p) => p.shape_rule(ins), )* }
         }
 
-        /// Runs the kernels (operands already checked by [`shape_rule`]).
+        /// Runs the kernels (operands already checked by [`shape_rule`]) on
+        /// the operands' device (`backend::lower` chooses).
         pub fn lower(prim: &Prim, ins: &[&Array]) -> Result<Outs> {
+            crate::backend::lower(prim, ins)
+        }
+
+        /// The family's CPU lowering (every operand on the CPU).
+        pub(crate) fn lower_cpu(prim: &Prim, ins: &[&Array]) -> Result<Outs> {
             match prim { $( Prim::$variant(p) => p.lower(ins), )* }
+        }
+
+        /// The family's device lowering through `backend` (every operand on
+        /// its device).
+        pub(crate) fn lower_device(prim: &Prim, ins: &[&Array], backend: &dyn crate::backend::Backend) -> Result<Outs> {
+            match prim { $( Prim::$variant(p) => p.lower_device(ins, backend), )* }
         }
 
         /// Forward-mode rule: outputs and their tangents, given the primals

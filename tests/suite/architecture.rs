@@ -164,3 +164,39 @@ fn crates_depend_only_downward() {
         ["xform-ops"]
     );
 }
+
+/// Whether `line` branches on a device: the backend seam (ops/src/backend.rs)
+/// is the one place that chooses where a primitive runs.
+fn branches_on_device(line: &str) -> bool {
+    let code = line.split("//").next().unwrap_or("");
+    ["Device::Cuda", "device() == Device", "device() != Device", "Device::Cpu =>", "if let Device::"]
+        .iter()
+        .any(|p| code.contains(p))
+}
+
+#[test]
+fn families_carry_no_device_branches() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    rust_files(&root.join("ops/src/prims"), &mut files);
+    rust_files(&root.join("ops/src/methods"), &mut files);
+    files.push(root.join("ops/src/mutation.rs"));
+    files.push(root.join("ops/src/lax.rs"));
+    let mut offenders = Vec::new();
+    for path in &files {
+        let text = std::fs::read_to_string(path).expect("a readable source");
+        for (n, line) in non_test_code(&text).lines().enumerate() {
+            if branches_on_device(line) {
+                offenders.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "these lines choose a device outside the backend seam; state the work in `Backend`'s kernels \
+         (Family::lower_device) instead:\n{}",
+        offenders.join("\n")
+    );
+    assert!(branches_on_device("    if let Device::Cuda(_) = x.device() {"));
+    assert!(!branches_on_device("let z = lax::full(&s, 0.0, t.dtype(), t.device())?;"));
+}

@@ -8,7 +8,7 @@ use super::jit::{self, Blame, JitProps, RowQuery, RowRule};
 use super::jit::{Tile, TileMut};
 use super::sample::{numeric, Case, Dom, Sample, FLOATS};
 use super::{check_arity, check_same_dtypes, check_same_shapes, Family, OnesTranspose, Props};
-use crate::array::{Array, Device};
+use crate::array::Array;
 use crate::error::{Error, Result};
 use crate::interp::{bind1, Outs};
 use crate::lax;
@@ -376,9 +376,6 @@ int_binary!(i64);
 int_binary!(u32);
 
 fn lower_binary(op: BinaryOp, a: &Array, b: &Array) -> Result<Array> {
-    if let Device::Cuda(_) = a.device() {
-        return crate::backend::cuda_map(op.name(), cuda_expr(op, a.dtype), &[a, b], a.dtype);
-    }
     let ga = a.read();
     let gb = b.read();
     let (ba, bb) = (ga.cpu(op.name())?, gb.cpu(op.name())?);
@@ -615,6 +612,10 @@ impl Family for BinaryOp {
 
     fn lower(&self, ins: &[&Array]) -> Result<Outs> {
         super::one(lower_binary(*self, ins[0], ins[1]))
+    }
+
+    fn lower_device(&self, ins: &[&Array], backend: &dyn crate::backend::Backend) -> Result<Outs> {
+        super::one(backend.map(self.name(), cuda_expr(*self, ins[0].dtype), &ins[..2], ins[0].dtype))
     }
 
     fn jvp(&self, _prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {

@@ -7,7 +7,7 @@ use super::jit::{self, Blame, JitProps, RowQuery, RowRule};
 use super::jit::{Tile, TileMut};
 use super::sample::{numeric, Case, Dom, Sample};
 use super::{check_arity, check_same_dtypes, check_same_shapes, Family, Props};
-use crate::array::{Array, Device};
+use crate::array::Array;
 use crate::error::Result;
 use crate::interp::Outs;
 use crate::prim::{Avals, BDims, Cotangents, LinearArg, Prim, Tangents};
@@ -77,9 +77,6 @@ fn check_compare(op: CompareOp, ins: &[AvalRef<'_>]) -> Result<()> {
 }
 
 fn lower_compare(op: CompareOp, a: &Array, b: &Array) -> Result<Array> {
-    if let Device::Cuda(_) = a.device() {
-        return crate::backend::cuda_map(op.name(), Some(op.cuda_expr()), &[a, b], DType::Bool);
-    }
     let ga = a.read();
     let gb = b.read();
     let (ba, bb) = (ga.cpu(op.name())?, gb.cpu(op.name())?);
@@ -131,6 +128,10 @@ impl Family for CompareOp {
 
     fn lower(&self, ins: &[&Array]) -> Result<Outs> {
         super::one(lower_compare(*self, ins[0], ins[1]))
+    }
+
+    fn lower_device(&self, ins: &[&Array], backend: &dyn crate::backend::Backend) -> Result<Outs> {
+        super::one(backend.map(self.name(), Some(self.cuda_expr()), &ins[..2], DType::Bool))
     }
 
     fn jvp(&self, prim: &Prim, primals: &[Tensor], _: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {

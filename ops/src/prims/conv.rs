@@ -24,7 +24,7 @@
 
 mod lower;
 
-use lower::lower_conv;
+use lower::{lower_conv, lower_conv_device};
 
 use super::factor::{Factor, FactorRows};
 use super::jit::{self, Blame, JitProps, RowQuery, RowRule};
@@ -664,6 +664,12 @@ impl Family for ConvOp {
     fn lower(&self, ins: &[&Array]) -> Result<Outs> {
         match self {
             ConvOp::ConvGeneralDilated(p) => super::one(lower_conv(p, ins[0], ins[1])),
+        }
+    }
+
+    fn lower_device(&self, ins: &[&Array], backend: &dyn crate::backend::Backend) -> Result<Outs> {
+        match self {
+            ConvOp::ConvGeneralDilated(p) => super::one(lower_conv_device(p, ins[0], ins[1], backend)),
         }
     }
 

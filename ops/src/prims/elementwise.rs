@@ -7,7 +7,7 @@ use super::cuda_c::CudaExpr;
 use super::jit::{self, Blame, JitProps, RowFusion, RowQuery, RowRule, Tile, TileMut};
 use super::sample::{every_dtype, generic_dom, numeric, Case, Dom, Sample};
 use super::{check_arity, check_same_dtypes, check_same_shapes, Family, Props, ViewKind};
-use crate::array::{Array, Device};
+use crate::array::Array;
 use crate::error::{Error, Result};
 use crate::interp::{bind1, Outs};
 use crate::lax;
@@ -46,11 +46,8 @@ fn convert_vec<S: Element, D: Element>(v: &[S], l: &Layout) -> Vec<D> {
     }
 }
 
-/// Converts `x` to `dtype` (the CPU kernel, or the CUDA one).
+/// Converts the CPU array `x` to `dtype`.
 pub(crate) fn lower_convert(dtype: DType, x: &Array) -> Result<Array> {
-    if let Device::Cuda(_) = x.device() {
-        return crate::backend::cuda_convert(dtype, x);
-    }
     let out = x.with_cpu("convert_element_type", |b, l| {
         xform_kernels::with_dtype!(dtype, D => match_buffer!(b, v => CpuBuffer::from_vec(convert_vec::<_, D>(v, l))))
     })?;
@@ -85,9 +82,6 @@ fn select_cuda() -> CudaExpr {
 }
 
 fn lower_select(p: &Array, a: &Array, b: &Array) -> Result<Array> {
-    if let Device::Cuda(_) = a.device() {
-        return crate::backend::cuda_map_raw("select", select_cuda(), &[p, a, b], a.dtype);
-    }
     let gp = p.read();
     let ga = a.read();
     let gb = b.read();
@@ -202,6 +196,15 @@ impl Family for ElementwiseOp {
             ElementwiseOp::Convert(d) => lower_convert(*d, ins[0]),
             ElementwiseOp::Select => lower_select(ins[0], ins[1], ins[2]),
             ElementwiseOp::Copy => ins[0].contiguous_copy(),
+            ElementwiseOp::StopGradient => Ok(ins[0].clone()),
+        })
+    }
+
+    fn lower_device(&self, ins: &[&Array], backend: &dyn crate::backend::Backend) -> Result<Outs> {
+        super::one(match self {
+            ElementwiseOp::Convert(d) => backend.convert(*d, ins[0]),
+            ElementwiseOp::Select => backend.map_raw("select", select_cuda(), &ins[..3], ins[1].dtype),
+            ElementwiseOp::Copy => backend.contiguous_copy(ins[0]),
             ElementwiseOp::StopGradient => Ok(ins[0].clone()),
         })
     }

@@ -175,12 +175,6 @@ fn lower_dynamic_slice(sizes: &[usize], ins: &[&Array]) -> Result<Array> {
 fn lower_dynamic_update_slice(ins: &[&Array]) -> Result<Array> {
     let (x, u) = (ins[0], ins[1]);
     let start = resolved_starts(x.shape(), u.shape(), &ins[2..])?;
-    #[cfg(feature = "cuda")]
-    if let Device::Cuda(_) = x.device() {
-        return crate::backend::cuda_launch("dynamic_update_slice", &[x, u], x.shape().clone(), x.dtype, |b| {
-            xform_kernels::cuda::exec::dynamic_update_slice(b[0].0, b[0].1, b[1].0, b[1].1, &start)
-        });
-    }
     let gu = u.read();
     let bu = gu.cpu("dynamic_update_slice")?;
     let out = x.with_cpu("dynamic_update_slice", |b, l| {
@@ -216,13 +210,6 @@ fn index_error(op: &str, e: k::IndexOutOfRange) -> Error {
 
 fn lower_gather(axis: usize, batch_dims: usize, x: &Array, idx: &Array) -> Result<Array> {
     let e = gather_extents(x.shape(), idx.shape(), axis, batch_dims);
-    #[cfg(feature = "cuda")]
-    if let Device::Cuda(_) = x.device() {
-        let shape = gather_shape("gather", &x.aval_ref(), &idx.aval_ref(), axis, batch_dims)?;
-        return crate::backend::cuda_launch("gather", &[x, idx], shape, x.dtype, |b| {
-            xform_kernels::cuda::exec::gather(b[0].0, b[0].1, b[1].0, b[1].1, e)
-        });
-    }
     let iv = indices_i64(idx)?;
     let xc = x.contiguous()?;
     let out = xc.with_cpu("gather", |b, l| {
@@ -249,12 +236,6 @@ fn lower_scatter_add(axis: usize, batch_dims: usize, x: &Array, idx: &Array, u: 
         return super::elementwise::lower_convert(x.dtype, &out);
     }
     let e = gather_extents(x.shape(), idx.shape(), axis, batch_dims);
-    #[cfg(feature = "cuda")]
-    if let Device::Cuda(_) = x.device() {
-        return crate::backend::cuda_launch("scatter_add", &[x, idx, u], x.shape().clone(), x.dtype, |b| {
-            xform_kernels::cuda::exec::scatter_add(b[0].0, b[0].1, b[1].0, b[1].1, b[2].0, b[2].1, e)
-        });
-    }
     let iv = indices_i64(idx)?;
     let xc = x.contiguous_copy()?;
     let uc = u.contiguous()?;
@@ -583,6 +564,39 @@ impl Family for IndexOp {
             IndexOp::DynamicUpdateSlice => lower_dynamic_update_slice(ins),
             IndexOp::Gather { axis, batch_dims } => lower_gather(*axis, *batch_dims, ins[0], ins[1]),
             IndexOp::ScatterAdd { axis, batch_dims } => lower_scatter_add(*axis, *batch_dims, ins[0], ins[1], ins[2]),
+        })
+    }
+
+    fn lower_device(&self, ins: &[&Array], backend: &dyn crate::backend::Backend) -> Result<Outs> {
+        let (x, idx) = (ins[0], ins.get(1).copied());
+        super::one(match self {
+            // a view of `x` at starts read from the host, copied on its device
+            IndexOp::DynamicSlice { sizes } => lower_dynamic_slice(sizes, ins),
+            IndexOp::DynamicUpdateSlice => {
+                let u = ins[1];
+                backend.dynamic_update_slice(x, u, &resolved_starts(x.shape(), u.shape(), &ins[2..])?)
+            }
+            IndexOp::Gather { axis, batch_dims } => {
+                let idx = idx.expect("checked arity");
+                let shape = gather_shape("gather", &x.aval_ref(), &idx.aval_ref(), *axis, *batch_dims)?;
+                backend.gather(x, idx, gather_extents(x.shape(), idx.shape(), *axis, *batch_dims), shape)
+            }
+            IndexOp::ScatterAdd { axis, batch_dims } => {
+                let (idx, u) = (ins[1], ins[2]);
+                let e = gather_extents(x.shape(), idx.shape(), *axis, *batch_dims);
+                if matches!(x.dtype, DType::F16 | DType::BF16) {
+                    // Accumulate in f32 and round once, as the half types compute.
+                    let out = backend.scatter_add(
+                        &backend.convert(DType::F32, x)?,
+                        idx,
+                        &backend.convert(DType::F32, u)?,
+                        e,
+                    )?;
+                    backend.convert(x.dtype, &out)
+                } else {
+                    backend.scatter_add(x, idx, u, e)
+                }
+            }
         })
     }
 

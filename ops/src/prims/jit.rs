@@ -280,5 +280,5 @@ pub fn run_fused_cuda(
     shape: &Shape,
     outs: &[DType],
 ) -> crate::error::Result<Vec<crate::array::Array>> {
-    crate::backend::cuda_fused(kernel, in_dtypes, arrays, shape, outs)
+    crate::backend::of(arrays[0].device())?.fused(kernel, in_dtypes, arrays, shape, outs)
 }

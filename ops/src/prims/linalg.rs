@@ -12,7 +12,7 @@ use super::jit::TileMut;
 use super::jit::{self, Blame, JitProps, RowQuery, RowRule};
 use super::sample::{numeric, Case, Dom, Sample};
 use super::{check_arity, check_axes, Family, Props};
-use crate::array::{Array, Device};
+use crate::array::Array;
 use crate::error::{Error, Result};
 use crate::interp::Outs;
 use crate::lax;
@@ -247,7 +247,8 @@ pub fn dot_general_into<T>(
 where
     T: xform_kernels::cpu::matmul::FaerElem + xform_kernels::cpu::matmul::One + xform_kernels::Element,
 {
-    if a.device() != Device::Cpu || a.dtype != T::DTYPE {
+    // (CPU arrays only: the plan writes into host memory)
+    if a.dtype != T::DTYPE {
         return lower_dot_general(d, a, b).map(Some);
     }
     dot_general_faer::<T>(d, a, b, &result_shape(d, a.shape(), b.shape()), Some(dst))
@@ -281,24 +282,19 @@ pub fn gemm_operands(d: &DotDims, a: &Array, b: &Array) -> Result<(Array, Array)
 
 fn lower_dot_general(d: &DotDims, a: &Array, b: &Array) -> Result<Array> {
     let shape = result_shape(d, a.shape(), b.shape());
-    if a.device() == Device::Cpu {
-        match a.dtype {
-            DType::F32 => return Ok(dot_general_faer::<f32>(d, a, b, &shape, None)?.expect("computed fresh")),
-            DType::F64 => return Ok(dot_general_faer::<f64>(d, a, b, &shape, None)?.expect("computed fresh")),
-            DType::F16 | DType::BF16 => {
-                // Compute in f32, round once.
-                let wide = |x: &Array| super::elementwise::lower_convert(DType::F32, x);
-                let out = dot_general_faer::<f32>(d, &wide(a)?, &wide(b)?, &shape, None)?.expect("computed fresh");
-                return super::elementwise::lower_convert(a.dtype, &out);
-            }
-            _ => {}
+    match a.dtype {
+        DType::F32 => return Ok(dot_general_faer::<f32>(d, a, b, &shape, None)?.expect("computed fresh")),
+        DType::F64 => return Ok(dot_general_faer::<f64>(d, a, b, &shape, None)?.expect("computed fresh")),
+        DType::F16 | DType::BF16 => {
+            // Compute in f32, round once.
+            let wide = |x: &Array| super::elementwise::lower_convert(DType::F32, x);
+            let out = dot_general_faer::<f32>(d, &wide(a)?, &wide(b)?, &shape, None)?.expect("computed fresh");
+            return super::elementwise::lower_convert(a.dtype, &out);
         }
+        _ => {}
     }
     let (a3, b3) = gemm_operands(d, a, b)?;
     let (bt, m, k, n) = (a3.shape()[0], a3.shape()[1], a3.shape()[2], b3.shape()[2]);
-    if let Device::Cuda(_) = a.device() {
-        return crate::backend::cuda_gemm(&a3, &b3, shape);
-    }
     let par = Par::for_work(bt * m * n * k, 1);
     let ga = a3.read();
     let gb = b3.read();
@@ -566,6 +562,16 @@ impl Family for LinalgOp {
     fn lower(&self, ins: &[&Array]) -> Result<Outs> {
         match self {
             LinalgOp::DotGeneral(d) => super::one(lower_dot_general(d, ins[0], ins[1])),
+        }
+    }
+
+    fn lower_device(&self, ins: &[&Array], backend: &dyn crate::backend::Backend) -> Result<Outs> {
+        match self {
+            LinalgOp::DotGeneral(d) => {
+                let (a, b) = (ins[0], ins[1]);
+                let (a3, b3) = gemm_operands(d, a, b)?;
+                super::one(backend.gemm(&a3, &b3, result_shape(d, a.shape(), b.shape())))
+            }
         }
     }
 

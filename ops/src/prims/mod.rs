@@ -181,8 +181,15 @@ pub trait Family: Clone + fmt::Debug + PartialEq + Into<Prim> + 'static {
     }
     /// Checks the operands and computes the results' abstract values.
     fn shape_rule(&self, ins: &[crate::tensor::AvalRef<'_>]) -> Result<Avals>;
-    /// Runs the kernels (operands already checked).
+    /// Runs the CPU kernels (operands already checked, every one on the
+    /// CPU: `backend::lower` sends other devices to `lower_device`).
     fn lower(&self, ins: &[&Array]) -> Result<Outs>;
+    /// Runs on a device other than the CPU (operands already checked, all
+    /// on that device), stating the work in `backend`'s kernels: the
+    /// family's one way to reach a device, so that it names none. A
+    /// lowering that only composes other primitives or changes layouts is
+    /// the same on every device (it calls `lower`).
+    fn lower_device(&self, ins: &[&Array], backend: &dyn crate::backend::Backend) -> Result<Outs>;
     /// Forward mode: results and their tangents (`None`: symbolic zero).
     fn jvp(&self, prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)>;
     /// Cotangents of the linear operands, given the results' cotangents;

@@ -5,7 +5,7 @@
 use super::jit::{self, Blame, JitProps, RowQuery, RowRule};
 use super::sample::{Case, Dom, Sample};
 use super::{check_arity, check_same_shapes, Family, Props};
-use crate::array::{Array, Device};
+use crate::array::Array;
 use crate::error::{Error, Result};
 use crate::interp::Outs;
 use crate::prim::Avals;
@@ -31,9 +31,6 @@ fn shape_threefry(ins: &[AvalRef<'_>]) -> Result<Avals> {
 }
 
 fn lower_threefry(ins: &[&Array]) -> Result<SmallVec<[Array; 2]>> {
-    if let Device::Cuda(_) = ins[0].device() {
-        return crate::backend::cuda_threefry(ins);
-    }
     let vals: Vec<Vec<u32>> = ins
         .iter()
         .map(|a| a.with_cpu("threefry2x32", |b, l| to_contiguous(b.as_slice::<u32>(), l, Par::Seq)))
@@ -98,6 +95,12 @@ impl Family for RandomOp {
     fn lower(&self, ins: &[&Array]) -> Result<Outs> {
         match self {
             RandomOp::Threefry2x32 => lower_threefry(ins).map(|v| v.into_iter().map(Tensor::from_array).collect()),
+        }
+    }
+
+    fn lower_device(&self, ins: &[&Array], backend: &dyn crate::backend::Backend) -> Result<Outs> {
+        match self {
+            RandomOp::Threefry2x32 => backend.threefry(ins).map(|v| v.into_iter().map(Tensor::from_array).collect()),
         }
     }
 

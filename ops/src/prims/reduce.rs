@@ -8,7 +8,7 @@ use super::jit::{self, Blame, JitProps, RowFusion, RowQuery, RowRule};
 use super::jit::{Tile, TileMut};
 use super::sample::{numeric, Case, Sample};
 use super::{check_arity, check_axes, check_axis, Family, OnesTranspose, Props};
-use crate::array::{Array, Device};
+use crate::array::Array;
 use crate::error::{Error, Result};
 use crate::interp::{bind1, Outs};
 use crate::lax;
@@ -210,9 +210,6 @@ fn int_reduce<T: super::binary::IntBinary>(op: ReduceOp, v: &[T], l: &Layout, ax
 }
 
 fn lower_reduce(op: ReduceOp, axes: &[usize], x: &Array) -> Result<Array> {
-    if let Device::Cuda(_) = x.device() {
-        return crate::backend::cuda_reduce(op.name(), reduce_fold(op, x.dtype), axes, x);
-    }
     let out = x.with_cpu(op.name(), |b, l| match b {
         CpuBuffer::F32(v) => CpuBuffer::F32(float_reduce(op, v, l, axes)),
         CpuBuffer::F64(v) => CpuBuffer::F64(float_reduce(op, v, l, axes)),
@@ -227,9 +224,6 @@ fn lower_reduce(op: ReduceOp, axes: &[usize], x: &Array) -> Result<Array> {
 }
 
 fn lower_arg_reduce(op: ArgOp, axis: usize, index_dtype: DType, x: &Array) -> Result<Array> {
-    if let Device::Cuda(_) = x.device() {
-        return crate::backend::cuda_arg_reduce(op.name(), ranking(op), axis, index_dtype, x);
-    }
     fn run<T: Element, I: Element>(op: ArgOp, v: &[T], l: &Layout, axis: usize) -> Vec<I> {
         let par = Par::for_work(l.numel(), 1);
         let to = |i: usize| I::from_i64(i as i64);
@@ -245,9 +239,6 @@ fn lower_arg_reduce(op: ArgOp, axis: usize, index_dtype: DType, x: &Array) -> Re
 }
 
 fn lower_cumsum(axis: usize, reverse: bool, x: &Array) -> Result<Array> {
-    if let Device::Cuda(_) = x.device() {
-        return crate::backend::cuda_cumsum(cumsum_fold(x.dtype), axis, reverse, x);
-    }
     fn float<T: Float>(v: &[T], l: &Layout, axis: usize, reverse: bool) -> Vec<T> {
         let out: Vec<f64> =
             cumulative(v, l, axis, reverse, Reducer { init: 0.0f64, fold: |a, x: T| a + x.to_f64(), finish: |a| a });
@@ -488,6 +479,17 @@ impl Family for Reduction {
             Reduction::Reduce { op, axes } => lower_reduce(*op, axes, ins[0]),
             Reduction::ArgReduce { op, axis, index_dtype } => lower_arg_reduce(*op, *axis, *index_dtype, ins[0]),
             Reduction::Cumsum { axis, reverse } => lower_cumsum(*axis, *reverse, ins[0]),
+        })
+    }
+
+    fn lower_device(&self, ins: &[&Array], backend: &dyn crate::backend::Backend) -> Result<Outs> {
+        let x = ins[0];
+        super::one(match self {
+            Reduction::Reduce { op, axes } => backend.reduce(op.name(), reduce_fold(*op, x.dtype), axes, x),
+            Reduction::ArgReduce { op, axis, index_dtype } => {
+                backend.arg_reduce(op.name(), ranking(*op), *axis, *index_dtype, x)
+            }
+            Reduction::Cumsum { axis, reverse } => backend.cumsum(cumsum_fold(x.dtype), *axis, *reverse, x),
         })
     }
 

@@ -261,12 +261,6 @@ fn lower_rev(axes: &[usize], x: &Array) -> Result<Array> {
 fn lower_pad(low: &[i64], high: &[i64], interior: &[usize], x: &Array, v: &Array) -> Result<Array> {
     let shape = k::pad_shape(x.shape(), low, high, interior)
         .ok_or_else(|| Error::invalid("pad", "the padding makes an axis negative"))?;
-    #[cfg(feature = "cuda")]
-    if let Device::Cuda(_) = x.device() {
-        return crate::backend::cuda_launch("pad", &[x, v], shape, x.dtype, |b| {
-            xform_kernels::cuda::exec::pad(b[0].0, b[0].1, b[1].0, b[1].1, low, high, interior)
-        });
-    }
     let gv = v.read();
     let bv = gv.cpu("pad")?;
     let out = x.with_cpu("pad", |b, l| {
@@ -281,12 +275,6 @@ fn lower_pad(low: &[i64], high: &[i64], interior: &[usize], x: &Array, v: &Array
 fn lower_concatenate(axis: usize, ins: &[&Array]) -> Result<Array> {
     let mut shape = ins[0].shape().clone();
     shape[axis] = ins.iter().map(|a| a.shape()[axis]).sum();
-    #[cfg(feature = "cuda")]
-    if let Device::Cuda(_) = ins[0].device() {
-        return crate::backend::cuda_launch("concatenate", ins, shape.clone(), ins[0].dtype, |parts| {
-            xform_kernels::cuda::exec::concatenate(parts, axis, &shape)
-        });
-    }
     let guards: Vec<_> = ins.iter().map(|a| a.read()).collect();
     let bufs: Vec<&CpuBuffer> = guards.iter().map(|g| g.cpu("concatenate")).collect::<Result<_>>()?;
     fn run<T: Element + Default>(bufs: &[&CpuBuffer], ins: &[&Array], axis: usize, shape: &Shape) -> Vec<T> {
@@ -642,6 +630,29 @@ impl Family for ShapeOp {
             ShapeOp::Concatenate { axis } => lower_concatenate(*axis, ins),
             ShapeOp::Rev { axes } => lower_rev(axes, ins[0]),
             ShapeOp::Iota { shape, dim, dtype, device } => lower_iota(shape, *dim, *dtype, *device),
+        })
+    }
+
+    fn lower_device(&self, ins: &[&Array], backend: &dyn crate::backend::Backend) -> Result<Outs> {
+        let x = ins[0];
+        super::one(match self {
+            ShapeOp::Pad { low, high, interior } => {
+                let shape = k::pad_shape(x.shape(), low, high, interior)
+                    .ok_or_else(|| Error::invalid("pad", "the padding makes an axis negative"))?;
+                backend.pad(x, ins[1], low, high, interior, shape)
+            }
+            ShapeOp::Concatenate { axis } => {
+                let mut shape = x.shape().clone();
+                shape[*axis] = ins.iter().map(|a| a.shape()[*axis]).sum();
+                backend.concatenate(ins, *axis, shape)
+            }
+            // views and iota: layouts only (iota places its result itself)
+            ShapeOp::BroadcastInDim { .. }
+            | ShapeOp::Reshape { .. }
+            | ShapeOp::Transpose { .. }
+            | ShapeOp::Slice { .. }
+            | ShapeOp::Rev { .. }
+            | ShapeOp::Iota { .. } => return self.lower(ins),
         })
     }
 

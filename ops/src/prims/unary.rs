@@ -11,7 +11,7 @@ use super::jit::{self, Blame, JitProps, RowQuery, RowRule};
 use super::jit::{Tile, TileMut};
 use super::sample::{generic_dom, Case, Dom, Sample, FLOATS, INTS};
 use super::{check_arity, Family, Props};
-use crate::array::{Array, Device};
+use crate::array::Array;
 use crate::error::{Error, OrRaise, Result};
 use crate::interp::{bind1, Outs};
 use crate::lax;
@@ -648,9 +648,6 @@ fn check_unary(op: UnaryOp, ins: &[AvalRef<'_>]) -> Result<()> {
 }
 
 fn lower_unary(op: UnaryOp, x: &Array) -> Result<Array> {
-    if let Device::Cuda(_) = x.device() {
-        return crate::backend::cuda_map(op.name(), cuda_expr(op, x.dtype), &[x], x.dtype);
-    }
     let refused = || Error::dtype(op.name(), "has no kernel for this dtype", &[x.dtype]);
     let out = x.with_cpu(op.name(), |b, l| {
         Some(match b {
@@ -710,6 +707,10 @@ impl Family for UnaryOp {
 
     fn lower(&self, ins: &[&Array]) -> Result<Outs> {
         super::one(lower_unary(*self, ins[0]))
+    }
+
+    fn lower_device(&self, ins: &[&Array], backend: &dyn crate::backend::Backend) -> Result<Outs> {
+        super::one(backend.map(self.name(), cuda_expr(*self, ins[0].dtype), &ins[..1], ins[0].dtype))
     }
 
     fn jvp(&self, prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {

@@ -37,8 +37,6 @@ use super::reduce::reduce_fold;
 use super::sample::{generic_dom, numeric, Case, Dom, Gen, Sample, FLOATS};
 use super::{check_arity, Family, Props};
 use crate::array::Array;
-#[cfg(feature = "cuda")]
-use crate::array::Device;
 use crate::error::{Error, Result};
 use crate::interp::{bind1, Outs};
 use crate::lax;
@@ -357,13 +355,6 @@ fn lower_reduce_window(op: ReduceOp, w: &WindowParams, x: &Array) -> Result<Arra
     let name = reduce_window_name(op);
     let g = w.geom(x.shape());
     let out = w.output_shape(name, x.shape())?;
-    #[cfg(feature = "cuda")]
-    if let Device::Cuda(_) = x.device() {
-        let fold = window_fold(op, x.dtype).expect("numeric: checked by the shape rule");
-        return crate::backend::cuda_launch(name, &[x], out, x.dtype, |b| {
-            xform_kernels::cuda::exec::reduce_window(&fold, b[0].0, b[0].1, &g)
-        });
-    }
     let par = par_for(&out, w);
     let buf = x.with_cpu(name, |b, l| match b {
         CpuBuffer::F32(v) => CpuBuffer::F32(float_reduce_window(op, v, l, &g, par)),
@@ -381,12 +372,6 @@ fn lower_reduce_window(op: ReduceOp, w: &WindowParams, x: &Array) -> Result<Arra
 fn lower_select_gather(select: SelectOp, w: &WindowParams, t: &Array, x: &Array) -> Result<Array> {
     let (g, max) = (w.geom(x.shape()), select == SelectOp::Max);
     let out = w.output_shape(GATHER, x.shape())?;
-    #[cfg(feature = "cuda")]
-    if let Device::Cuda(_) = x.device() {
-        return crate::backend::cuda_launch(GATHER, &[t, x], out, x.dtype, |b| {
-            xform_kernels::cuda::exec::select_and_gather(max, b[0].0, b[0].1, b[1].0, b[1].1, &g)
-        });
-    }
     let par = par_for(&out, w);
     let (gt, gx) = (t.read(), x.read());
     let (bt, bx) = (gt.cpu(GATHER)?, gx.cpu(GATHER)?);
@@ -399,12 +384,6 @@ fn lower_select_gather(select: SelectOp, w: &WindowParams, t: &Array, x: &Array)
 
 fn lower_select_scatter(select: SelectOp, w: &WindowParams, ct: &Array, x: &Array) -> Result<Array> {
     let (g, max) = (w.geom(x.shape()), select == SelectOp::Max);
-    #[cfg(feature = "cuda")]
-    if let Device::Cuda(_) = x.device() {
-        return crate::backend::cuda_launch(SCATTER, &[ct, x], x.shape().clone(), x.dtype, |b| {
-            xform_kernels::cuda::exec::select_and_scatter(max, b[0].0, b[0].1, b[1].0, b[1].1, &g)
-        });
-    }
     let par = par_for(ct.shape(), w);
     let ctc = ct.contiguous()?;
     let range = ctc.layout.contiguous_range().expect("contiguous");
@@ -615,6 +594,24 @@ impl Family for WindowOp {
             WindowOp::ReduceWindow { op, window } => lower_reduce_window(*op, window, ins[0]),
             WindowOp::SelectAndGatherAdd { select, window } => lower_select_gather(*select, window, ins[0], ins[1]),
             WindowOp::SelectAndScatterAdd { select, window } => lower_select_scatter(*select, window, ins[0], ins[1]),
+        })
+    }
+
+    fn lower_device(&self, ins: &[&Array], backend: &dyn crate::backend::Backend) -> Result<Outs> {
+        let x = ins[ins.len() - 1];
+        super::one(match self {
+            WindowOp::ReduceWindow { op, window } => {
+                let name = reduce_window_name(*op);
+                let fold = window_fold(*op, x.dtype).expect("numeric: checked by the shape rule");
+                backend.reduce_window(name, fold, x, &window.geom(x.shape()), window.output_shape(name, x.shape())?)
+            }
+            WindowOp::SelectAndGatherAdd { select, window } => {
+                let (g, out) = (window.geom(x.shape()), window.output_shape(GATHER, x.shape())?);
+                backend.select_and_gather(GATHER, *select == SelectOp::Max, ins[0], x, &g, out)
+            }
+            WindowOp::SelectAndScatterAdd { select, window } => {
+                backend.select_and_scatter(SCATTER, *select == SelectOp::Max, ins[0], x, &window.geom(x.shape()))
+            }
         })
     }
 

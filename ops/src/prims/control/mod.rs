@@ -340,6 +340,12 @@ impl Family for ControlOp {
         })
     }
 
+    /// Control flow evaluates its bodies through the interpreters, whose
+    /// equations each run on their operands' device.
+    fn lower_device(&self, ins: &[&Array], _: &dyn crate::backend::Backend) -> Result<Outs> {
+        self.lower(ins)
+    }
+
     fn jvp(&self, _prim: &Prim, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
         let (outs, touts) = match self {
             ControlOp::Cond { branches } => cond::jvp(branches, primals, tangents)?,

@@ -1,9 +1,11 @@
 //! Lowering of `conv_general_dilated`: the operands described in the roles
 //! of [`ConvGeometry`], read in place or as canonical copies (see the
-//! parent module's docs), then the CPU kernel or cuDNN.
+//! parent module's docs), then the CPU kernel or a device backend's (cuDNN
+//! on CUDA).
 
 use super::{geometry, ConvParams, OP};
-use crate::array::{Array, Device};
+use crate::array::Array;
+use crate::backend::Backend;
 use crate::error::Result;
 use xform_kernels::conv_geom::{ConvGeometry, SPATIAL};
 use xform_kernels::cpu::conv::{self as kconv, OutLayout};
@@ -21,7 +23,47 @@ fn canonical(x: &Array, spec: &[usize], lead: [usize; 2]) -> Result<Array> {
     Ok(v.with_layout(layout))
 }
 
+/// The convolution of CPU operands.
 pub(super) fn lower_conv(p: &ConvParams, lhs: &Array, rhs: &Array) -> Result<Array> {
+    conv_with(p, lhs, rhs, |g, shape| {
+        let d = &p.dims;
+        Ok(match lhs.dtype {
+            DType::F32 | DType::F64 => conv_cpu((lhs, &d.lhs), (rhs, &d.rhs), g, shape)?,
+            _ => {
+                // Compute in f32, round once.
+                let wide = |x: &Array, spec: &[usize], lead: [usize; 2]| {
+                    crate::prims::elementwise::lower_convert(DType::F32, &canonical(x, spec, lead)?)
+                };
+                let l = wide(lhs, &d.lhs, [g.batch, g.in_features])?;
+                let r = wide(rhs, &d.rhs, [g.out_features, g.group_in_features()])?;
+                let id: Vec<usize> = (0..SPATIAL + 2).collect();
+                let (out, major) = conv_cpu((&l, &id), (&r, &id), g, shape)?;
+                (crate::prims::elementwise::lower_convert(lhs.dtype, &out)?, major)
+            }
+        })
+    })
+}
+
+/// The convolution of operands on `backend`'s device: canonical copies,
+/// then its kernel (batch-major).
+pub(super) fn lower_conv_device(p: &ConvParams, lhs: &Array, rhs: &Array, backend: &dyn Backend) -> Result<Array> {
+    conv_with(p, lhs, rhs, |g, shape| {
+        let d = &p.dims;
+        let l = canonical(lhs, &d.lhs, [g.batch, g.in_features])?;
+        let r = canonical(rhs, &d.rhs, [g.out_features, g.group_in_features()])?;
+        Ok((backend.conv(&l, &r, g, shape(OutLayout::BatchMajor))?, OutLayout::BatchMajor))
+    })
+}
+
+/// The geometry, the result's canonical shape and the permutation back to
+/// the requested output layout around `core`, which computes the result
+/// in the roles' order (batch- or feature-major, as it says).
+fn conv_with(
+    p: &ConvParams,
+    lhs: &Array,
+    rhs: &Array,
+    core: impl FnOnce(&ConvGeometry, &dyn Fn(OutLayout) -> Shape) -> Result<(Array, OutLayout)>,
+) -> Result<Array> {
     let (out_shape, g) = geometry(p, lhs.shape(), rhs.shape())?;
     let d = &p.dims;
     // The result's leading axes in role order: [N/bg, O, spatial...], or
@@ -35,33 +77,7 @@ pub(super) fn lower_conv(p: &ConvParams, lhs: &Array, rhs: &Array) -> Result<Arr
         canon.extend(d.out[2..].iter().map(|&a| out_shape[a]));
         Shape::from(canon)
     };
-    let (result, major) = match lhs.device() {
-        Device::Cpu => match lhs.dtype {
-            DType::F32 | DType::F64 => conv_cpu((lhs, &d.lhs), (rhs, &d.rhs), &g, shape)?,
-            _ => {
-                // Compute in f32, round once.
-                let wide = |x: &Array, spec: &[usize], lead: [usize; 2]| {
-                    crate::prims::elementwise::lower_convert(DType::F32, &canonical(x, spec, lead)?)
-                };
-                let l = wide(lhs, &d.lhs, [g.batch, g.in_features])?;
-                let r = wide(rhs, &d.rhs, [g.out_features, g.group_in_features()])?;
-                let id: Vec<usize> = (0..SPATIAL + 2).collect();
-                let (out, major) = conv_cpu((&l, &id), (&r, &id), &g, shape)?;
-                (crate::prims::elementwise::lower_convert(lhs.dtype, &out)?, major)
-            }
-        },
-        #[cfg(feature = "cuda")]
-        Device::Cuda(_) => {
-            let l = canonical(lhs, &d.lhs, [g.batch, g.in_features])?;
-            let r = canonical(rhs, &d.rhs, [g.out_features, g.group_in_features()])?;
-            let out = crate::backend::cuda_launch(OP, &[&l, &r], shape(OutLayout::BatchMajor), lhs.dtype, |b| {
-                xform_kernels::cuda::exec::conv_forward_layouts(b[0].0, b[0].1, b[1].0, b[1].1, &g, lhs.dtype)
-            })?;
-            (out, OutLayout::BatchMajor)
-        }
-        #[cfg(not(feature = "cuda"))]
-        Device::Cuda(_) => unreachable!("CUDA arrays exist only with the cuda feature"),
-    };
+    let (result, major) = core(&g, &shape)?;
     // Role j of the output sits at axis `at[j]` of the result.
     let mut at: Vec<usize> = (0..out_shape.rank()).collect();
     if major == OutLayout::FeatureMajor {
