@@ -10,6 +10,7 @@
 
 pub mod array;
 pub mod backend;
+pub mod backward;
 mod counted;
 mod display;
 pub mod error;

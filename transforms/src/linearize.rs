@@ -13,11 +13,11 @@
 use crate::jvp::JvpInterp;
 use crate::tree::{Leaves, Tree};
 use smallvec::SmallVec;
+pub(crate) use xform_ops::backward::Ct;
+use xform_ops::backward::{self, Hook};
 use xform_ops::interp::with_interpreter;
-use xform_ops::prim::{transpose_rule, LinearArg};
-use xform_ops::prims::OnesTranspose;
 use xform_ops::staging::Staging;
-use xform_ops::{lax, Atom, Aval, Eqn, Error, OrRaise, Program, Result, Tensor};
+use xform_ops::{lax, Error, OrRaise, Program, Result, Tensor};
 
 /// A function linearized at a point.
 pub(crate) struct Linearized<Y> {
@@ -102,59 +102,6 @@ fn check_cotangents(op: &str, outs: &[Tensor], cts: &[Tensor]) -> Result<SmallVe
     Ok(cts.iter().zip(outs).map(|(c, o)| o.dtype().is_float().then(|| Ct::Val(c.clone(), false))).collect())
 }
 
-/// A cotangent in the backward pass.
-#[derive(Clone)]
-pub(crate) enum Ct {
-    /// Ones shaped like the variable, not made yet: `grad`'s seed. It passes
-    /// through sums, reshapes, transposes and adds, and turns a
-    /// product's transpose `1 * c` into `c` itself, so the seed costs no
-    /// kernels and no broadcast under `vmap`.
-    Ones,
-    /// A value. `borrowed` when it may be a tensor from outside the backward
-    /// pass (a residual or a captured tensor, taken by the `1 * c`
-    /// shortcut, or a view of one): it is copied before it is returned, so
-    /// that no gradient aliases a tensor the caller can write to.
-    Val(Tensor, bool),
-}
-
-impl Ct {
-    /// The cotangent as a tensor shaped like `aval`.
-    fn make(self, aval: &Aval) -> Result<(Tensor, bool)> {
-        match self {
-            Ct::Ones => Ok((lax::full(&aval.shape, 1.0, aval.dtype, aval.device)?, false)),
-            Ct::Val(t, borrowed) => Ok((t, borrowed)),
-        }
-    }
-}
-
-/// Adds a cotangent contribution into the slot of a variable of `aval`.
-fn accumulate(slot: &mut Option<Ct>, ct: Ct, aval: &Aval) -> Result<()> {
-    *slot = Some(match slot.take() {
-        None => ct,
-        Some(old) => {
-            let (a, b) = (old.make(aval)?.0, ct.make(aval)?.0);
-            Ct::Val(lax::add(&a, &b)?, false)
-        }
-    });
-    Ok(())
-}
-
-/// The input cotangents of an equation whose one output cotangent is
-/// [`Ct::Ones`], where no kernel is needed; `None` otherwise.
-fn transpose_ones(eqn: &Eqn, args: &[LinearArg], out: &Aval) -> Option<SmallVec<[Option<Ct>; 4]>> {
-    let linear_ones = || args.iter().map(|a| a.is_linear().then_some(Ct::Ones)).collect();
-    match eqn.prim.ones_transpose() {
-        OnesTranspose::Ones => Some(linear_ones()),
-        // `1 * c` is `c` when `c` is shaped and typed like the product.
-        OnesTranspose::Constant => {
-            let c = args.iter().find_map(LinearArg::constant)?;
-            let same = c.with_aval(|a| a.shape == &out.shape && a.dtype == out.dtype);
-            same.then(|| args.iter().map(|a| a.is_linear().then(|| Ct::Val(c.clone(), true))).collect())
-        }
-        OnesTranspose::Unknown => None,
-    }
-}
-
 /// Transposes a linear program: cotangents of its inputs from cotangents of
 /// its outputs (`None`: zero).
 pub fn backward_pass(program: &Program, cts: &[Option<Tensor>]) -> Result<SmallVec<[Option<Tensor>; 4]>> {
@@ -168,114 +115,14 @@ pub(crate) fn backward_pass_ct(program: &Program, cts: &[Option<Ct>]) -> Result<
     backward_pass_hooked(program, cts, None)
 }
 
-/// Sees the equations that read an input of the program directly (a
-/// parameter's tangent) before they are transposed.
-pub(crate) trait InputHook {
-    /// Per variable of `program`, the id under which the hook watches it
-    /// (at least the inputs): `take` is offered the equations reading one.
-    fn watch(&mut self, program: &Program) -> Vec<Option<usize>>;
-    /// Given the equation's output cotangents and operands, and for each
-    /// operand the id it is watched under (if it is): `true`
-    /// if the hook took the equation's cotangents itself, so that it is not
-    /// transposed.
-    fn take(&mut self, eqn: &Eqn, cts: &[Option<Tensor>], args: &[LinearArg], inputs: &[Option<usize>])
-        -> Result<bool>;
-}
-
-/// [`backward_pass_ct`], offering `hook` the equations that read an input.
+/// [`backward_pass_ct`], offering `hook` the equations that read an input
+/// (every input of a linearized program is linear).
 pub(crate) fn backward_pass_hooked(
     program: &Program,
     cts: &[Option<Ct>],
-    mut hook: Option<&mut dyn InputHook>,
+    hook: Option<&mut dyn Hook>,
 ) -> Result<SmallVec<[Option<Tensor>; 4]>> {
-    // Inline for the small programs of tiny transformed calls.
-    let mut env: SmallVec<[Option<Ct>; 32]> = SmallVec::new();
-    env.resize(program.avals.len(), None);
-    // The variables the hook watches.
-    let input_of: Vec<Option<usize>> = match hook.as_deref_mut() {
-        Some(h) => h.watch(program),
-        None => Vec::new(),
-    };
-    for (atom, ct) in program.outputs.iter().zip(cts) {
-        if let (Atom::Var(v), Some(ct)) = (atom, ct) {
-            accumulate(&mut env[v.0 as usize], ct.clone(), program.aval(*v))?;
-        }
-    }
-    for eqn in program.eqns.iter().rev() {
-        if eqn.outputs.iter().all(|v| env[v.0 as usize].is_none()) {
-            continue;
-        }
-        let mut args: SmallVec<[LinearArg; 4]> = SmallVec::new();
-        for a in &eqn.inputs {
-            args.push(match a {
-                Atom::Var(v) => LinearArg::Linear(program.aval(*v)),
-                Atom::Const(i) => LinearArg::Const(&program.consts[*i]),
-            });
-        }
-        let inputs: SmallVec<[Option<usize>; 4]> = match hook {
-            Some(_) => eqn
-                .inputs
-                .iter()
-                .map(|a| match a {
-                    Atom::Var(v) => input_of[v.0 as usize],
-                    Atom::Const(_) => None,
-                })
-                .collect(),
-            None => SmallVec::new(),
-        };
-        let hooked = inputs.iter().any(Option::is_some);
-        let shortcut = match eqn.outputs[..] {
-            [v] if !hooked && matches!(env[v.0 as usize], Some(Ct::Ones)) => {
-                transpose_ones(eqn, &args, program.aval(v))
-            }
-            _ => None,
-        };
-        let cts_in: SmallVec<[Option<Ct>; 4]> = match shortcut {
-            Some(cts_in) => {
-                env[eqn.outputs[0].0 as usize] = None;
-                cts_in
-            }
-            None => {
-                // The output cotangents as tensors: one (nearly every
-                // equation) without a list.
-                let mut borrowed = false;
-                let mut outs: SmallVec<[Option<Tensor>; 2]> = SmallVec::new();
-                for v in &eqn.outputs {
-                    outs.push(match env[v.0 as usize].take() {
-                        None => None,
-                        Some(ct) => {
-                            let (t, b) = ct.make(program.aval(*v))?;
-                            borrowed |= b;
-                            Some(t)
-                        }
-                    });
-                }
-                if let (true, Some(h)) = (hooked, hook.as_deref_mut()) {
-                    if h.take(eqn, &outs, &args, &inputs)? {
-                        continue;
-                    }
-                }
-                let borrowed = borrowed && !eqn.prim.transpose_is_fresh();
-                transpose_rule(&eqn.prim, &outs, &args)?.into_iter().map(|c| c.map(|t| Ct::Val(t, borrowed))).collect()
-            }
-        };
-        for (a, ct) in eqn.inputs.iter().zip(cts_in) {
-            if let (Atom::Var(v), Some(ct)) = (a, ct) {
-                accumulate(&mut env[v.0 as usize], ct, program.aval(*v))?;
-            }
-        }
-    }
-    let mut out = SmallVec::new();
-    for v in &program.inputs {
-        out.push(match env[v.0 as usize].take() {
-            None => None,
-            Some(ct) => {
-                let (t, borrowed) = ct.make(program.aval(*v))?;
-                Some(if borrowed { lax::copy(&t)? } else { t })
-            }
-        });
-    }
-    Ok(out)
+    backward::transpose(program, &[], cts, hook)
 }
 
 impl<Y> Linearized<Y> {

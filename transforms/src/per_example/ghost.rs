@@ -17,8 +17,8 @@
 //! and added), which is what `vmap(grad)` would have formed for it.
 
 use super::NormMethod;
-use crate::linearize::InputHook;
 use smallvec::{smallvec, SmallVec};
+use xform_ops::backward::Hook;
 use xform_ops::prim::{factor_rule, transpose_rule, Axes, LinearArg};
 pub(crate) use xform_ops::prims::factor::in_layout;
 use xform_ops::prims::factor::{Factor, FactorRows};
@@ -68,7 +68,7 @@ pub(crate) struct FactorHook {
     pub(crate) factors: Vec<Vec<Factor>>,
 }
 
-impl InputHook for FactorHook {
+impl Hook for FactorHook {
     fn watch(&mut self, program: &Program) -> Vec<Option<usize>> {
         let mut ids: Vec<Option<usize>> = vec![None; program.avals.len()];
         self.watched.clear();

@@ -117,7 +117,7 @@ pub(super) fn transpose(branches: &Arc<[Body]>, cts: &[Option<Tensor>], args: &[
     let mut result: Cotangents = smallvec::smallvec![None];
     if let Some(i) = index.known_array() {
         let k = pick(branches.len(), &i)?;
-        result.extend(transpose_eval(&branches[k], &known_ins, cts)?);
+        result.extend(transpose_eval(&branches[k], &known_ins, cts, None)?);
         return Ok(result);
     }
     let out_avals = branches[0].out_avals();
@@ -142,7 +142,7 @@ pub(super) fn transpose(branches: &Arc<[Body]>, cts: &[Option<Tensor>], args: &[
                 let known: Vec<Option<Tensor>> =
                     known_ins.iter().map(|k| k.as_ref().and_then(|_| ks.next().cloned())).collect();
                 let cs: Vec<Option<Tensor>> = cs.iter().cloned().map(Some).collect();
-                let r = transpose_eval(b, &known, &cs)?;
+                let r = transpose_eval(b, &known, &cs, None)?;
                 let lin: Vec<Option<Tensor>> =
                     r.into_iter().zip(&known).filter(|(_, k)| k.is_none()).map(|(c, _)| c).collect();
                 lin.into_iter().zip(&lin_avals).map(|(c, a)| instantiate(c, a)).collect()

@@ -6,10 +6,11 @@
 //! with [`crate::staging::stage`], each gives the transformed body that a
 //! rule binds when control flow must stay control flow.
 
+use crate::backward::Ct;
 use crate::error::{Error, OrRaise, Result};
 use crate::interp::{bind, with_interpreter};
 use crate::lax;
-use crate::prim::{batch_rule, jvp_rule, transpose_rule, LinearArg};
+use crate::prim::{batch_rule, jvp_rule};
 use crate::prims::batching::to_position;
 use crate::program::{Atom, Program};
 use crate::staging::{stage, Staging};
@@ -200,153 +201,20 @@ pub(crate) fn batched_outputs(p: &Program, in_bdims: &[Option<usize>], size: usi
 }
 
 /// Cotangents of the linear inputs of `p` (those whose `known` entry is
-/// `None`; the others are given values) from cotangents of its outputs.
-/// Equations with no linear input are evaluated first, those whose results
-/// the linear ones read (the rest is dead code): this is where a
-/// checkpointed body recomputes its forward pass.
+/// `None`; the others are given values) from cotangents of its outputs:
+/// the one backward pass ([`crate::backward::transpose`]), which
+/// evaluates first the known equations the linear ones read (where a
+/// checkpointed body recomputes its forward pass); `hook` may take
+/// equations reading watched variables (a scan defers its weights'
+/// products).
 pub(crate) fn transpose_eval(
     p: &Program,
     known: &[Option<Tensor>],
     cts: &[Option<Tensor>],
+    hook: Option<&mut dyn crate::backward::Hook>,
 ) -> Result<Vec<Option<Tensor>>> {
-    Ok(transpose_eval_deferring(p, known, cts, &[])?.0)
-}
-
-/// A `dot_general` whose transpose was deferred (see
-/// [`transpose_eval_deferring`]): the cotangent of its input `input` of the
-/// program is `transpose(dims)` of `ct` against `other`.
-pub(crate) struct Deferred {
-    /// The program input (a linear one) the product reads.
-    pub(crate) input: usize,
-    /// The product's dimensions.
-    pub(crate) dims: crate::prim::DotDims,
-    /// The input is the product's lhs.
-    pub(crate) lhs: bool,
-    /// The product's other (known) operand.
-    pub(crate) other: Tensor,
-    /// The cotangent of the product's result.
-    pub(crate) ct: Tensor,
-}
-
-/// [`transpose_eval`] that leaves out the products (`dot_general`) reading
-/// a linear input that `defer` marks directly, with a known other operand:
-/// it returns them instead, for the caller to transpose later in one go (a
-/// scan's transpose sums a weight's cotangent over every step with one
-/// product, instead of one product and one add per step).
-pub(crate) fn transpose_eval_deferring(
-    p: &Program,
-    known: &[Option<Tensor>],
-    cts: &[Option<Tensor>],
-    defer: &[bool],
-) -> Result<(Vec<Option<Tensor>>, Vec<Deferred>)> {
-    let n = p.avals.len();
-    let deferred_input =
-        |v: crate::program::Var| p.inputs.iter().position(|u| *u == v).filter(|&i| defer.get(i) == Some(&true));
-    let mut deferred = Vec::new();
-    let mut val: Vec<Option<Tensor>> = vec![None; n];
-    let mut lin = vec![false; n];
-    for (v, k) in p.inputs.iter().zip(known) {
-        match k {
-            Some(t) => val[v.0 as usize] = Some(t.clone()),
-            None => lin[v.0 as usize] = true,
-        }
-    }
-    let is_lin = |lin: &[bool], a: &Atom| matches!(a, Atom::Var(v) if lin[v.0 as usize]);
-    let mut linear_eqn = vec![false; p.eqns.len()];
-    for (i, e) in p.eqns.iter().enumerate() {
-        if e.inputs.iter().any(|a| is_lin(&lin, a)) {
-            linear_eqn[i] = true;
-            for o in &e.outputs {
-                lin[o.0 as usize] = true;
-            }
-        }
-    }
-    // Known values the linear equations read, and what those need.
-    let mut needed = vec![false; n];
-    for (i, e) in p.eqns.iter().enumerate().rev() {
-        let wanted = linear_eqn[i] || e.outputs.iter().any(|o| needed[o.0 as usize]);
-        if wanted {
-            for a in &e.inputs {
-                if let Atom::Var(v) = a {
-                    if !lin[v.0 as usize] {
-                        needed[v.0 as usize] = true;
-                    }
-                }
-            }
-        }
-    }
-    for (i, e) in p.eqns.iter().enumerate() {
-        if linear_eqn[i] || !e.outputs.iter().any(|o| needed[o.0 as usize]) {
-            continue;
-        }
-        let ins: SmallVec<[Tensor; 4]> = e
-            .inputs
-            .iter()
-            .map(|a| match a {
-                Atom::Var(v) => val[v.0 as usize].clone().expect("known before use"),
-                Atom::Const(c) => p.consts[*c].clone(),
-            })
-            .collect();
-        for (o, t) in e.outputs.iter().zip(bind(&e.prim, &ins)?) {
-            val[o.0 as usize] = Some(t);
-        }
-    }
-    let mut ct: Vec<Option<Tensor>> = vec![None; n];
-    let add = |slot: &mut Option<Tensor>, t: Tensor| -> Result<()> {
-        *slot = Some(match slot.take() {
-            None => t,
-            Some(old) => lax::add(&old, &t)?,
-        });
-        Ok(())
-    };
-    for (a, c) in p.outputs.iter().zip(cts) {
-        if let (Atom::Var(v), Some(c)) = (a, c) {
-            if lin[v.0 as usize] {
-                add(&mut ct[v.0 as usize], c.clone())?;
-            }
-        }
-    }
-    for (i, e) in p.eqns.iter().enumerate().rev() {
-        if !linear_eqn[i] || e.outputs.iter().all(|o| ct[o.0 as usize].is_none()) {
-            continue;
-        }
-        if let (crate::prim::Prim::Linalg(crate::prim::LinalgOp::DotGeneral(dims)), [a, b]) = (&e.prim, &e.inputs[..]) {
-            let side = match (a, b) {
-                (Atom::Var(v), other) if !is_lin(&lin, other) => deferred_input(*v).map(|i| (i, true, *other)),
-                (other, Atom::Var(v)) if !is_lin(&lin, other) => deferred_input(*v).map(|i| (i, false, *other)),
-                _ => None,
-            };
-            if let Some((input, lhs, other)) = side {
-                let other = match other {
-                    Atom::Var(v) => val[v.0 as usize].clone().expect("known before use"),
-                    Atom::Const(c) => p.consts[c].clone(),
-                };
-                let ct_out = ct[e.outputs[0].0 as usize].take().expect("checked above");
-                deferred.push(Deferred { input, dims: dims.clone(), lhs, other, ct: ct_out });
-                continue;
-            }
-        }
-        let outs: SmallVec<[Option<Tensor>; 2]> = e.outputs.iter().map(|o| ct[o.0 as usize].take()).collect();
-        let args: SmallVec<[LinearArg; 4]> = e
-            .inputs
-            .iter()
-            .map(|a| match a {
-                Atom::Var(v) if lin[v.0 as usize] => LinearArg::Linear(p.aval(*v)),
-                Atom::Var(v) => LinearArg::Const(val[v.0 as usize].as_ref().expect("known before use")),
-                Atom::Const(c) => LinearArg::Const(&p.consts[*c]),
-            })
-            .collect();
-        let cts_in = transpose_rule(&e.prim, &outs, &args)?;
-        for (a, c) in e.inputs.iter().zip(cts_in) {
-            if let (Atom::Var(v), Some(c)) = (a, c) {
-                if lin[v.0 as usize] {
-                    add(&mut ct[v.0 as usize], c)?;
-                }
-            }
-        }
-    }
-    let cts = p.inputs.iter().map(|v| if lin[v.0 as usize] { ct[v.0 as usize].take() } else { None }).collect();
-    Ok((cts, deferred))
+    let cts: Vec<Option<Ct>> = cts.iter().map(|c| c.as_ref().map(|t| Ct::Val(t.clone(), false))).collect();
+    Ok(crate::backward::transpose(p, known, &cts, hook)?.into_vec())
 }
 
 /// The JVP of `p`, split: `known` maps the primal inputs to the primal

@@ -17,8 +17,7 @@
 //! carry.
 
 use super::eval::{
-    batch_eval, batch_program, batched_outputs, instantiate, jvp_eval, partial_eval_jvp, transpose_eval_deferring,
-    OutBatching,
+    batch_eval, batch_program, batched_outputs, instantiate, jvp_eval, partial_eval_jvp, transpose_eval, OutBatching,
 };
 use super::{avals_of, bind_control, cat, cat_refs, check_inputs, move_to_front, Body, ControlOp, RematPolicy};
 use crate::array::Array;
@@ -541,7 +540,9 @@ fn transpose_scan(
         known.extend((0..nk).map(|_| None));
         known.extend(x_args.iter().map(|a| if a.is_linear() { None } else { cxs.next().cloned() }));
         let out_cts: Vec<Option<Tensor>> = ck.iter().chain(cy).cloned().map(Some).collect();
-        let (r, deferred) = transpose_eval_deferring(body, &known, &out_cts, &defer)?;
+        let mut hook = DeferProducts { defer: &defer, deferred: Vec::new() };
+        let r = transpose_eval(body, &known, &out_cts, Some(&mut hook))?;
+        let deferred = hook.deferred;
         let mut outs = Vec::new();
         let mut acc = acc.iter();
         for (j, a) in c_args.iter().enumerate() {
@@ -775,4 +776,60 @@ fn masked_while(
         remat_every,
     };
     Ok(bind_control(w, &cat(&[cc, cc, bc, k]))?.into_vec())
+}
+
+/// A product (`dot_general`) reading a weight of a scan's body whose
+/// transpose is deferred: the weight's cotangent is `transpose(dims)` of
+/// `ct` against `other`, summed over every step by one product after the
+/// loop (instead of one product and one add per step).
+struct Deferred {
+    /// The body input (a linear one) the product reads.
+    input: usize,
+    /// The product's dimensions.
+    dims: crate::prim::DotDims,
+    /// The input is the product's lhs.
+    lhs: bool,
+    /// The product's other (known) operand.
+    other: Tensor,
+    /// The cotangent of the product's result.
+    ct: Tensor,
+}
+
+/// The backward pass's hook that defers the products reading a body input
+/// `defer` marks directly, with a known other operand.
+struct DeferProducts<'a> {
+    defer: &'a [bool],
+    deferred: Vec<Deferred>,
+}
+
+impl crate::backward::Hook for DeferProducts<'_> {
+    fn watch(&mut self, p: &crate::program::Program) -> Vec<Option<usize>> {
+        let mut watched = vec![None; p.avals.len()];
+        for (i, v) in p.inputs.iter().enumerate() {
+            if self.defer.get(i) == Some(&true) {
+                watched[v.0 as usize] = Some(i);
+            }
+        }
+        watched
+    }
+
+    fn take(
+        &mut self,
+        eqn: &crate::program::Eqn,
+        cts: &[Option<Tensor>],
+        args: &[LinearArg],
+        inputs: &[Option<usize>],
+    ) -> Result<bool> {
+        let (crate::prim::Prim::Linalg(crate::prim::LinalgOp::DotGeneral(dims)), Some(ct)) = (&eqn.prim, &cts[0])
+        else {
+            return Ok(false);
+        };
+        let (input, lhs, other) = match (args, inputs) {
+            ([LinearArg::Linear(_), LinearArg::Const(other)], [Some(i), _]) => (*i, true, (*other).clone()),
+            ([LinearArg::Const(other), LinearArg::Linear(_)], [_, Some(i)]) => (*i, false, (*other).clone()),
+            _ => return Ok(false),
+        };
+        self.deferred.push(Deferred { input, dims: dims.clone(), lhs, other, ct: ct.clone() });
+        Ok(true)
+    }
 }

@@ -88,7 +88,7 @@ pub(super) fn jvp(body: &Body, policy: RematPolicy, primals: &[Tensor], tangents
 
 pub(super) fn transpose(body: &Body, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
     let known: Vec<Option<Tensor>> = args.iter().map(|a| a.constant().cloned()).collect();
-    Ok(transpose_eval(body, &known, cts)?.into_iter().collect())
+    Ok(transpose_eval(body, &known, cts, None)?.into_iter().collect())
 }
 
 type Batched = (Vec<Tensor>, Vec<Option<usize>>);
