@@ -3,12 +3,12 @@
 //! same calls as the test.
 
 use crate::case::{Case, Tf};
-use crate::program::{Bin, Expr, MutOp, Program, Red, Un, View};
+use crate::program::{into_domain, Expr, MutOp, Program, Red, Un, View};
 use std::rc::Rc;
-use xform::core::prim::ReduceOp;
+use xform::core::prim::{BinaryOp, ReduceOp, UnaryOp};
 use xform::lax::{Padding, WindowParams};
 use xform::prelude::*;
-use xform::{functionalize, jacfwd, jacrev};
+use xform::{functionalize, jacfwd, jacrev, OrRaise};
 
 // ---- shapes --------------------------------------------------------------------
 
@@ -141,6 +141,33 @@ pub fn write_args(p: &Program, xs: &[Tensor]) {
     }
 }
 
+/// `x` mapped into `dom` as the Python side maps it: `c + r tanh(x)`.
+fn into(x: &Tensor, dom: xform::core::prims::sample::Dom) -> Tensor {
+    let (c, r) = into_domain(dom).expect("only ops over real domains are drawn");
+    x.tanh() * r + c
+}
+
+/// A unary primitive on `x` mapped into its domain.
+pub fn prim_unary(op: UnaryOp, x: &Tensor) -> Tensor {
+    xform::lax::unary(op, &into(x, op.sample_dom())).or_raise()
+}
+
+/// A binary primitive on `a` and `b` mapped into their domains and
+/// broadcast against each other (numpy's rule).
+pub fn prim_binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Tensor {
+    let (da, db) = op.sample_doms(DType::F64);
+    let (a, b) = (into(a, da), into(b, db));
+    let (sa, sb) = (a.shape().0.to_vec(), b.shape().0.to_vec());
+    let rank = sa.len().max(sb.len());
+    let dim = |s: &[usize], i: usize| if i + s.len() < rank { 1 } else { s[i + s.len() - rank] };
+    let shape: Vec<usize> = (0..rank)
+        .map(|i| match (dim(&sa, i), dim(&sb, i)) {
+            (1, n) | (n, _) => n,
+        })
+        .collect();
+    xform::lax::binary(op, &a.broadcast_to(shape.clone()), &b.broadcast_to(shape)).or_raise()
+}
+
 /// Evaluates an expression on the inputs `xs`.
 pub fn eval(e: &Expr, xs: &[Tensor]) -> Tensor {
     let ev = |x: &Expr| eval(x, xs);
@@ -150,55 +177,15 @@ pub fn eval(e: &Expr, xs: &[Tensor]) -> Tensor {
         Expr::Unary(op, x) => {
             let x = ev(x);
             match op {
-                Un::Sin => x.sin(),
-                Un::Cos => x.cos(),
-                Un::Tanh => x.tanh(),
-                Un::ExpTanh => x.tanh().exp(),
-                Un::LogSq => (&x * &x + 1.0).log(),
-                Un::SqrtSq => (&x * &x + 1.0).sqrt(),
-                Un::Sigmoid => x.sigmoid(),
+                Un::Prim(op) => prim_unary(*op, &x),
                 Un::Square => &x * &x,
-                Un::Neg => -&x,
                 Un::RecipSq => 1.0 / (&x * &x + 1.0),
                 Un::Relu => x.relu(),
                 Un::Softplus => x.softplus(),
                 Un::Abs => x.abs(),
-                Un::SinhTanh => x.tanh().sinh(),
-                Un::CoshTanh => x.tanh().cosh(),
-                Un::Atan => x.atan(),
-                Un::Asinh => x.asinh(),
-                Un::AcoshSq => (&x * &x + 2.0).acosh(),
-                Un::AtanhTanh => (x.tanh() * 0.5).atanh(),
-                Un::AsinTanh => (x.tanh() * 0.5).asin(),
-                Un::AcosTanh => (x.tanh() * 0.5).acos(),
-                Un::Log2Sq => (&x * &x + 1.0).log2(),
-                Un::Exp2Tanh => x.tanh().exp2(),
-                Un::CbrtSq => (&x * &x + 1.0).cbrt(),
-                Un::LgammaSq => (&x * &x + 1.0).lgamma(),
-                Un::DigammaSq => (&x * &x + 1.0).digamma(),
-                Un::ErfinvTanh => (x.tanh() * 0.5).erfinv(),
-                Un::Log10Sq => (&x * &x + 1.0).log10(),
-                Un::Erfc => x.erfc(),
-                Un::LogitTanh => (x.tanh() * 0.25 + 0.5).logit(),
-                Un::Sinc => x.sinc(),
             }
         }
-        Expr::Binary(op, a, b) => {
-            let (a, b) = (ev(a), ev(b));
-            match op {
-                Bin::Add => &a + &b,
-                Bin::Sub => &a - &b,
-                Bin::Mul => &a * &b,
-                Bin::Div => &a / (&b * &b + 1.0),
-                Bin::Max => a.maximum(&b),
-                Bin::Min => a.minimum(&b),
-                Bin::Pow => (&a * &a + 1.0).pow(&b.tanh()),
-                Bin::Xlogy => a.xlogy(&(&b * &b + 1.0)),
-                Bin::Xlog1py => a.xlog1py(&(&b * &b)),
-                Bin::Logaddexp => a.logaddexp(&b),
-                Bin::Hypot => a.hypot(&(&b + 0.3)),
-            }
-        }
+        Expr::Binary(op, a, b) => prim_binary(*op, &ev(a), &ev(b)),
         Expr::Reduce { op, axes, keepdims, x } => {
             let x = ev(x);
             match op {
@@ -435,56 +422,15 @@ pub fn rust(e: &Expr) -> String {
         Expr::Unary(op, x) => {
             let x = rust(x);
             match op {
-                Un::Sin => format!("({x}).sin()"),
-                Un::Cos => format!("({x}).cos()"),
-                Un::Tanh => format!("({x}).tanh()"),
-                Un::ExpTanh => format!("({x}).tanh().exp()"),
-                Un::LogSq => format!("{{ let x = {x}; (&x * &x + 1.0).log() }}"),
-                Un::SqrtSq => format!("{{ let x = {x}; (&x * &x + 1.0).sqrt() }}"),
-                Un::Sigmoid => format!("({x}).sigmoid()"),
+                Un::Prim(op) => format!("prim_unary(UnaryOp::{op:?}, &{x})"),
                 Un::Square => format!("{{ let x = {x}; &x * &x }}"),
-                Un::Neg => format!("-({x})"),
                 Un::RecipSq => format!("{{ let x = {x}; 1.0 / (&x * &x + 1.0) }}"),
                 Un::Relu => format!("({x}).relu()"),
                 Un::Softplus => format!("({x}).softplus()"),
                 Un::Abs => format!("({x}).abs()"),
-                Un::SinhTanh => format!("({x}).tanh().sinh()"),
-                Un::CoshTanh => format!("({x}).tanh().cosh()"),
-                Un::Atan => format!("({x}).atan()"),
-                Un::Asinh => format!("({x}).asinh()"),
-                Un::AcoshSq => format!("{{ let x = {x}; (&x * &x + 2.0).acosh() }}"),
-                Un::AtanhTanh => format!("(({x}).tanh() * 0.5).atanh()"),
-                Un::AsinTanh => format!("(({x}).tanh() * 0.5).asin()"),
-                Un::AcosTanh => format!("(({x}).tanh() * 0.5).acos()"),
-                Un::Log2Sq => format!("{{ let x = {x}; (&x * &x + 1.0).log2() }}"),
-                Un::Exp2Tanh => format!("({x}).tanh().exp2()"),
-                Un::CbrtSq => format!("{{ let x = {x}; (&x * &x + 1.0).cbrt() }}"),
-                Un::LgammaSq => format!("{{ let x = {x}; (&x * &x + 1.0).lgamma() }}"),
-                Un::DigammaSq => format!("{{ let x = {x}; (&x * &x + 1.0).digamma() }}"),
-                Un::ErfinvTanh => format!("(({x}).tanh() * 0.5).erfinv()"),
-                Un::Log10Sq => format!("{{ let x = {x}; (&x * &x + 1.0).log10() }}"),
-                Un::Erfc => format!("({x}).erfc()"),
-                Un::LogitTanh => format!("(({x}).tanh() * 0.25 + 0.5).logit()"),
-                Un::Sinc => format!("({x}).sinc()"),
             }
         }
-        Expr::Binary(op, a, b) => {
-            let (a, b) = (rust(a), rust(b));
-            let body = match op {
-                Bin::Add => "&a + &b",
-                Bin::Sub => "&a - &b",
-                Bin::Mul => "&a * &b",
-                Bin::Div => "&a / (&b * &b + 1.0)",
-                Bin::Max => "a.maximum(&b)",
-                Bin::Min => "a.minimum(&b)",
-                Bin::Pow => "(&a * &a + 1.0).pow(&b.tanh())",
-                Bin::Xlogy => "a.xlogy(&(&b * &b + 1.0))",
-                Bin::Xlog1py => "a.xlog1py(&(&b * &b))",
-                Bin::Logaddexp => "a.logaddexp(&b)",
-                Bin::Hypot => "a.hypot(&(&b + 0.3))",
-            };
-            format!("{{ let (a, b) = ({a}, {b}); {body} }}")
-        }
+        Expr::Binary(op, a, b) => format!("prim_binary(BinaryOp::{op:?}, &{}, &{})", rust(a), rust(b)),
         Expr::Reduce { op, axes, keepdims, x } => {
             let x = rust(x);
             match op {
@@ -583,7 +529,7 @@ pub fn rust(e: &Expr) -> String {
 /// A complete Rust program that runs the case and prints every output.
 pub fn rust_reproducer(case: &Case) -> String {
     let mut s = String::new();
-    s += "#![allow(unused_imports)]\nuse xform::prelude::*;\nuse xform::{functionalize, jacfwd, jacrev};\n\n";
+    s += "#![allow(unused_imports)]\nuse xform::prelude::*;\nuse xform::{functionalize, jacfwd, jacrev, OrRaise};\n\n";
     s += "fn scalarize(ys: &[Tensor]) -> Tensor {\n    ys.iter().map(|y| y.sin().sum()).reduce(|a, b| a + b).unwrap()\n}\n\n";
     s += "fn main() {\n    let xs: Vec<Tensor> = vec![\n";
     for (sh, d) in case.shapes.iter().zip(&case.data) {

@@ -16,146 +16,79 @@
 //! inverse trigonometric and special functions of values inside their
 //! domains (`tanh(x) / 2`, `1 + x²`, `2 + x²`), and
 //! element values are continuous random numbers (no exact ties, except
-//! where one input is broadcast against itself; see `Bin::Max`).
+//! where one input is broadcast against itself: `max` and `min` split the
+//! tangent at a tie in both libraries).
 
 use proptest::prelude::*;
 use proptest::sample::select;
-use xform::core::prims::sample::Gen;
+use xform::core::prim::{BinaryOp, UnaryOp};
+use xform::core::prims::sample::{Dom, Gen};
+use xform::DType;
 
 /// Sizes of the generated arrays: every axis has 1..=MAX_DIM elements.
 pub const MAX_DIM: usize = 3;
 /// Largest rank of an intermediate value.
 pub const MAX_RANK: usize = 4;
 
+/// A unary function of the programs: every elementwise unary primitive
+/// that takes floats, derived from the op table (`UnaryOp::examples`, with
+/// each op's JAX spelling `UnaryOp::jax` and its domain
+/// `UnaryOp::sample_dom`), so a new op is compared with JAX without an
+/// edit here; and a few functions the methods compose from primitives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Un {
-    Sin,
-    Cos,
-    Tanh,
-    /// `exp(tanh x)`.
-    ExpTanh,
-    /// `log(1 + x²)`.
-    LogSq,
-    /// `sqrt(1 + x²)`.
-    SqrtSq,
-    Sigmoid,
+    /// The primitive on its operand mapped into the op's domain
+    /// ([`into_domain`]).
+    Prim(UnaryOp),
     Square,
-    Neg,
     /// `1 / (1 + x²)`.
     RecipSq,
     /// `relu` (derivative 0 at 0, as `jax.nn.relu`).
     Relu,
     Softplus,
-    /// `abs` (derivative 0 at 0, as JAX's `sign`).
+    /// `abs` over both signs (derivative 0 at 0, as JAX's `sign`; the
+    /// primitive's own entry sees positive values only).
     Abs,
-    /// `sinh(tanh x)`.
-    SinhTanh,
-    /// `cosh(tanh x)`.
-    CoshTanh,
-    /// `atan x`.
-    Atan,
-    /// `asinh x`.
-    Asinh,
-    /// `acosh(2 + x²)`.
-    AcoshSq,
-    /// `atanh(tanh(x) / 2)`.
-    AtanhTanh,
-    /// `asin(tanh(x) / 2)`.
-    AsinTanh,
-    /// `acos(tanh(x) / 2)`.
-    AcosTanh,
-    /// `log2(1 + x²)`.
-    Log2Sq,
-    /// `exp2(tanh x)`.
-    Exp2Tanh,
-    /// `cbrt(1 + x²)`.
-    CbrtSq,
-    /// `lgamma(1 + x²)`.
-    LgammaSq,
-    /// `digamma(1 + x²)`.
-    DigammaSq,
-    /// `erfinv(tanh(x) / 2)`.
-    ErfinvTanh,
-    /// `log10(1 + x²)`.
-    Log10Sq,
-    /// `erfc x`.
-    Erfc,
-    /// `logit(1/2 + tanh(x) / 4)`.
-    LogitTanh,
-    /// `sinc x` (exactly 0 at times: its derivatives at 0 are JAX's custom rule's).
-    Sinc,
 }
 
-pub const UNARY: [Un; 31] = [
-    Un::Sin,
-    Un::Cos,
-    Un::Tanh,
-    Un::ExpTanh,
-    Un::LogSq,
-    Un::SqrtSq,
-    Un::Sigmoid,
-    Un::Square,
-    Un::Neg,
-    Un::RecipSq,
-    Un::Relu,
-    Un::Softplus,
-    Un::Abs,
-    Un::SinhTanh,
-    Un::CoshTanh,
-    Un::Atan,
-    Un::Asinh,
-    Un::AcoshSq,
-    Un::AtanhTanh,
-    Un::AsinTanh,
-    Un::AcosTanh,
-    Un::Log2Sq,
-    Un::Exp2Tanh,
-    Un::CbrtSq,
-    Un::LgammaSq,
-    Un::DigammaSq,
-    Un::ErfinvTanh,
-    Un::Log10Sq,
-    Un::Erfc,
-    Un::LogitTanh,
-    Un::Sinc,
-];
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Bin {
-    Add,
-    Sub,
-    Mul,
-    /// `a / (1 + b²)`.
-    Div,
-    /// Elementwise maximum (both libraries split the derivative at a tie).
-    Max,
-    Min,
-    /// `(1 + a²) ** tanh(b)`.
-    Pow,
-    /// `xlogy(a, 1 + b²)` (`a` is exactly 0 at times).
-    Xlogy,
-    /// `xlog1py(a, b²)`.
-    Xlog1py,
-    /// `logaddexp(a, b)` (ties at times).
-    Logaddexp,
-    /// `hypot(a, b + 0.3)` (away from ties |a| = |b + 0.3|, where JAX's
-    /// second derivatives are 0 and xform's hypot's are the true ones).
-    Hypot,
+/// Where a domain of the op tables lies, as `c + r tanh(x)`: the smooth map
+/// of any real `x` into it (`None`: a domain of integers, jumps or
+/// bits, whose ops are not compared).
+pub fn into_domain(dom: Dom) -> Option<(f64, f64)> {
+    match dom {
+        Dom::Real(lo, hi) | Dom::AwayFromZero(lo, hi) => Some(((lo + hi) / 2.0, (hi - lo) / 2.0)),
+        _ => None,
+    }
 }
 
-pub const BINARY: [Bin; 11] = [
-    Bin::Add,
-    Bin::Sub,
-    Bin::Mul,
-    Bin::Div,
-    Bin::Max,
-    Bin::Min,
-    Bin::Pow,
-    Bin::Xlogy,
-    Bin::Xlog1py,
-    Bin::Logaddexp,
-    Bin::Hypot,
-];
+/// The unary functions the programs draw from.
+pub fn unary_ops() -> Vec<Un> {
+    let mut ops: Vec<Un> = UnaryOp::examples()
+        .into_iter()
+        .filter(|op| op.accepts(DType::F64) && into_domain(op.sample_dom()).is_some())
+        .map(Un::Prim)
+        .collect();
+    ops.extend([Un::Square, Un::RecipSq, Un::Relu, Un::Softplus, Un::Abs]);
+    ops
+}
+
+/// A binary primitive of the programs: every one that takes floats,
+/// derived from the op table (its JAX spelling `BinaryOp::jax`, its
+/// operands' domains `BinaryOp::sample_doms`); a new op is compared with
+/// JAX without an edit here.
+pub type Bin = BinaryOp;
+
+/// The binary primitives the programs draw from.
+pub fn binary_ops() -> Vec<Bin> {
+    BinaryOp::ALL
+        .iter()
+        .copied()
+        .filter(|op| {
+            let (a, b) = op.sample_doms(DType::F64);
+            op.accepts(DType::F64) && into_domain(a).is_some() && into_domain(b).is_some()
+        })
+        .collect()
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Red {
@@ -512,11 +445,11 @@ fn build(s: Vec<usize>, depth: u32, choice: usize, seed: u64) -> BoxedStrategy<E
     let r = s.len();
     let sub = |shape: Vec<usize>| expr(shape, d);
     match choice {
-        1 | 2 => (select(UNARY.to_vec()), sub(s.clone())).prop_map(|(op, x)| Expr::Unary(op, b(x))).boxed(),
+        1 | 2 => (select(unary_ops()), sub(s.clone())).prop_map(|(op, x)| Expr::Unary(op, b(x))).boxed(),
         3 | 4 => {
             let other = broadcast_source(&s, &mut m);
             let swap = m.coin();
-            (select(BINARY.to_vec()), sub(s.clone()), sub(other))
+            (select(binary_ops()), sub(s.clone()), sub(other))
                 .prop_map(
                     move |(op, x, y)| if swap { Expr::Binary(op, b(y), b(x)) } else { Expr::Binary(op, b(x), b(y)) },
                 )
@@ -748,7 +681,7 @@ fn build(s: Vec<usize>, depth: u32, choice: usize, seed: u64) -> BoxedStrategy<E
                 axes.push(cands[m.int(0, cands.len() - 1)]);
             }
             if axes.len() < r {
-                return sub(s.clone()).prop_map(|x| Expr::Unary(Un::Sin, b(x))).boxed();
+                return sub(s.clone()).prop_map(|x| Expr::Unary(Un::Prim(UnaryOp::Sin), b(x))).boxed();
             }
             let col = |k: usize| axes.iter().map(|a| a[k]).collect::<Vec<usize>>();
             let (src, dims, strides, base, wdil) = (col(0), col(1), col(2), col(3), col(4));
@@ -765,7 +698,7 @@ fn build(s: Vec<usize>, depth: u32, choice: usize, seed: u64) -> BoxedStrategy<E
                 .boxed()
         }
         // A constructor that does not apply to this shape: a unary op.
-        _ if choice != 0 => (select(UNARY.to_vec()), sub(s.clone())).prop_map(|(op, x)| Expr::Unary(op, b(x))).boxed(),
+        _ if choice != 0 => (select(unary_ops()), sub(s.clone())).prop_map(|(op, x)| Expr::Unary(op, b(x))).boxed(),
         _ => leaf(&s),
     }
 }
@@ -924,7 +857,7 @@ fn arg_write(depth: u32, seed: u64) -> BoxedStrategy<ArgWrite> {
     let (view, vshape) = view_of(&shape, &mut m);
     let value_shape = broadcast_source(&vshape, &mut m);
     let op = [MutOp::Add, MutOp::Sub, MutOp::Mul, MutOp::Copy][m.int(0, 3)];
-    (leaf(&shape), select(UNARY.to_vec()), expr(value_shape, depth))
+    (leaf(&shape), select(unary_ops()), expr(value_shape, depth))
         .prop_map(move |(target, un, v)| ArgWrite { target, view: view.clone(), op, value: Expr::Unary(un, b(v)) })
         .boxed()
 }

@@ -2,7 +2,9 @@
 //! `run(xs)` function), and a standalone reproducer.
 
 use crate::case::{Case, Tf};
-use crate::program::{Bin, Expr, MutOp, Red, Un, View};
+use crate::program::{into_domain, Expr, MutOp, Red, Un, View};
+use xform::core::prims::sample::Dom;
+use xform::DType;
 
 fn tuple(v: &[usize]) -> String {
     match v.len() {
@@ -32,6 +34,13 @@ fn index(axis: usize, last: String) -> String {
     format!("({},)", parts.join(", "))
 }
 
+/// `x` mapped into `dom` as the xform side maps it: `c + r tanh(x)` (the
+/// constants printed with Rust's shortest round-trip digits).
+fn into(x: &str, dom: Dom) -> String {
+    let (c, r) = into_domain(dom).expect("only ops over real domains are drawn");
+    format!("({c:?} + {r:?} * jnp.tanh({x}))")
+}
+
 /// The expression as Python over `xs` (a list of float64 arrays).
 pub fn python(e: &Expr) -> String {
     match e {
@@ -40,15 +49,11 @@ pub fn python(e: &Expr) -> String {
         Expr::Unary(op, x) => {
             let x = python(x);
             match op {
-                Un::Sin => format!("jnp.sin({x})"),
-                Un::Cos => format!("jnp.cos({x})"),
-                Un::Tanh => format!("jnp.tanh({x})"),
-                Un::ExpTanh => format!("jnp.exp(jnp.tanh({x}))"),
-                Un::LogSq => format!("jnp.log(jnp.square({x}) + 1.0)"),
-                Un::SqrtSq => format!("jnp.sqrt(jnp.square({x}) + 1.0)"),
-                Un::Sigmoid => format!("jax.nn.sigmoid({x})"),
+                Un::Prim(op) => {
+                    let x = into(&x, op.sample_dom());
+                    op.jax().replace("{x}", &x).replace("{p}", &op.param().unwrap_or_default())
+                }
                 Un::Square => format!("jnp.square({x})"),
-                Un::Neg => format!("(-{x})"),
                 Un::RecipSq => format!("(1.0 / (jnp.square({x}) + 1.0))"),
                 Un::Relu => format!("jax.nn.relu({x})"),
                 Un::Softplus => format!("jax.nn.softplus({x})"),
@@ -56,41 +61,11 @@ pub fn python(e: &Expr) -> String {
                 // abs gives 1 there: a documented difference, see
                 // registry::edge_points), which `x * sign(x)` has in JAX.
                 Un::Abs => format!("(lambda x: x * jnp.sign(x))({x})"),
-                Un::SinhTanh => format!("jnp.sinh(jnp.tanh({x}))"),
-                Un::CoshTanh => format!("jnp.cosh(jnp.tanh({x}))"),
-                Un::Atan => format!("jnp.arctan({x})"),
-                Un::Asinh => format!("jnp.arcsinh({x})"),
-                Un::AcoshSq => format!("jnp.arccosh(jnp.square({x}) + 2.0)"),
-                Un::AtanhTanh => format!("jnp.arctanh(jnp.tanh({x}) * 0.5)"),
-                Un::AsinTanh => format!("jnp.arcsin(jnp.tanh({x}) * 0.5)"),
-                Un::AcosTanh => format!("jnp.arccos(jnp.tanh({x}) * 0.5)"),
-                Un::Log2Sq => format!("jnp.log2(jnp.square({x}) + 1.0)"),
-                Un::Exp2Tanh => format!("jnp.exp2(jnp.tanh({x}))"),
-                Un::CbrtSq => format!("jnp.cbrt(jnp.square({x}) + 1.0)"),
-                Un::LgammaSq => format!("jax.lax.lgamma(jnp.square({x}) + 1.0)"),
-                Un::DigammaSq => format!("jax.lax.digamma(jnp.square({x}) + 1.0)"),
-                Un::ErfinvTanh => format!("jax.lax.erf_inv(jnp.tanh({x}) * 0.5)"),
-                Un::Log10Sq => format!("jnp.log10(jnp.square({x}) + 1.0)"),
-                Un::Erfc => format!("jax.scipy.special.erfc({x})"),
-                Un::LogitTanh => format!("jax.scipy.special.logit(jnp.tanh({x}) * 0.25 + 0.5)"),
-                Un::Sinc => format!("jnp.sinc({x})"),
             }
         }
         Expr::Binary(op, a, b) => {
-            let (a, b) = (python(a), python(b));
-            match op {
-                Bin::Add => format!("({a} + {b})"),
-                Bin::Sub => format!("({a} - {b})"),
-                Bin::Mul => format!("({a} * {b})"),
-                Bin::Div => format!("({a} / (jnp.square({b}) + 1.0))"),
-                Bin::Max => format!("jnp.maximum({a}, {b})"),
-                Bin::Min => format!("jnp.minimum({a}, {b})"),
-                Bin::Pow => format!("jnp.power(jnp.square({a}) + 1.0, jnp.tanh({b}))"),
-                Bin::Xlogy => format!("jax.scipy.special.xlogy({a}, jnp.square({b}) + 1.0)"),
-                Bin::Xlog1py => format!("jax.scipy.special.xlog1py({a}, jnp.square({b}))"),
-                Bin::Logaddexp => format!("jnp.logaddexp({a}, {b})"),
-                Bin::Hypot => format!("jnp.hypot({a}, {b} + 0.3)"),
-            }
+            let (da, db) = op.sample_doms(DType::F64);
+            op.jax().replace("{a}", &into(&python(a), da)).replace("{b}", &into(&python(b), db))
         }
         Expr::Reduce { op, axes, keepdims, x } => {
             let x = python(x);

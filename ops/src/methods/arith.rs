@@ -18,7 +18,7 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
 /// Broadcasting, promoting binary op of float math: integer and bool
 /// operands are converted to f32 after promotion (as the unary float
 /// methods do; `jnp` promotes them to an inexact type likewise).
-fn float_binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+pub(crate) fn float_binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let (a, b) = align(op.name(), a, b)?;
     lax::binary(op, &as_float(&a)?, &as_float(&b)?)
 }
@@ -38,16 +38,11 @@ pub(crate) fn as_float(x: &Tensor) -> Result<Tensor> {
     }
 }
 
-// The unary math methods (exp, sin, abs, floor, powi, ...) are generated
-// from the op table in `prims/unary.rs`.
+// The unary math methods (exp, sin, abs, floor, powi, ...) and the named
+// binary ones (pow, maximum, xlogy, logical_and, ...) are generated from
+// the op tables in `prims/unary.rs` and `prims/binary.rs`.
 
 impl Tensor {
-    /// `x^y` elementwise, broadcasting.
-    #[track_caller]
-    pub fn pow(&self, y: &Tensor) -> Tensor {
-        binary(BinaryOp::Pow, self, y).or_raise()
-    }
-
     /// `x^y` for a scalar `y`.
     #[track_caller]
     pub fn powf(&self, y: f64) -> Tensor {
@@ -59,18 +54,6 @@ impl Tensor {
     /// Logical or bitwise not.
     pub fn logical_not(&self) -> Tensor {
         lax::not(self).or_raise()
-    }
-
-    /// Elementwise maximum, broadcasting (NaN propagates).
-    #[track_caller]
-    pub fn maximum(&self, other: &Tensor) -> Tensor {
-        binary(BinaryOp::Max, self, other).or_raise()
-    }
-
-    /// Elementwise minimum, broadcasting (NaN propagates).
-    #[track_caller]
-    pub fn minimum(&self, other: &Tensor) -> Tensor {
-        binary(BinaryOp::Min, self, other).or_raise()
     }
 
     /// Elementwise maximum with a scalar (jnp's `maximum(x, v)`,
@@ -89,60 +72,6 @@ impl Tensor {
     pub fn minimum_scalar<S: Scalar>(&self, v: S) -> Tensor {
         let s = scalar_for("min", self, v).or_raise();
         binary(BinaryOp::Min, self, &s).or_raise()
-    }
-
-    /// `atan2(self, other)`, broadcasting.
-    #[track_caller]
-    pub fn atan2(&self, other: &Tensor) -> Tensor {
-        binary(BinaryOp::Atan2, self, other).or_raise()
-    }
-
-    /// `self * ln(other)`, broadcasting, with 0 where `self` is 0 unless
-    /// `other` is NaN (`jax.scipy.special.xlogy`, `torch.xlogy`): so
-    /// `xlogy(0, 0)` is 0, and `p.xlogy(&p)` is the entropy term `p ln p`
-    /// with 0 at `p = 0`. Its derivatives are JAX's (`a_dot ln(b) + b_dot
-    /// a / b`). Integer and bool operands are converted to f32 first.
-    #[track_caller]
-    pub fn xlogy(&self, other: &Tensor) -> Tensor {
-        float_binary(BinaryOp::Xlogy, self, other).or_raise()
-    }
-
-    /// `self * ln(1 + other)`, broadcasting, with 0 where `self` is 0
-    /// unless `other` is NaN (`jax.scipy.special.xlog1py`): `xlog1py(0,
-    /// -1)` is 0. Integer and bool operands are converted to f32 first.
-    #[track_caller]
-    pub fn xlog1py(&self, other: &Tensor) -> Tensor {
-        float_binary(BinaryOp::Xlog1py, self, other).or_raise()
-    }
-
-    /// `ln(e^self + e^other)` without overflow, broadcasting
-    /// (`jnp.logaddexp`, `torch.logaddexp`): `logaddexp(-inf, -inf)` is
-    /// -inf, `logaddexp(inf, inf)` is inf. Integer and bool operands are
-    /// converted to f32 first.
-    #[track_caller]
-    pub fn logaddexp(&self, other: &Tensor) -> Tensor {
-        float_binary(BinaryOp::Logaddexp, self, other).or_raise()
-    }
-
-    /// `sqrt(self^2 + other^2)` without overflow or underflow, broadcasting
-    /// (`jnp.hypot`, `torch.hypot`). Its gradient at `(0, 0)` is `(1/2,
-    /// 1/2)`, as JAX's. Integer and bool operands are converted to f32
-    /// first.
-    #[track_caller]
-    pub fn hypot(&self, other: &Tensor) -> Tensor {
-        float_binary(BinaryOp::Hypot, self, other).or_raise()
-    }
-
-    /// Logical (bool) or bitwise (integer) and, broadcasting.
-    #[track_caller]
-    pub fn logical_and(&self, other: &Tensor) -> Tensor {
-        binary(BinaryOp::And, self, other).or_raise()
-    }
-
-    /// Logical (bool) or bitwise (integer) or, broadcasting.
-    #[track_caller]
-    pub fn logical_or(&self, other: &Tensor) -> Tensor {
-        binary(BinaryOp::Or, self, other).or_raise()
     }
 
     /// Clamps into `[lo, hi]`.

@@ -9,7 +9,7 @@
 //! the `Result` path.
 
 mod arith;
-pub(crate) use arith::as_float;
+pub(crate) use arith::{as_float, binary, float_binary};
 mod creation;
 mod indexing;
 mod inplace;

@@ -6,10 +6,10 @@
 use super::cuda_c::{upow_helper, CudaCx, CudaExpr};
 use super::jit::{self, Blame, JitProps, RowQuery, RowRule};
 use super::jit::{Tile, TileMut};
-use super::sample::{numeric, Case, Dom, Sample, FLOATS};
+use super::sample::{every_dtype, Case, Dom, Sample};
 use super::{check_arity, check_same_dtypes, check_same_shapes, Family, OnesTranspose, Props};
 use crate::array::Array;
-use crate::error::{Error, Result};
+use crate::error::{Error, OrRaise, Result};
 use crate::interp::{bind1, Outs};
 use crate::lax;
 use crate::prim::{Avals, BDims, Cotangents, LinearArg, Prim, Tangents};
@@ -21,13 +21,70 @@ use xform_kernels::cuda_source::MapOp;
 use xform_kernels::cuda_source::{map_kernel, Kernel};
 use xform_kernels::{CpuBuffer, DType, Element, Float, Layout, Real};
 
-/// Generates the binary family from its table: the enum with its names and
-/// `ALL`, `lax` functions, the CPU kernels per dtype class and the CUDA
-/// expression beside each, and the accepted dtypes (those with a kernel).
-/// Each op's entry: `cost` (per element, 1 = an add), then optional
-/// `float`, `int` and `bool` groups, each a CPU expression on `x, y` (in
-/// `R: Real`, `T: IntBinary`, `bool`) and its CUDA expression (`c` is a
-/// `CudaCx`). A group without its CUDA expression does not compile.
+/// One arm of the table's transpose: `none` (not linear) or a closure of
+/// the output's cotangent and the operands.
+macro_rules! binary_transpose {
+    ($op:ident, $ct:ident, $args:ident, none) => {
+        Err(nonlinear($op.name()))
+    };
+    ($op:ident, $ct:ident, $args:ident, |$c:ident, $a:ident| $body:expr) => {{
+        let ($c, $a) = ($ct, $args);
+        $body
+    }};
+}
+
+/// One `Tensor` method of a binary op, by its method kind.
+macro_rules! binary_method {
+    (none, $v:ident, [$(#[$doc:meta])*]) => {};
+    (exact $m:ident, $v:ident, [$(#[$doc:meta])*]) => {
+        $(#[$doc])*
+        ///
+        /// Broadcasting, with numpy's promotion.
+        #[track_caller]
+        pub fn $m(&self, other: &Tensor) -> Tensor {
+            crate::methods::binary(BinaryOp::$v, self, other).or_raise()
+        }
+    };
+    (float $m:ident, $v:ident, [$(#[$doc:meta])*]) => {
+        $(#[$doc])*
+        ///
+        /// Broadcasting, with numpy's promotion; integer and bool operands
+        /// are converted to f32 first.
+        #[track_caller]
+        pub fn $m(&self, other: &Tensor) -> Tensor {
+            crate::methods::float_binary(BinaryOp::$v, self, other).or_raise()
+        }
+    };
+}
+
+/// Generates the binary family from its table, one entry per op as the
+/// unary table (`unary_table.rs`) does: the enum with its names and `ALL`,
+/// `lax` functions, the CPU kernels per dtype class and the CUDA
+/// expression beside each, the accepted dtypes (those with a kernel), the
+/// JVP, the transpose, the properties, the `Tensor` method and the
+/// registry sample. An entry:
+///
+/// ```text
+/// Variant => lax_fn "printed_name" {
+///     cost: relative cost per element (1 = an add),
+///     float: |x, y| CPU expression (R: Real), cuda: |c| CudaExpr,   (optional group)
+///     int:   |x, y| CPU expression (T: IntBinary), cuda: |c| CudaExpr, (optional group)
+///     bool:  |x, y| CPU expression on bools, cuda: |c| CudaExpr,     (optional group)
+///     jvp: |a, b, out, ta, tb| the tangent of out = op(a, b) (float operands),
+///          Result<Option<Tensor>>; `term(t, f)` is f(t) where t is not a
+///          symbolic zero,
+///     transpose: [none] | [|ct, args| Result<Cotangents>],
+///     linear: [the operands it is linear in, where the others are constant],
+///     props: Props,
+///     method: exact name | float name (ints and bools convert to f32 first)
+///             | none (an operator, or a method written by hand),
+///     sample: |d| the operands' (Dom, Dom) for dtype d,
+///     jax: "the op in JAX, as Python over {a} and {b}",
+/// }
+/// ```
+///
+/// A group without its CUDA expression, or an entry without one of the
+/// other fields, does not compile.
 macro_rules! binary_table {
     ($(
         $(#[$doc:meta])*
@@ -36,6 +93,13 @@ macro_rules! binary_table {
             $( float: |$fx:ident, $fy:ident| $fbody:expr, cuda: |$fc:ident| $fcuda:expr, )?
             $( int: |$ix:ident, $iy:ident| $ibody:expr, cuda: |$ic:ident| $icuda:expr, )?
             $( bool: |$bx:ident, $by:ident| $bbody:expr, cuda: |$bc:ident| $bcuda:expr, )?
+            jvp: |$ja:ident, $jb:ident, $jo:ident, $jta:ident, $jtb:ident| $jvp:expr,
+            transpose: [$($tr:tt)*],
+            linear: [$($lin:literal),*],
+            props: $props:expr,
+            method: $mkind:ident $($mname:ident)?,
+            sample: |$sd:ident| $sample:expr,
+            jax: $jax:literal $(,)?
         }
     )*) => {
         crate::op_enum! {
@@ -49,6 +113,56 @@ macro_rules! binary_table {
             /// Rough cost per element relative to an add.
             fn cost(self) -> usize {
                 match self { $( BinaryOp::$v => $cost ),* }
+            }
+
+            /// The tangent of `out = op(a, b)` along `ta`, `tb` (float
+            /// operands; `None`: a symbolic zero).
+            #[allow(unused_variables)]
+            fn tangent(
+                self,
+                a: &Tensor,
+                b: &Tensor,
+                out: &Tensor,
+                ta: &Option<Tensor>,
+                tb: &Option<Tensor>,
+            ) -> Result<Option<Tensor>> {
+                match self {
+                    $( BinaryOp::$v => {
+                        let ($ja, $jb, $jo, $jta, $jtb) = (a, b, out, ta, tb);
+                        $jvp
+                    } ),*
+                }
+            }
+
+            /// The cotangents of the linear operands given the output's
+            /// cotangent `ct`.
+            #[allow(unused_variables)]
+            fn transpose_ct(self, ct: &Tensor, args: &[LinearArg]) -> Result<Cotangents> {
+                let op = self;
+                match self { $( BinaryOp::$v => binary_transpose!(op, ct, args, $($tr)*) ),* }
+            }
+
+            /// The operands the op is linear in (the others constant).
+            fn linear_operands(self) -> Vec<usize> {
+                match self { $( BinaryOp::$v => vec![$($lin),*] ),* }
+            }
+
+            /// The op's properties.
+            fn table_props(self) -> Props {
+                match self { $( BinaryOp::$v => $props ),* }
+            }
+
+            /// The op in JAX, as Python: a template over the operands `{a}`
+            /// and `{b}` (the JAX differential test prints it; a new op is
+            /// compared with JAX from this alone).
+            pub fn jax(self) -> &'static str {
+                match self { $( BinaryOp::$v => $jax ),* }
+            }
+
+            /// The registry's value domains of the operands for dtype `d`
+            /// (the JAX differential test maps its values into them too).
+            pub fn sample_doms(self, d: DType) -> (Dom, Dom) {
+                match self { $( BinaryOp::$v => { let $sd = d; $sample } ),* }
             }
 
             /// The dtype classes with a kernel: what the op accepts.
@@ -142,6 +256,10 @@ macro_rules! binary_table {
                 } )*
             }
         }
+
+        impl Tensor {
+            $( binary_method!($mkind $($mname)?, $v, [$(#[$doc])*]); )*
+        }
     };
 }
 
@@ -151,18 +269,45 @@ binary_table! {
         cost: 1,
         float: |x, y| x + y, cuda: |c| c.expr("x + y"),
         int: |x, y| x.add_(y), cuda: |c| c.expr(format!("({t})(({u})x + ({u})y)", t = c.t(), u = c.u())),
+        jvp: |_a, _b, _out, ta, tb| lax::add_any(ta.clone(), tb.clone()),
+        transpose: [|ct, args| Ok(smallvec![linear_ct(&args[0], ct.clone()), linear_ct(&args[1], ct.clone())])],
+        linear: [0, 1],
+        // the cotangent passes on to each operand: ones stay ones
+        props: Props::ELEMENTWISE.ones(OnesTranspose::Ones),
+        method: none,
+        sample: |d| default_doms(d),
+        jax: "({a} + {b})",
     }
     /// `a - b`.
     Sub => sub "sub" {
         cost: 1,
         float: |x, y| x - y, cuda: |c| c.expr("x - y"),
         int: |x, y| x.sub_(y), cuda: |c| c.expr(format!("({t})(({u})x - ({u})y)", t = c.t(), u = c.u())),
+        jvp: |_a, _b, _out, ta, tb| lax::add_any(ta.clone(), term(tb, lax::neg)?),
+        transpose: [|ct, args| Ok(smallvec![linear_ct(&args[0], ct.clone()), lin_map(&args[1], || lax::neg(ct))?])],
+        linear: [0, 1],
+        props: Props::ELEMENTWISE,
+        method: none,
+        sample: |d| default_doms(d),
+        jax: "({a} - {b})",
     }
     /// `a * b`.
     Mul => mul "mul" {
         cost: 1,
         float: |x, y| x * y, cuda: |c| c.expr("x * y"),
         int: |x, y| x.mul_(y), cuda: |c| c.expr(format!("({t})(({u})x * ({u})y)", t = c.t(), u = c.u())),
+        jvp: |a, b, _out, ta, tb| lax::add_any(term(ta, |t| lax::mul(t, b))?, term(tb, |t| lax::mul(a, t))?),
+        transpose: [|ct, args| match (&args[0], &args[1]) {
+            (LinearArg::Linear(_), LinearArg::Const(b)) => Ok(smallvec![Some(lax::mul(ct, b)?), None]),
+            (LinearArg::Const(a), LinearArg::Linear(_)) => Ok(smallvec![None, Some(lax::mul(a, ct)?)]),
+            _ => Err(nonlinear("mul")),
+        }],
+        linear: [0, 1],
+        // `1 * c` is `c`
+        props: Props::ELEMENTWISE.fresh().ones(OnesTranspose::Constant),
+        method: none,
+        sample: |d| default_doms(d),
+        jax: "({a} * {b})",
     }
     /// `a / b` (integers truncate toward zero; x / 0 is -1, or the largest
     /// u32, as in XLA; MIN / -1 wraps).
@@ -175,6 +320,20 @@ binary_table! {
         } else {
             c.expr("(y == 0u) ? 0xffffffffu : x / y")
         },
+        // d(a/b) = da / b - db * (out / b)
+        jvp: |a, b, out, ta, tb| {
+            let db = term(tb, |t| lax::mul(t, &lax::neg(&lax::div(out, b)?)?))?;
+            lax::add_any(term(ta, |t| lax::div(t, b))?, db)
+        },
+        transpose: [|ct, args| match (&args[0], &args[1]) {
+            (LinearArg::Linear(_), LinearArg::Const(b)) => Ok(smallvec![Some(lax::div(ct, b)?), None]),
+            _ => Err(nonlinear("div")),
+        }],
+        linear: [0],
+        props: Props::ELEMENTWISE.fresh(),
+        method: none,
+        sample: |d| divisor_doms(d),
+        jax: "({a} / {b})",
     }
     /// `a ^ b` (integers: wrapping for b >= 0; b < 0 truncates to 0 but for
     /// |a| = 1). Its derivative in `a` is 0 at `a = b = 0` (as PyTorch; JAX
@@ -192,6 +351,40 @@ binary_table! {
             t = c.t(),
             u = c.u()
         )),
+        // d/da = b a^(b-1); d/db = out ln a (0 where a == 0, as JAX). The
+        // factor b is kept outside the guard, so that d/db of d/da at b = 0
+        // is a^-1 (JAX's testPowSecondDerivative); only a^(b-1) is guarded,
+        // where a == b == 0 (an infinite power times a zero factor), which
+        // keeps the gradient 0 at pow(0, 0). The guarded power is taken of a
+        // safe base (1 there), so that its own derivative, which reverse
+        // mode multiplies by the select's zero cotangent, is finite (0 * inf
+        // would be NaN).
+        jvp: |a, b, out, ta, tb| {
+            let zero = lax::zeros_like(a)?;
+            let da = term(ta, |t| {
+                let both_0 = lax::and(&lax::eq(a, &zero)?, &lax::eq(b, &zero)?)?;
+                let safe_a = lax::select(&both_0, &lax::ones_like(a)?, a)?;
+                let p = lax::pow(&safe_a, &lax::add_scalar(b, -1.0)?)?;
+                lax::mul(t, &lax::mul(b, &lax::select(&both_0, &zero, &p)?)?)
+            })?;
+            let db = term(tb, |t| {
+                let a_is_0 = lax::eq(a, &zero)?;
+                let safe_a = lax::select(&a_is_0, &lax::ones_like(a)?, a)?;
+                let f = lax::select(&a_is_0, &zero, &lax::mul(out, &lax::log(&safe_a)?)?)?;
+                lax::mul(t, &f)
+            })?;
+            lax::add_any(da, db)
+        },
+        transpose: [none],
+        linear: [],
+        props: Props::ELEMENTWISE,
+        method: exact pow,
+        sample: |d| if d.is_float() {
+            (Dom::Real(0.5, 2.0), Dom::Real(-2.0, 2.0))
+        } else {
+            (Dom::Small(if d == DType::U32 { 0 } else { -3 }, 3), Dom::Small(0, 4))
+        },
+        jax: "jnp.power({a}, {b})",
     }
     /// Elementwise maximum (NaN propagates).
     Max => max "max" {
@@ -199,6 +392,13 @@ binary_table! {
         float: |x, y| if x.is_nan() || y.is_nan() { x + y } else if x >= y { x } else { y },
         cuda: |c| c.expr("(x != x || y != y) ? x + y : (x >= y ? x : y)"),
         int: |x, y| if x >= y { x } else { y }, cuda: |c| c.expr("(x >= y ? x : y)"),
+        jvp: |a, b, _out, ta, tb| tie_split(true, a, b, ta, tb),
+        transpose: [none],
+        linear: [],
+        props: Props::ELEMENTWISE,
+        method: exact maximum,
+        sample: |d| default_doms(d),
+        jax: "jnp.maximum({a}, {b})",
     }
     /// Elementwise minimum (NaN propagates).
     Min => min "min" {
@@ -206,6 +406,13 @@ binary_table! {
         float: |x, y| if x.is_nan() || y.is_nan() { x + y } else if x <= y { x } else { y },
         cuda: |c| c.expr("(x != x || y != y) ? x + y : (x <= y ? x : y)"),
         int: |x, y| if x <= y { x } else { y }, cuda: |c| c.expr("(x <= y ? x : y)"),
+        jvp: |a, b, _out, ta, tb| tie_split(false, a, b, ta, tb),
+        transpose: [none],
+        linear: [],
+        props: Props::ELEMENTWISE,
+        method: exact minimum,
+        sample: |d| default_doms(d),
+        jax: "jnp.minimum({a}, {b})",
     }
     /// Remainder with the sign of `a` (C and Rust `%`, fmod for floats;
     /// x % 0 is x as in XLA).
@@ -218,18 +425,55 @@ binary_table! {
         } else {
             c.expr("(y == 0u) ? x : x % y")
         },
+        // a = q b + r with q = trunc(a / b): dr = da - q db
+        jvp: |a, b, out, ta, tb| {
+            let q = lax::div(&lax::sub(a, out)?, b)?;
+            lax::add_any(ta.clone(), term(tb, |t| lax::mul(t, &lax::neg(&q)?))?)
+        },
+        transpose: [none],
+        linear: [],
+        props: Props::ELEMENTWISE,
+        method: none,
+        sample: |d| divisor_doms(d),
+        jax: "jnp.fmod({a}, {b})",
     }
     /// `atan2(a, b)`.
     Atan2 => atan2 "atan2" {
         cost: 8,
         float: |x, y| x.atan2(y), cuda: |c| c.expr(format!("{}(x, y)", c.math("atan2"))),
+        jvp: |a, b, _out, ta, tb| {
+            let denom = lax::add(&lax::mul(a, a)?, &lax::mul(b, b)?)?;
+            let da = term(ta, |t| lax::mul(t, &lax::div(b, &denom)?))?;
+            let db = term(tb, |t| lax::mul(t, &lax::neg(&lax::div(a, &denom)?)?))?;
+            lax::add_any(da, db)
+        },
+        transpose: [none],
+        linear: [],
+        props: Props::ELEMENTWISE,
+        method: exact atan2,
+        sample: |_d| (Dom::AwayFromZero(0.2, 2.0), Dom::Real(-2.0, 2.0)),
+        jax: "jnp.arctan2({a}, {b})",
     }
     /// `a ln(b)`, 0 where `a = 0` unless `b` is NaN
-    /// (`jax.scipy.special.xlogy`: `xlogy(0, 0)` is 0).
+    /// (`jax.scipy.special.xlogy`, `torch.xlogy`: `xlogy(0, 0)` is 0), so
+    /// `p.xlogy(&p)` is the entropy term `p ln p` with 0 at `p = 0`. Its
+    /// derivatives are JAX's (`a_dot ln(b) + b_dot a / b`).
     Xlogy => xlogy "xlogy" {
         cost: 8,
         float: |x, y| if x != R::ZERO || y.is_nan() { x * y.ln() } else { R::ZERO },
         cuda: |c| c.expr(format!("(x != ({t})0 || y != y) ? x * {log}(y) : ({t})0", t = c.c(), log = c.math("log"))),
+        // JAX (the custom_jvp of jax.scipy.special.xlogy): a_dot * log(b) + b_dot * a / b
+        jvp: |a, b, _out, ta, tb| {
+            let da = term(ta, |t| lax::mul(t, &lax::log(b)?))?;
+            let db = term(tb, |t| lax::div(&lax::mul(t, a)?, b))?;
+            lax::add_any(da, db)
+        },
+        transpose: [none],
+        linear: [],
+        props: Props::ELEMENTWISE,
+        method: float xlogy,
+        sample: |_d| (Dom::Real(-3.0, 3.0), Dom::Real(0.2, 4.0)),
+        jax: "jax.scipy.special.xlogy({a}, {b})",
     }
     /// `a ln(1 + b)`, 0 where `a = 0` unless `b` is NaN
     /// (`jax.scipy.special.xlog1py`: `xlog1py(0, -1)` is 0).
@@ -237,6 +481,18 @@ binary_table! {
         cost: 8,
         float: |x, y| if x != R::ZERO || y.is_nan() { x * y.ln_1p() } else { R::ZERO },
         cuda: |c| c.expr(format!("(x != ({t})0 || y != y) ? x * {log1p}(y) : ({t})0", t = c.c(), log1p = c.math("log1p"))),
+        // JAX (the custom_jvp of jax.scipy.special.xlog1py): a_dot * log1p(b) + b_dot * a / (1 + b)
+        jvp: |a, b, _out, ta, tb| {
+            let da = term(ta, |t| lax::mul(t, &lax::log1p(b)?))?;
+            let db = term(tb, |t| lax::div(&lax::mul(t, a)?, &lax::add_scalar(b, 1.0)?))?;
+            lax::add_any(da, db)
+        },
+        transpose: [none],
+        linear: [],
+        props: Props::ELEMENTWISE,
+        method: float xlog1py,
+        sample: |_d| (Dom::Real(-3.0, 3.0), Dom::Real(-0.8, 3.0)),
+        jax: "jax.scipy.special.xlog1py({a}, {b})",
     }
     /// `ln(e^a + e^b)` without overflow (`jnp.logaddexp`): `max(a, b) +
     /// ln(1 + e^-|a - b|)`, and `a + b` where `a - b` is NaN (a NaN, or
@@ -252,24 +508,81 @@ binary_table! {
             exp = c.math("exp"),
             fabs = c.math("fabs")
         )),
+        // JAX (the custom_jvp of lax.logaddexp): t_a * exp(r(a) - r(out)) + t_b * exp(r(b) - r(out)),
+        // where r replaces +inf by 0 (logaddexp(inf, inf) has derivatives 1 and 1, not NaN).
+        jvp: |a, b, out, ta, tb| {
+            let r = |v: &Tensor| -> Result<Tensor> {
+                let inf = lax::eq(v, &lax::full_like(v, f64::INFINITY)?)?;
+                lax::select(&inf, &lax::zeros_like(v)?, v)
+            };
+            let r_out = r(out)?;
+            let da = term(ta, |t| lax::mul(t, &lax::exp(&lax::sub(&r(a)?, &r_out)?)?))?;
+            let db = term(tb, |t| lax::mul(t, &lax::exp(&lax::sub(&r(b)?, &r_out)?)?))?;
+            lax::add_any(da, db)
+        },
+        transpose: [none],
+        linear: [],
+        props: Props::ELEMENTWISE,
+        method: float logaddexp,
+        sample: |d| default_doms(d),
+        jax: "jnp.logaddexp({a}, {b})",
     }
-    /// `sqrt(a^2 + b^2)` without overflow or underflow (`jnp.hypot`; C's
-    /// `hypot`): `hypot(1e200, 1e200)` is finite in f64.
+    /// `sqrt(a^2 + b^2)` without overflow or underflow (`jnp.hypot`,
+    /// `torch.hypot`; C's `hypot`): `hypot(1e200, 1e200)` is finite in f64.
+    /// Its gradient at `(0, 0)` is `(1/2, 1/2)`, as JAX's.
     Hypot => hypot "hypot" {
         cost: 8,
         float: |x, y| x.via2(y, f32::hypot, f64::hypot), cuda: |c| c.expr(format!("{}(x, y)", c.math("hypot"))),
+        // d hypot(a, b) = t_a (a / h) + t_b (b / h). At h = 0, JAX's formula
+        // (hypot is max(|a|, |b|) there: a tie of max, and abs' derivative 1 at 0)
+        // gives (t_a + t_b) / 2, and so does this; h is made 1 there so that no
+        // derivative of the unused quotients is NaN. Elsewhere JAX's autodiff of
+        // its formula differs only at ties |a| = |b| (its max and min split the
+        // tangent, so its second derivatives there are 0), from |a| ~ 1e154 on (its
+        // `b * a^-2` underflows), and at an infinite leg (JAX's jvp gives 0, its
+        // grad NaN; this gives NaN): there this is the true derivative (PyTorch's).
+        jvp: |a, b, out, ta, tb| {
+            let at_zero = lax::eq(out, &lax::zeros_like(out)?)?;
+            let safe = lax::select(&at_zero, &lax::ones_like(out)?, out)?;
+            let half = lax::full_like(out, 0.5)?;
+            let weight = |v: &Tensor| -> Result<Tensor> { lax::select(&at_zero, &half, &lax::div(v, &safe)?) };
+            let da = term(ta, |t| lax::mul(t, &weight(a)?))?;
+            let db = term(tb, |t| lax::mul(t, &weight(b)?))?;
+            lax::add_any(da, db)
+        },
+        transpose: [none],
+        linear: [],
+        props: Props::ELEMENTWISE,
+        method: float hypot,
+        // away from the origin, where hypot has its kink
+        sample: |_d| (Dom::AwayFromZero(0.2, 3.0), Dom::Real(-3.0, 3.0)),
+        jax: "jnp.hypot({a}, {b})",
     }
     /// Logical (bool) or bitwise (integer) and.
     And => and "and" {
         cost: 1,
         int: |x, y| x.and_(y), cuda: |c| c.expr("x & y"),
         bool: |x, y| x & y, cuda: |c| c.expr("x && y"),
+        jvp: |_a, _b, _out, _ta, _tb| Ok(None),
+        transpose: [none],
+        linear: [],
+        props: Props::ELEMENTWISE,
+        method: exact logical_and,
+        sample: |d| default_doms(d),
+        jax: "jnp.logical_and({a}, {b})",
     }
     /// Logical (bool) or bitwise (integer) or.
     Or => or "or" {
         cost: 1,
         int: |x, y| x.or_(y), cuda: |c| c.expr("x | y"),
         bool: |x, y| x | y, cuda: |c| c.expr("x || y"),
+        jvp: |_a, _b, _out, _ta, _tb| Ok(None),
+        transpose: [none],
+        linear: [],
+        props: Props::ELEMENTWISE,
+        method: exact logical_or,
+        sample: |d| default_doms(d),
+        jax: "jnp.logical_or({a}, {b})",
     }
 }
 
@@ -403,110 +716,27 @@ fn jvp_binary(op: BinaryOp, primals: &[Tensor], tangents: &[Option<Tensor>]) -> 
     if !a.dtype().is_float() {
         return Ok((smallvec![out], smallvec![None]));
     }
-    let (ta, tb) = (&tangents[0], &tangents[1]);
-    // Each term is linear in its tangent; None terms are skipped.
-    let term = |t: &Option<Tensor>, f: &dyn Fn(&Tensor) -> Result<Tensor>| -> Result<Option<Tensor>> {
-        t.as_ref().map(f).transpose()
-    };
-    let t = match op {
-        BinaryOp::Add => lax::add_any(ta.clone(), tb.clone())?,
-        BinaryOp::Sub => lax::add_any(ta.clone(), term(tb, &|t| lax::neg(t))?)?,
-        BinaryOp::Mul => lax::add_any(term(ta, &|t| lax::mul(t, b))?, term(tb, &|t| lax::mul(a, t))?)?,
-        BinaryOp::Div => {
-            // d(a/b) = da / b - db * (out / b)
-            let db = term(tb, &|t| lax::mul(t, &lax::neg(&lax::div(&out, b)?)?))?;
-            lax::add_any(term(ta, &|t| lax::div(t, b))?, db)?
-        }
-        BinaryOp::Pow => {
-            // d/da = b a^(b-1); d/db = out ln a (0 where a == 0, as JAX).
-            // The factor b is kept outside the guard, so that d/db of d/da
-            // at b = 0 is a^-1 (JAX's testPowSecondDerivative); only
-            // a^(b-1) is guarded, where a == b == 0 (an infinite power times
-            // a zero factor), which keeps the gradient 0 at pow(0, 0). The
-            // guarded power is taken of a safe base (1 there), so that its
-            // own derivative, which reverse mode multiplies by the select's
-            // zero cotangent, is finite (0 * inf would be NaN).
-            let zero = lax::zeros_like(a)?;
-            let da = term(ta, &|t| {
-                let both_0 = lax::and(&lax::eq(a, &zero)?, &lax::eq(b, &zero)?)?;
-                let safe_a = lax::select(&both_0, &lax::ones_like(a)?, a)?;
-                let p = lax::pow(&safe_a, &lax::add_scalar(b, -1.0)?)?;
-                lax::mul(t, &lax::mul(b, &lax::select(&both_0, &zero, &p)?)?)
-            })?;
-            let db = term(tb, &|t| {
-                let a_is_0 = lax::eq(a, &zero)?;
-                let safe_a = lax::select(&a_is_0, &lax::ones_like(a)?, a)?;
-                let f = lax::select(&a_is_0, &zero, &lax::mul(&out, &lax::log(&safe_a)?)?)?;
-                lax::mul(t, &f)
-            })?;
-            lax::add_any(da, db)?
-        }
-        BinaryOp::Max | BinaryOp::Min => {
-            // Ties split the tangent evenly (as JAX does).
-            let win = if op == BinaryOp::Max { lax::gt(a, b)? } else { lax::lt(a, b)? };
-            let tie = lax::eq(a, b)?;
-            let one = lax::ones_like(a)?;
-            let zero = lax::zeros_like(a)?;
-            let half = lax::full_like(a, 0.5)?;
-            let wa = lax::select(&win, &one, &lax::select(&tie, &half, &zero)?)?;
-            let wb = lax::sub(&one, &wa)?;
-            lax::add_any(term(ta, &|t| lax::mul(t, &wa))?, term(tb, &|t| lax::mul(t, &wb))?)?
-        }
-        BinaryOp::Rem => {
-            // a = q b + r with q = trunc(a / b): dr = da - q db
-            let q = lax::div(&lax::sub(a, &out)?, b)?;
-            lax::add_any(ta.clone(), term(tb, &|t| lax::mul(t, &lax::neg(&q)?))?)?
-        }
-        BinaryOp::Atan2 => {
-            let denom = lax::add(&lax::mul(a, a)?, &lax::mul(b, b)?)?;
-            let da = term(ta, &|t| lax::mul(t, &lax::div(b, &denom)?))?;
-            let db = term(tb, &|t| lax::mul(t, &lax::neg(&lax::div(a, &denom)?)?))?;
-            lax::add_any(da, db)?
-        }
-        BinaryOp::Xlogy => {
-            // JAX (the custom_jvp of jax.scipy.special.xlogy): a_dot * log(b) + b_dot * a / b
-            let da = term(ta, &|t| lax::mul(t, &lax::log(b)?))?;
-            let db = term(tb, &|t| lax::div(&lax::mul(t, a)?, b))?;
-            lax::add_any(da, db)?
-        }
-        BinaryOp::Xlog1py => {
-            // JAX (the custom_jvp of jax.scipy.special.xlog1py): a_dot * log1p(b) + b_dot * a / (1 + b)
-            let da = term(ta, &|t| lax::mul(t, &lax::log1p(b)?))?;
-            let db = term(tb, &|t| lax::div(&lax::mul(t, a)?, &lax::add_scalar(b, 1.0)?))?;
-            lax::add_any(da, db)?
-        }
-        BinaryOp::Logaddexp => {
-            // JAX (the custom_jvp of lax.logaddexp): t_a * exp(r(a) - r(out)) + t_b * exp(r(b) - r(out)),
-            // where r replaces +inf by 0 (logaddexp(inf, inf) has derivatives 1 and 1, not NaN).
-            let r = |v: &Tensor| -> Result<Tensor> {
-                let inf = lax::eq(v, &lax::full_like(v, f64::INFINITY)?)?;
-                lax::select(&inf, &lax::zeros_like(v)?, v)
-            };
-            let r_out = r(&out)?;
-            let da = term(ta, &|t| lax::mul(t, &lax::exp(&lax::sub(&r(a)?, &r_out)?)?))?;
-            let db = term(tb, &|t| lax::mul(t, &lax::exp(&lax::sub(&r(b)?, &r_out)?)?))?;
-            lax::add_any(da, db)?
-        }
-        BinaryOp::Hypot => {
-            // d hypot(a, b) = t_a (a / h) + t_b (b / h). At h = 0, JAX's formula
-            // (hypot is max(|a|, |b|) there: a tie of max, and abs' derivative 1 at 0)
-            // gives (t_a + t_b) / 2, and so does this; h is made 1 there so that no
-            // derivative of the unused quotients is NaN. Elsewhere JAX's autodiff of
-            // its formula differs only at ties |a| = |b| (its max and min split the
-            // tangent, so its second derivatives there are 0), from |a| ~ 1e154 on (its
-            // `b * a^-2` underflows), and at an infinite leg (JAX's jvp gives 0, its
-            // grad NaN; this gives NaN): there this is the true derivative (PyTorch's).
-            let at_zero = lax::eq(&out, &lax::zeros_like(&out)?)?;
-            let safe = lax::select(&at_zero, &lax::ones_like(&out)?, &out)?;
-            let half = lax::full_like(&out, 0.5)?;
-            let weight = |v: &Tensor| -> Result<Tensor> { lax::select(&at_zero, &half, &lax::div(v, &safe)?) };
-            let da = term(ta, &|t| lax::mul(t, &weight(a)?))?;
-            let db = term(tb, &|t| lax::mul(t, &weight(b)?))?;
-            lax::add_any(da, db)?
-        }
-        BinaryOp::And | BinaryOp::Or => None,
-    };
+    let t = op.tangent(a, b, &out, &tangents[0], &tangents[1])?;
     Ok((smallvec![out], smallvec![t]))
+}
+
+/// `f(t)` where the tangent `t` is not a symbolic zero (each term of a
+/// JVP is linear in its tangent).
+fn term(t: &Option<Tensor>, f: impl Fn(&Tensor) -> Result<Tensor>) -> Result<Option<Tensor>> {
+    t.as_ref().map(f).transpose()
+}
+
+/// The tangent of `max` (`max`) or `min` of `a` and `b`: ties split it
+/// evenly (as JAX does).
+fn tie_split(max: bool, a: &Tensor, b: &Tensor, ta: &Option<Tensor>, tb: &Option<Tensor>) -> Result<Option<Tensor>> {
+    let win = if max { lax::gt(a, b)? } else { lax::lt(a, b)? };
+    let tie = lax::eq(a, b)?;
+    let one = lax::ones_like(a)?;
+    let zero = lax::zeros_like(a)?;
+    let half = lax::full_like(a, 0.5)?;
+    let wa = lax::select(&win, &one, &lax::select(&tie, &half, &zero)?)?;
+    let wb = lax::sub(&one, &wa)?;
+    lax::add_any(term(ta, |t| lax::mul(t, &wa))?, term(tb, |t| lax::mul(t, &wb))?)
 }
 
 /// `ln(e^x + e^y)` as `jax.lax.logaddexp` computes it.
@@ -528,30 +758,23 @@ fn nonlinear(op: &str) -> Error {
 }
 
 fn transpose_binary(op: BinaryOp, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
-    let Some(ct) = &cts[0] else {
-        return Ok(smallvec![None, None]);
-    };
-    let (la, lb) = (args[0].is_linear(), args[1].is_linear());
-    let pick = |lin: bool, v: Result<Tensor>| -> Result<Option<Tensor>> {
-        if lin {
-            v.map(Some)
-        } else {
-            Ok(None)
-        }
-    };
-    match op {
-        BinaryOp::Add => Ok(smallvec![pick(la, Ok(ct.clone()))?, pick(lb, Ok(ct.clone()))?]),
-        BinaryOp::Sub => Ok(smallvec![pick(la, Ok(ct.clone()))?, pick(lb, lax::neg(ct))?]),
-        BinaryOp::Mul => match (&args[0], &args[1]) {
-            (LinearArg::Linear(_), LinearArg::Const(b)) => Ok(smallvec![Some(lax::mul(ct, b)?), None]),
-            (LinearArg::Const(a), LinearArg::Linear(_)) => Ok(smallvec![None, Some(lax::mul(a, ct)?)]),
-            _ => Err(nonlinear("mul")),
-        },
-        BinaryOp::Div => match (&args[0], &args[1]) {
-            (LinearArg::Linear(_), LinearArg::Const(b)) => Ok(smallvec![Some(lax::div(ct, b)?), None]),
-            _ => Err(nonlinear("div")),
-        },
-        _ => Err(nonlinear(op.name())),
+    match &cts[0] {
+        None => Ok(smallvec![None, None]),
+        Some(ct) => op.transpose_ct(ct, args),
+    }
+}
+
+/// `ct` for a linear operand, nothing for a constant one.
+fn linear_ct(arg: &LinearArg, ct: Tensor) -> Option<Tensor> {
+    arg.is_linear().then_some(ct)
+}
+
+/// `f()` for a linear operand, nothing for a constant one.
+fn lin_map(arg: &LinearArg, f: impl FnOnce() -> Result<Tensor>) -> Result<Option<Tensor>> {
+    if arg.is_linear() {
+        f().map(Some)
+    } else {
+        Ok(None)
     }
 }
 
@@ -576,25 +799,7 @@ impl Family for BinaryOp {
     }
 
     fn props(&self) -> Props {
-        match self {
-            // the cotangent passes on to each operand: ones stay ones
-            BinaryOp::Add => Props::ELEMENTWISE.ones(OnesTranspose::Ones),
-            BinaryOp::Sub => Props::ELEMENTWISE,
-            // `1 * c` is `c`
-            BinaryOp::Mul => Props::ELEMENTWISE.fresh().ones(OnesTranspose::Constant),
-            BinaryOp::Div => Props::ELEMENTWISE.fresh(),
-            BinaryOp::Pow
-            | BinaryOp::Max
-            | BinaryOp::Min
-            | BinaryOp::Rem
-            | BinaryOp::Atan2
-            | BinaryOp::Xlogy
-            | BinaryOp::Xlog1py
-            | BinaryOp::Logaddexp
-            | BinaryOp::Hypot
-            | BinaryOp::And
-            | BinaryOp::Or => Props::ELEMENTWISE,
-        }
+        self.table_props()
     }
 
     fn fmt_params(&self, _: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -673,43 +878,36 @@ impl Family for BinaryOp {
     }
 }
 
+/// The registry's sample of `op`: every dtype it accepts, its linear
+/// operands and its domains from the table.
 fn binary_sample(op: BinaryOp) -> Sample {
-    let dtypes: Vec<DType> = match op {
-        BinaryOp::And | BinaryOp::Or => vec![DType::Bool, DType::I32, DType::I64, DType::U32],
-        BinaryOp::Atan2 | BinaryOp::Xlogy | BinaryOp::Xlog1py | BinaryOp::Logaddexp | BinaryOp::Hypot => {
-            FLOATS.to_vec()
-        }
-        _ => numeric(),
-    };
-    let linear = match op {
-        BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul => vec![0, 1],
-        BinaryOp::Div => vec![0],
-        _ => vec![],
-    };
-    let smooth = !matches!(op, BinaryOp::And | BinaryOp::Or);
-    Sample::new(op.name(), dtypes, linear, smooth, move |g, d| {
+    let dtypes: Vec<DType> = every_dtype().into_iter().filter(|&d| op.accepts(d)).collect();
+    let smooth = op.classes().float;
+    Sample::new(op.name(), dtypes, op.linear_operands(), smooth, move |g, d| {
         let shape = g.shape(3, 0, 3);
-        let (da, db) = if d.is_float() {
-            match op {
-                BinaryOp::Div | BinaryOp::Rem => (Dom::Real(-3.0, 3.0), Dom::AwayFromZero(0.7, 2.0)),
-                BinaryOp::Pow => (Dom::Real(0.5, 2.0), Dom::Real(-2.0, 2.0)),
-                BinaryOp::Atan2 => (Dom::AwayFromZero(0.2, 2.0), Dom::Real(-2.0, 2.0)),
-                BinaryOp::Xlogy => (Dom::Real(-3.0, 3.0), Dom::Real(0.2, 4.0)),
-                BinaryOp::Xlog1py => (Dom::Real(-3.0, 3.0), Dom::Real(-0.8, 3.0)),
-                // away from the origin, where hypot has its kink
-                BinaryOp::Hypot => (Dom::AwayFromZero(0.2, 3.0), Dom::Real(-3.0, 3.0)),
-                _ => (Dom::Real(-3.0, 3.0), Dom::Real(-3.0, 3.0)),
-            }
-        } else if d == DType::Bool {
-            (Dom::Small(0, 1), Dom::Small(0, 1))
-        } else {
-            let lo = if d == DType::U32 { 0 } else { -20 };
-            match op {
-                BinaryOp::Div | BinaryOp::Rem => (Dom::Small(lo, 20), Dom::Small(1, 7)),
-                BinaryOp::Pow => (Dom::Small(if d == DType::U32 { 0 } else { -3 }, 3), Dom::Small(0, 4)),
-                _ => (Dom::Small(lo, 20), Dom::Small(lo, 20)),
-            }
-        };
+        let (da, db) = op.sample_doms(d);
         Case::new(op, vec![(shape.clone(), d, da), (shape, d, db)])
     })
+}
+
+/// The operands' domains of most ops: [-3, 3] for floats, small integers
+/// (not negative for u32).
+fn default_doms(d: DType) -> (Dom, Dom) {
+    if d.is_float() {
+        (Dom::Real(-3.0, 3.0), Dom::Real(-3.0, 3.0))
+    } else if d == DType::Bool {
+        (Dom::Small(0, 1), Dom::Small(0, 1))
+    } else {
+        let lo = if d == DType::U32 { 0 } else { -20 };
+        (Dom::Small(lo, 20), Dom::Small(lo, 20))
+    }
+}
+
+/// The domains of a division or remainder: a divisor away from zero.
+fn divisor_doms(d: DType) -> (Dom, Dom) {
+    if d.is_float() {
+        (Dom::Real(-3.0, 3.0), Dom::AwayFromZero(0.7, 2.0))
+    } else {
+        (Dom::Small(if d == DType::U32 { 0 } else { -20 }, 20), Dom::Small(1, 7))
+    }
 }

@@ -36,6 +36,7 @@ unary_table! {
         linear: true,
         method: none,
         sample: Dom::Real(-3.0, 3.0),
+        jax: "(-{x})",
     }
     /// `e^x`.
     Exp => exp "exp" {
@@ -45,6 +46,7 @@ unary_table! {
         linear: false,
         method: float exp,
         sample: Dom::Real(-3.0, 3.0),
+        jax: "jax.lax.exp({x})",
     }
     /// `2^x`.
     Exp2 => exp2 "exp2" {
@@ -55,6 +57,7 @@ unary_table! {
         linear: false,
         method: float exp2,
         sample: Dom::Real(-3.0, 3.0),
+        jax: "jax.lax.exp2({x})",
     }
     /// `e^x - 1`, accurate near zero.
     Expm1 => expm1 "expm1" {
@@ -64,6 +67,7 @@ unary_table! {
         linear: false,
         method: float expm1,
         sample: Dom::Real(-2.0, 2.0),
+        jax: "jax.lax.expm1({x})",
     }
     /// Natural logarithm.
     Log => log "log" {
@@ -73,6 +77,7 @@ unary_table! {
         linear: false,
         method: float log,
         sample: Dom::Real(0.2, 4.0),
+        jax: "jax.lax.log({x})",
     }
     /// Base-2 logarithm.
     Log2 => log2 "log2" {
@@ -83,6 +88,7 @@ unary_table! {
         linear: false,
         method: float log2,
         sample: Dom::Real(0.2, 4.0),
+        jax: "jnp.log2({x})",
     }
     /// Base-10 logarithm (exact at powers of ten, as the platform's `log10`
     /// is; `jnp.log10` rounds `log(x) * (1 / log(10))` instead).
@@ -94,6 +100,7 @@ unary_table! {
         linear: false,
         method: float log10,
         sample: Dom::Real(0.2, 4.0),
+        jax: "jnp.log10({x})",
     }
     /// `ln(1 + x)`, accurate near zero.
     Log1p => log1p "log1p" {
@@ -103,6 +110,7 @@ unary_table! {
         linear: false,
         method: float log1p,
         sample: Dom::Real(-0.5, 3.0),
+        jax: "jax.lax.log1p({x})",
     }
     /// Sine.
     Sin => sin "sin" {
@@ -112,6 +120,7 @@ unary_table! {
         linear: false,
         method: float sin,
         sample: Dom::Real(-3.0, 3.0),
+        jax: "jax.lax.sin({x})",
     }
     /// Cosine.
     Cos => cos "cos" {
@@ -121,6 +130,7 @@ unary_table! {
         linear: false,
         method: float cos,
         sample: Dom::Real(-3.0, 3.0),
+        jax: "jax.lax.cos({x})",
     }
     /// Tangent.
     Tan => tan "tan" {
@@ -130,6 +140,7 @@ unary_table! {
         linear: false,
         method: float tan,
         sample: Dom::Real(-1.2, 1.2),
+        jax: "jax.lax.tan({x})",
     }
     /// Arcsine.
     Asin => asin "asin" {
@@ -140,6 +151,7 @@ unary_table! {
         linear: false,
         method: float asin,
         sample: Dom::Real(-0.9, 0.9),
+        jax: "jax.lax.asin({x})",
     }
     /// Arccosine.
     Acos => acos "acos" {
@@ -150,6 +162,7 @@ unary_table! {
         linear: false,
         method: float acos,
         sample: Dom::Real(-0.9, 0.9),
+        jax: "jax.lax.acos({x})",
     }
     /// Arctangent.
     Atan => atan "atan" {
@@ -160,6 +173,7 @@ unary_table! {
         linear: false,
         method: float atan,
         sample: Dom::Real(-3.0, 3.0),
+        jax: "jax.lax.atan({x})",
     }
     /// The normalized sinc function `sin(pi x) / (pi x)`, 1 at 0 (`jnp.sinc`).
     Sinc => sinc "sinc" {
@@ -180,6 +194,7 @@ unary_table! {
         linear: false,
         method: float sinc,
         sample: Dom::Real(-3.0, 3.0),
+        jax: "jnp.sinc({x})",
     }
     /// Hyperbolic sine.
     Sinh => sinh "sinh" {
@@ -189,6 +204,7 @@ unary_table! {
         linear: false,
         method: float sinh,
         sample: Dom::Real(-3.0, 3.0),
+        jax: "jax.lax.sinh({x})",
     }
     /// Hyperbolic cosine.
     Cosh => cosh "cosh" {
@@ -198,6 +214,7 @@ unary_table! {
         linear: false,
         method: float cosh,
         sample: Dom::Real(-3.0, 3.0),
+        jax: "jax.lax.cosh({x})",
     }
     /// Hyperbolic tangent.
     Tanh => tanh "tanh" {
@@ -207,6 +224,7 @@ unary_table! {
         linear: false,
         method: float tanh,
         sample: Dom::Real(-3.0, 3.0),
+        jax: "jax.lax.tanh({x})",
     }
     /// Inverse hyperbolic sine.
     Asinh => asinh "asinh" {
@@ -219,6 +237,7 @@ unary_table! {
         linear: false,
         method: float asinh,
         sample: Dom::Real(-3.0, 3.0),
+        jax: "jax.lax.asinh({x})",
     }
     /// Inverse hyperbolic cosine (`x >= 1`).
     Acosh => acosh "acosh" {
@@ -230,6 +249,7 @@ unary_table! {
         linear: false,
         method: float acosh,
         sample: Dom::Real(1.2, 4.0),
+        jax: "jax.lax.acosh({x})",
     }
     /// Inverse hyperbolic tangent (`|x| < 1`).
     Atanh => atanh "atanh" {
@@ -244,6 +264,7 @@ unary_table! {
         linear: false,
         method: float atanh,
         sample: Dom::Real(-0.9, 0.9),
+        jax: "jax.lax.atanh({x})",
     }
     /// The logistic sigmoid `1 / (1 + e^-x)`.
     Logistic => logistic "logistic" {
@@ -259,6 +280,7 @@ unary_table! {
         linear: false,
         method: float sigmoid,
         sample: Dom::Real(-3.0, 3.0),
+        jax: "jax.lax.logistic({x})",
     }
     /// The log-odds `ln(x / (1 - x))`, the inverse of the logistic sigmoid
     /// (`jax.scipy.special.logit`): -inf at 0, +inf at 1, NaN outside `[0, 1]`.
@@ -271,6 +293,7 @@ unary_table! {
         linear: false,
         method: float logit,
         sample: Dom::Real(0.1, 0.9),
+        jax: "jax.scipy.special.logit({x})",
     }
     /// Square root.
     Sqrt => sqrt "sqrt" {
@@ -280,6 +303,7 @@ unary_table! {
         linear: false,
         method: float sqrt,
         sample: Dom::Real(0.2, 4.0),
+        jax: "jax.lax.sqrt({x})",
     }
     /// `1 / sqrt(x)`.
     Rsqrt => rsqrt "rsqrt" {
@@ -290,6 +314,7 @@ unary_table! {
         linear: false,
         method: float rsqrt,
         sample: Dom::Real(0.2, 4.0),
+        jax: "jax.lax.rsqrt({x})",
     }
     /// Cube root.
     Cbrt => cbrt "cbrt" {
@@ -300,6 +325,7 @@ unary_table! {
         linear: false,
         method: float cbrt,
         sample: Dom::AwayFromZero(0.2, 3.0),
+        jax: "jax.lax.cbrt({x})",
     }
     /// `|x|`. Its derivative is `sign(x)`, 0 at 0 (as PyTorch; JAX gives 1).
     Abs => abs "abs" {
@@ -315,6 +341,7 @@ unary_table! {
         linear: false,
         method: exact abs,
         sample: Dom::AwayFromZero(0.1, 3.0),
+        jax: "jax.lax.abs({x})",
     }
     /// -1, 0 or 1 (NaN stays NaN).
     Sign => sign "sign" {
@@ -331,6 +358,7 @@ unary_table! {
         linear: false,
         method: exact sign,
         sample: Dom::AwayFromZero(0.1, 3.0),
+        jax: "jax.lax.sign({x})",
     }
     /// Round toward -inf.
     Floor => floor "floor" {
@@ -340,6 +368,7 @@ unary_table! {
         linear: false,
         method: round floor,
         sample: Dom::AwayFromInt(-4.0, 4.0),
+        jax: "jax.lax.floor({x})",
     }
     /// Round toward +inf.
     Ceil => ceil "ceil" {
@@ -349,6 +378,7 @@ unary_table! {
         linear: false,
         method: round ceil,
         sample: Dom::AwayFromInt(-4.0, 4.0),
+        jax: "jax.lax.ceil({x})",
     }
     /// Round half to even (as numpy and PyTorch).
     Round => round "round" {
@@ -359,6 +389,7 @@ unary_table! {
         linear: false,
         method: round round,
         sample: Dom::AwayFromInt(-4.0, 4.0),
+        jax: "jnp.round({x})",
     }
     /// The error function.
     Erf => erf "erf" {
@@ -372,6 +403,7 @@ unary_table! {
         linear: false,
         method: float erf,
         sample: Dom::Real(-2.0, 2.0),
+        jax: "jax.lax.erf({x})",
     }
     /// The complementary error function `1 - erf(x)`, accurate where that
     /// difference loses every digit (`erfc(10)` is 2.09e-45 in f64;
@@ -387,6 +419,7 @@ unary_table! {
         linear: false,
         method: float erfc,
         sample: Dom::Real(-2.0, 3.0),
+        jax: "jax.lax.erfc({x})",
     }
     /// The inverse error function (`-1 < x < 1`; +-inf at +-1).
     ErfInv => erf_inv "erf_inv" {
@@ -400,6 +433,7 @@ unary_table! {
         linear: false,
         method: float erfinv,
         sample: Dom::Real(-0.9, 0.9),
+        jax: "jax.lax.erf_inv({x})",
     }
     /// `ln |Gamma(x)|` (+inf at the poles 0, -1, -2, ...).
     Lgamma => lgamma "lgamma" {
@@ -409,6 +443,7 @@ unary_table! {
         linear: false,
         method: float lgamma,
         sample: Dom::Real(0.3, 4.0),
+        jax: "jax.lax.lgamma({x})",
     }
     /// The digamma function `d/dx ln Gamma(x)` (NaN at the poles 0, -1, ...).
     Digamma => digamma "digamma" {
@@ -419,6 +454,7 @@ unary_table! {
         linear: false,
         method: float digamma,
         sample: Dom::Real(0.3, 4.0),
+        jax: "jax.lax.digamma({x})",
     }
     /// The polygamma function of order `n`: the `n`-th derivative of
     /// digamma (`polygamma(0, x)` is digamma).
@@ -433,6 +469,7 @@ unary_table! {
         linear: false,
         method: float polygamma,
         sample: Dom::Real(0.5, 4.0),
+        jax: "jax.scipy.special.polygamma({p}, {x})",
     }
     /// Logical not (bool) or bitwise not (integers).
     Not => not "not" {
@@ -443,6 +480,7 @@ unary_table! {
         linear: false,
         method: none,
         sample: Dom::Small(0, 1),
+        jax: "jnp.logical_not({x})",
     }
     /// `x^n` for a static integer `n` (exact repeated multiplication).
     IntegerPow(n: i32; samples 3, -2, 0, 1, 2) => integer_pow "integer_pow" {
@@ -476,6 +514,7 @@ unary_table! {
         linear: false,
         method: exact powi,
         sample: if n < 0 { Dom::AwayFromZero(0.5, 2.0) } else { Dom::Real(-3.0, 3.0) },
+        jax: "jax.lax.integer_pow({x}, {p})",
     }
 }
 

@@ -19,6 +19,7 @@
 //!     linear: true if op(x) = a * x (then its transpose is the op itself),
 //!     method: float name | exact name | round name | none,
 //!     sample: Dom of the float operands,
+//!     jax: "the op in JAX, as Python over {x} (and the parameter {p})",
 //! }
 //! ```
 //!
@@ -91,7 +92,8 @@ macro_rules! unary_table {
             jvp: |$t:ident, $x:ident, $y:ident| $jvp:expr,
             linear: $linear:literal,
             method: $mkind:ident $($mname:ident)?,
-            sample: $dom:expr $(,)?
+            sample: $dom:expr,
+            jax: $jax:literal $(,)?
         }
     )*) => {
         /// The elementwise unary primitives (one table entry each, in `unary.rs`).
@@ -156,7 +158,21 @@ macro_rules! unary_table {
             }
 
             /// The value domain the registry draws float operands from.
-            fn sample_dom(self) -> Dom {
+            /// The op in JAX, as Python: a template over the operand `{x}`
+            /// and the parameter `{p}` (the JAX differential test prints
+            /// it; a new op is compared with JAX from this alone).
+            pub fn jax(self) -> &'static str {
+                match self { $( UnaryOp::$v { .. } => $jax ),* }
+            }
+
+            /// The parameter, as the JAX template's `{p}` prints it.
+            pub fn param(self) -> Option<String> {
+                match self { $( UnaryOp::$v $(($p))? => None $(.or(Some(format!("{}", $p))))? ),* }
+            }
+
+            /// The values the registry draws the operand from (the JAX
+            /// differential test maps its values into this domain too).
+            pub fn sample_dom(self) -> Dom {
                 match self { $( UnaryOp::$v $(($p))? => $dom ),* }
             }
         }
