@@ -32,20 +32,27 @@ impl Default for ExecOptions {
     }
 }
 
-/// What the compiler made of a program, for `Jitted::entries`.
+/// What the compiler made of a program (`Jitted::entries` shows it).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PlanStats {
-    /// Steps of the replay plan (after fusion).
+    /// Steps of the replay plan (after elementwise fusion).
     pub plan_steps: usize,
-    /// Steps that run several equations as one fused loop or kernel.
+    /// Fused steps among them (several equations as one loop or kernel).
     pub fused_steps: usize,
-    /// Steps handed to the helper thread.
+    /// Sink steps among them, which may run on the helper thread (NOTE:
+    /// [parallel sinks]; 0 with `ExecOptions::parallel_sinks` off).
     pub sink_steps: usize,
-    /// Results written in place over a dead operand, over all runs.
+    /// Results the step-by-step replays wrote over an operand's buffer
+    /// (NOTE: [buffer planning]), over all runs (a captured CUDA graph's
+    /// replays are not counted).
     pub in_place_writes: u64,
-    /// The captured CUDA graph, described, once there is one.
+    /// On CUDA, whether the plan replays as a CUDA graph: "captured", "not
+    /// captured yet" (before its second run), or "not captured: " and why
+    /// (a step that cannot be captured, `ExecOptions::cuda_graphs` off, a
+    /// failed capture); `None` off CUDA.
     pub cuda_graph: Option<String>,
-    /// The rows of each half where the batch is split.
+    /// The rows of each half where the replay runs as two halves of its
+    /// batch, one per core (NOTE: [batch split] in `split.rs`).
     pub batch_split: Option<(usize, usize)>,
 }
 

@@ -93,8 +93,8 @@ macro_rules! match_buffer {
 /// The one dtype dispatch table: each dtype's variant, element type and
 /// class (`float`, `int` or `bool`), one row each and no catch-all arm, so
 /// a new dtype that is not added here fails to compile every dispatch.
-/// [`with_dtype!`], [`with_float_dtype!`], [`with_numeric_dtype!`] and
-/// [`with_int_dtype!`] are its views: `$sel` picks the classes that run
+/// [`with_dtype!`](crate::with_dtype!), [`with_float_dtype!`](crate::with_float_dtype!), [`with_numeric_dtype!`](crate::with_numeric_dtype!) and
+/// [`with_int_dtype!`](crate::with_int_dtype!) are its views: `$sel` picks the classes that run
 /// `$body` (with `$t` the element type); the others run `$other`.
 #[doc(hidden)]
 #[macro_export]
@@ -113,7 +113,7 @@ macro_rules! dispatch_dtype {
     };
 }
 
-/// One arm of [`dispatch_dtype!`]: `$body` with `$t = $ty` where the
+/// One arm of [`dispatch_dtype!`](crate::dispatch_dtype!): `$body` with `$t = $ty` where the
 /// selection `$sel` takes the class `$class`, else `$other`.
 #[doc(hidden)]
 #[macro_export]
@@ -151,7 +151,7 @@ macro_rules! with_dtype {
     };
 }
 
-/// Like [`with_dtype!`] for float dtypes only; `$other` runs for the rest.
+/// Like [`with_dtype!`](crate::with_dtype!) for float dtypes only; `$other` runs for the rest.
 #[macro_export]
 macro_rules! with_float_dtype {
     ($dtype:expr, $t:ident => $body:expr, _ => $other:expr) => {
@@ -159,7 +159,7 @@ macro_rules! with_float_dtype {
     };
 }
 
-/// Like [`with_dtype!`] for the numeric (non-bool) dtypes; `$other` runs for bool.
+/// Like [`with_dtype!`](crate::with_dtype!) for the numeric (non-bool) dtypes; `$other` runs for bool.
 #[macro_export]
 macro_rules! with_numeric_dtype {
     ($dtype:expr, $t:ident => $body:expr, _ => $other:expr) => {
@@ -167,7 +167,7 @@ macro_rules! with_numeric_dtype {
     };
 }
 
-/// Like [`with_dtype!`] for the integer dtypes; `$other` runs for the rest.
+/// Like [`with_dtype!`](crate::with_dtype!) for the integer dtypes; `$other` runs for the rest.
 #[macro_export]
 macro_rules! with_int_dtype {
     ($dtype:expr, $t:ident => $body:expr, _ => $other:expr) => {

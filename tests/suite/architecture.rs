@@ -51,6 +51,31 @@ fn non_test_code(text: &str) -> &str {
     text.find("#[cfg(test)]").map_or(text, |i| &text[..i])
 }
 
+/// The lines of `files` (outside test modules, and but for the files
+/// `allowed` lists by their path under `root`) that `offends`, as
+/// `path:line: code`.
+fn offending_lines(
+    root: &Path,
+    files: &[PathBuf],
+    allowed: impl Fn(&str) -> bool,
+    offends: fn(&str) -> bool,
+) -> Vec<String> {
+    let mut offenders = Vec::new();
+    for path in files {
+        let rel = path.strip_prefix(root).expect("under the root").to_string_lossy().replace('\\', "/");
+        if allowed(&rel) {
+            continue;
+        }
+        let text = std::fs::read_to_string(path).expect("a readable source");
+        for (n, line) in non_test_code(&text).lines().enumerate() {
+            if offends(line) {
+                offenders.push(format!("{rel}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    offenders
+}
+
 /// Whether `line` names a specific primitive: `Prim::Family(..)` or a
 /// family enum's variant.
 fn names_primitive(line: &str) -> bool {
@@ -81,19 +106,10 @@ fn only_rewrite_passes_name_primitives_outside_ops() {
     rust_files(&root.join("transforms/src"), &mut files);
     rust_files(&root.join("src"), &mut files);
     assert!(files.len() > 30, "found the sources ({} files)", files.len());
-    let mut offenders = Vec::new();
-    for path in &files {
-        let rel = path.strip_prefix(&root).expect("under the root").to_string_lossy().replace('\\', "/");
-        if MAY_NAME_PRIMITIVES.iter().any(|(p, _)| if p.ends_with('/') { rel.starts_with(p) } else { rel == *p }) {
-            continue;
-        }
-        let text = std::fs::read_to_string(path).expect("a readable source");
-        for (n, line) in non_test_code(&text).lines().enumerate() {
-            if names_primitive(line) {
-                offenders.push(format!("{rel}:{}: {}", n + 1, line.trim()));
-            }
-        }
-    }
+    let allowed = |rel: &str| {
+        MAY_NAME_PRIMITIVES.iter().any(|(p, _)| if p.ends_with('/') { rel.starts_with(p) } else { rel == *p })
+    };
+    let offenders = offending_lines(&root, &files, allowed, names_primitive);
     assert!(
         offenders.is_empty(),
         "these lines name specific primitives outside ops; state the fact in the family instead \
@@ -182,15 +198,7 @@ fn families_carry_no_device_branches() {
     rust_files(&root.join("ops/src/methods"), &mut files);
     files.push(root.join("ops/src/mutation.rs"));
     files.push(root.join("ops/src/lax.rs"));
-    let mut offenders = Vec::new();
-    for path in &files {
-        let text = std::fs::read_to_string(path).expect("a readable source");
-        for (n, line) in non_test_code(&text).lines().enumerate() {
-            if branches_on_device(line) {
-                offenders.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
-            }
-        }
-    }
+    let offenders = offending_lines(&root, &files, |_| false, branches_on_device);
     assert!(
         offenders.is_empty(),
         "these lines choose a device outside the backend seam; state the work in `Backend`'s kernels \

@@ -556,14 +556,14 @@ mod device {
             let (_, dev) = chain_inputs(DType::F32, 20 + call, true);
             assert_bits(&format!("chain, call {call}"), &chained.call(&dev), &super::chain(&dev));
         }
-        assert_eq!(chained.entries()[0].cuda_graph.as_deref(), Some("captured"));
+        assert_eq!(chained.entries()[0].plan.cuda_graph.as_deref(), Some("captured"));
         let mut kept = Vec::new();
         for call in 0..4u64 {
             let x = batch(call);
             let got = graphed.call(&x);
             close(&format!("call {call}"), &got, &plain.call(&x));
             kept.push((x, got));
-            let status = graphed.entries()[0].cuda_graph.clone();
+            let status = graphed.entries()[0].plan.cuda_graph.clone();
             let want = if call == 0 { "not captured yet" } else { "captured" };
             assert_eq!(status.as_deref(), Some(want), "after call {call}");
         }
@@ -577,7 +577,7 @@ mod device {
         let want = plain.call(&x0).sum();
         close("inside vmap", &mapped.slice_axis(0, 0, 1, 1).squeeze(0), &want);
         close("after vmap", &graphed.call(&x1), &plain.call(&x1));
-        assert_eq!(plain.entries()[0].cuda_graph.as_deref(), Some("not captured: disabled"));
+        assert_eq!(plain.entries()[0].plan.cuda_graph.as_deref(), Some("not captured: disabled"));
         std::thread::scope(|s| {
             for t in 0..2u64 {
                 let (graphed, plain) = (&graphed, &plain);
@@ -595,7 +595,7 @@ mod device {
         for _ in 0..3 {
             assert_eq!(take.call(&idx).to_vec::<f32>(), vec![24.0, 26.0, 28.0, 0.0, 2.0, 4.0, 12.0, 14.0, 16.0]);
         }
-        let status = take.entries()[0].cuda_graph.clone().unwrap();
+        let status = take.entries()[0].plan.cuda_graph.clone().unwrap();
         assert!(status.starts_with("not captured: "), "{status}");
     }
 }

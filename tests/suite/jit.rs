@@ -509,13 +509,13 @@ fn donated_arguments_and_dead_intermediates_are_written_over() {
     // plain calls: x is the caller's; the matmul's result is written over
     // by the tanh/sub step that reads it last
     same(&j.call(&x));
-    let writes = j.entries()[0].in_place_writes;
+    let writes = j.entries()[0].plan.in_place_writes;
     assert_eq!(writes, 1, "the matmul's result is written over: {:?}", j.entries());
     // a clone kept: x is not written over, its values stay
     let kept = v(&x);
     same(&j.call_donated(x.clone()));
     assert_eq!(v(&x), kept);
-    assert_eq!(j.entries()[0].in_place_writes, writes + 1);
+    assert_eq!(j.entries()[0].plan.in_place_writes, writes + 1);
     // handed over: the fused x * 0.5 + 1.0, exp step writes over x too
     let x2 = Tensor::from_vec(kept.iter().map(|&e| e as f32).collect::<Vec<_>>(), [24, 24]);
     let addr = buffer_addr(&x2);
@@ -525,7 +525,7 @@ fn donated_arguments_and_dead_intermediates_are_written_over() {
     let x3 = Tensor::from_vec(kept.iter().map(|&e| e as f32).collect::<Vec<_>>(), [24, 24]);
     let eager = (&x3 * 0.5 + 1.0).exp();
     assert_eq!(v(&y), v(&eager));
-    assert_eq!(step.entries()[0].in_place_writes, 1);
+    assert_eq!(step.entries()[0].plan.in_place_writes, 1);
     // a view of the donated storage elsewhere: not written over
     let x4 = x3.clone().reshape(&[576]).reshape(&[24, 24]);
     let y4 = step.call_donated(x3);
@@ -558,8 +558,8 @@ fn sinks_run_beside_the_replay_bit_identical() {
         for _ in 0..50 {
             assert_eq!(bits(&par.call(&args)), want, "{d:?}: replay with sinks");
         }
-        assert_eq!(par.entries()[0].sink_steps, 2, "{d:?}: {:?}", par.entries());
-        assert_eq!(seq.entries()[0].sink_steps, 0);
+        assert_eq!(par.entries()[0].plan.sink_steps, 2, "{d:?}: {:?}", par.entries());
+        assert_eq!(seq.entries()[0].plan.sink_steps, 0);
         std::thread::scope(|s| {
             for _ in 0..3 {
                 s.spawn(|| {
@@ -593,7 +593,7 @@ fn big_sinks_on_pool_threads_finish() {
     let want = v(&f(&args).0);
     let jf = jitted(f, JitOptions::default());
     assert_eq!(v(&jf.call(&args).0), want);
-    assert_eq!(jf.entries()[0].sink_steps, 1, "{:?}", jf.entries());
+    assert_eq!(jf.entries()[0].plan.sink_steps, 1, "{:?}", jf.entries());
     std::thread::scope(|s| {
         s.spawn(|| {
             for _ in 0..8 {

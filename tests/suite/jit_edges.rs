@@ -347,7 +347,7 @@ fn per_sample_grads_at_odd_batch_sizes() {
             }
         }
     }
-    let split: Vec<_> = j.entries().iter().map(|e| e.batch_split).collect();
+    let split: Vec<_> = j.entries().iter().map(|e| e.plan.batch_split).collect();
     assert_eq!(split, [None, None, None, None, Some((32, 32)), Some((65, 64))]);
 }
 
@@ -365,7 +365,7 @@ fn per_sample_grads_take_the_batch_split() {
     for (g, w) in [(&got.0, &want.0), (&got.1, &want.1), (&got.2, &want.2), (&got.3, &want.3)] {
         same("per-sample gradient", g, w);
     }
-    assert_eq!(j.entries()[0].batch_split, Some((32, 32)));
+    assert_eq!(j.entries()[0].plan.batch_split, Some((32, 32)));
 }
 
 /// W1 small itself (three tanh layers 32-64-64-10, B = 64, as the
@@ -386,7 +386,7 @@ fn w1_small_takes_the_batch_split() {
     for (g, w) in pairs.into_iter().chain([(&got.5, &want.5)]) {
         same("W1 small per-sample gradient", g, w);
     }
-    assert_eq!(j.entries()[0].batch_split, Some((32, 32)));
+    assert_eq!(j.entries()[0].plan.batch_split, Some((32, 32)));
 }
 
 /// Two donated arguments that are one tensor: neither result is computed

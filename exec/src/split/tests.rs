@@ -50,7 +50,7 @@ fn split_rows<X: Tree, Y: Tree>(f: impl Fn(&X) -> Y + Clone, x: &X) -> Option<(u
             assert!(whole.is_none() || first.unwrap() % 64 == 0, "an assembled output off its line");
         }
     }
-    split.entries()[0].batch_split
+    split.entries()[0].plan.batch_split
 }
 
 type Mlp = (Tensor, Tensor, Tensor, Tensor);

@@ -39,25 +39,10 @@ pub struct JitEntry {
     pub optimized_eqns: usize,
     /// Calls that found this entry.
     pub hits: u64,
-    /// Steps of the replay plan (after elementwise fusion).
-    pub plan_steps: usize,
-    /// Fused steps among them.
-    pub fused_steps: usize,
-    /// Sink steps among them, which may run on a helper thread (NOTE:
-    /// [parallel sinks]; 0 with `JitOptions::parallel_sinks` off).
-    pub sink_steps: usize,
-    /// Results the step-by-step replays wrote over an operand's buffer
-    /// (see NOTE: [buffer planning]), over all calls (a captured CUDA
-    /// graph's replays are not counted).
-    pub in_place_writes: u64,
-    /// On CUDA, whether the signature replays as a CUDA graph: "captured",
-    /// "not captured yet" (before its second call), or "not captured: "
-    /// and why (a step that cannot be captured, `JitOptions::cuda_graphs`
-    /// off, a failed capture); `None` off CUDA.
-    pub cuda_graph: Option<String>,
-    /// The rows of each half where the replay runs as two halves of its
-    /// batch, one per core (NOTE: [batch split] in `exec/src/split.rs`).
-    pub batch_split: Option<(usize, usize)>,
+    /// What the execution layer made of the program: its plan's steps,
+    /// fused steps, sink steps, results written in place, CUDA graph status
+    /// and batch split (`xform_exec::PlanStats`).
+    pub plan: xform_exec::PlanStats,
 }
 
 /// One compiled signature: its key, and what the call needs.

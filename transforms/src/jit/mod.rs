@@ -353,23 +353,15 @@ where
         self.lock()
             .slots
             .iter()
-            .map(|s| {
-                let p = s.compiled.exec.stats();
-                JitEntry {
-                    avals: s.avals.clone(),
-                    skeleton: s.skeleton.clone(),
-                    static_arg: format!("{:?}", s.static_arg),
-                    default_device: s.default_device,
-                    traced_eqns: s.compiled.exec.traced_eqns(),
-                    optimized_eqns: s.compiled.exec.program().eqns.len(),
-                    hits: s.hits,
-                    plan_steps: p.plan_steps,
-                    fused_steps: p.fused_steps,
-                    sink_steps: p.sink_steps,
-                    in_place_writes: p.in_place_writes,
-                    cuda_graph: p.cuda_graph,
-                    batch_split: p.batch_split,
-                }
+            .map(|s| JitEntry {
+                avals: s.avals.clone(),
+                skeleton: s.skeleton.clone(),
+                static_arg: format!("{:?}", s.static_arg),
+                default_device: s.default_device,
+                traced_eqns: s.compiled.exec.traced_eqns(),
+                optimized_eqns: s.compiled.exec.program().eqns.len(),
+                hits: s.hits,
+                plan: s.compiled.exec.stats(),
             })
             .collect()
     }
