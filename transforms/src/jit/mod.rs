@@ -270,7 +270,7 @@ impl<X: Tree, Y: Tree, F: Fn(&(), &X) -> Y> Jitted<(), X, Y, F> {
     /// }
     /// assert_eq!(p.to_vec::<f32>(), vec![2.0, 2.25]);
     /// // the first call traced; each call wrote its result over `p`
-    /// assert_eq!(step.entries()[0].in_place_writes, 3);
+    /// assert_eq!(step.entries()[0].plan.in_place_writes, 3);
     /// ```
     ///
     /// A donated argument cannot be used afterwards:
