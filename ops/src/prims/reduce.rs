@@ -260,34 +260,10 @@ fn lower_cumsum(axis: usize, reverse: bool, x: &Array) -> Result<Array> {
     Ok(Array::from_cpu(out, x.shape().clone()))
 }
 
-impl Prim {
-    /// The CUDA fold this primitive's lowering runs over an operand of
-    /// dtype `d`: reduce_sum / max / min, cumsum and reduce_window (the
-    /// host emulation of the kernels runs the same fold); `None` for
-    /// other primitives and for bool.
-    pub fn cuda_fold(&self, d: DType) -> Option<Fold> {
-        match self {
-            Prim::Reduce(Reduction::Reduce { op, .. }) => reduce_fold(*op, d),
-            Prim::Reduce(Reduction::Cumsum { .. }) => cumsum_fold(d),
-            Prim::Window(super::window::WindowOp::ReduceWindow { op, .. }) => super::window::window_fold(*op, d),
-            _ => None,
-        }
-    }
-
-    /// How this primitive's CUDA lowering ranks elements (argmax, argmin);
-    /// `None` for other primitives.
-    pub fn cuda_ranking(&self) -> Option<Ranking> {
-        match self {
-            Prim::Reduce(Reduction::ArgReduce { op, .. }) => Some(ranking(*op)),
-            _ => None,
-        }
-    }
-}
-
 /// The CUDA reduction of `op` over dtype `d` (the semantics of the CPU
 /// reducers above: float sums accumulate in f64, integer sums wrap, max/min
 /// propagate NaN), or `None` for bool.
-pub(crate) fn reduce_fold(op: ReduceOp, d: DType) -> Option<Fold> {
+pub fn reduce_fold(op: ReduceOp, d: DType) -> Option<Fold> {
     if d == DType::Bool {
         return None;
     }
@@ -327,13 +303,13 @@ pub(crate) fn reduce_fold(op: ReduceOp, d: DType) -> Option<Fold> {
 
 /// cumsum's CUDA fold: the running form of the sum (f64 accumulation for
 /// floats, wrapping for integers), as `lower_cumsum` on the CPU.
-pub(crate) fn cumsum_fold(d: DType) -> Option<Fold> {
+pub fn cumsum_fold(d: DType) -> Option<Fold> {
     reduce_fold(ReduceOp::Sum, d).map(|f| Fold { tag: "cumsum".to_string(), ..f })
 }
 
 /// How argmax / argmin rank elements on CUDA (the first extreme wins and
 /// NaN counts as extreme, as on the CPU).
-pub(crate) fn ranking(op: ArgOp) -> Ranking {
+pub fn ranking(op: ArgOp) -> Ranking {
     let better = match op {
         ArgOp::Max => "a > b",
         ArgOp::Min => "a < b",

@@ -273,7 +273,7 @@ fn shape_select_scatter(w: &WindowParams, ins: &[AvalRef<'_>]) -> Result<Avals> 
 // ---- lowering --------------------------------------------------------------------
 
 /// The CUDA fold of `reduce_window` `op` on `d` (the reduction's, renamed).
-pub(crate) fn window_fold(op: ReduceOp, d: DType) -> Option<Fold> {
+pub fn window_fold(op: ReduceOp, d: DType) -> Option<Fold> {
     let f = reduce_fold(op, d)?;
     Some(Fold { tag: reduce_window_name(op).trim_start_matches("reduce_window_").to_string(), ..f })
 }

@@ -6,9 +6,10 @@
 //! runs on a device), so the host emulation runs what a device runs.
 
 use xform::core::kernels::cuda_launch::{self as plans, Buf, Plan};
+use xform::core::kernels::cuda_source::Fold;
 use xform::core::kernels::{Layout, Shape};
 use xform::core::prim::{ElementwiseOp, IndexOp, LinalgOp, RandomOp, Reduction, SelectOp, ShapeOp, WindowOp};
-use xform::core::prims::{indexing, linalg};
+use xform::core::prims::{indexing, linalg, reduce, window as win};
 use xform::{Array, Aval, DType, Prim};
 
 /// What a device runs for one application: the plan, and the arrays it
@@ -35,10 +36,10 @@ pub fn lower(prim: &Prim, ins: &[Array], outs: &[Aval]) -> Option<Result<Lowered
     let every: Vec<usize> = (0..ins.len()).collect();
     let d = ins.first().map_or(outs[0].dtype, |a| a.dtype);
     let lay = |k: usize| &ins[k].layout;
-    let fold = || prim.cuda_fold(d).ok_or_else(|| format!("{prim} has no CUDA fold for {d}"));
+    let fold = |f: Option<Fold>| f.ok_or_else(|| format!("{prim} has no CUDA fold for {d}"));
     match prim {
-        // unary.rs, binary.rs, compare.rs: `backend::cuda_map`; elementwise.rs
-        // `lower_select`: `backend::cuda_map_raw` (the same map operation
+        // unary.rs, binary.rs, compare.rs `lower_device`: `Backend::map`;
+        // elementwise.rs select: `Backend::map_raw` (the same map operation
         // `Prim::cuda_map_op` gives the fused kernels)
         Prim::Unary(_) | Prim::Binary(_) | Prim::Compare(_) | Prim::Elementwise(ElementwiseOp::Select) => {
             let dtypes: Vec<DType> = ins.iter().map(|a| a.dtype).collect();
@@ -47,23 +48,25 @@ pub fn lower(prim: &Prim, ins: &[Array], outs: &[Aval]) -> Option<Result<Lowered
             };
             plain(plans::map(&op, &all(&every), outs[0].dtype).map_err(text))
         }
-        // elementwise.rs `lower_convert`: `backend::cuda_convert`
+        // elementwise.rs convert: `Backend::convert`
         Prim::Elementwise(ElementwiseOp::Convert(to)) => plain(plans::convert(d, lay(0), *to).map_err(text)),
-        // `Array::contiguous_copy`: `backend::cuda_contiguous_copy`
+        // copy (and `Array::contiguous_copy`): `Backend::contiguous_copy`
         Prim::Elementwise(ElementwiseOp::Copy) => plain(plans::copy(d, lay(0)).map_err(text)),
         Prim::Elementwise(ElementwiseOp::StopGradient) => None,
-        // reduce.rs `lower_reduce`, `lower_arg_reduce`, `lower_cumsum`
-        Prim::Reduce(Reduction::Reduce { axes, .. }) => {
-            plain(fold().and_then(|f| plans::reduce(&f, d, lay(0), axes, d).map_err(text)))
+        // reduce.rs `lower_device`: `Backend::reduce`, `arg_reduce`, `cumsum`
+        Prim::Reduce(Reduction::Reduce { op, axes }) => {
+            plain(fold(reduce::reduce_fold(*op, d)).and_then(|f| plans::reduce(&f, d, lay(0), axes, d).map_err(text)))
         }
-        Prim::Reduce(Reduction::ArgReduce { axis, index_dtype, .. }) => {
-            let r = prim.cuda_ranking().expect("an arg-reduction ranks");
+        Prim::Reduce(Reduction::ArgReduce { op, axis, index_dtype }) => {
+            let r = reduce::ranking(*op);
             plain(plans::arg_reduce(&r, d, lay(0), *axis, *index_dtype).map_err(text))
         }
-        Prim::Reduce(Reduction::Cumsum { axis, reverse }) => {
-            plain(fold().and_then(|f| plans::cumulative(&f, d, lay(0), *axis, *reverse, d).map_err(text)))
-        }
-        // shape.rs `lower_pad`, `lower_concatenate`, `lower_reshape`
+        Prim::Reduce(Reduction::Cumsum { axis, reverse }) => plain(
+            fold(reduce::cumsum_fold(d))
+                .and_then(|f| plans::cumulative(&f, d, lay(0), *axis, *reverse, d).map_err(text)),
+        ),
+        // shape.rs `lower_device`: `Backend::pad`, `concatenate`; a reshape its
+        // strides do not allow copies (`Backend::contiguous_copy`)
         Prim::Shape(ShapeOp::Pad { low, high, interior }) => {
             plain(plans::pad(d, lay(0), lay(1), low, high, interior).map_err(text))
         }
@@ -91,7 +94,7 @@ pub fn lower(prim: &Prim, ins: &[Array], outs: &[Aval]) -> Option<Result<Lowered
             let view = x.layout.slice(&start, &limit, &vec![1; sizes.len()]);
             plain(plans::copy(d, &view).map_err(text))
         }
-        // `lower_dynamic_update_slice`
+        // `Backend::dynamic_update_slice`
         Prim::Index(IndexOp::DynamicUpdateSlice) => {
             let (x, u) = (&ins[0], &ins[1]);
             let start = match indexing::resolved_starts(x.shape(), u.shape(), &ins[2..].iter().collect::<Vec<_>>()) {
@@ -100,12 +103,12 @@ pub fn lower(prim: &Prim, ins: &[Array], outs: &[Aval]) -> Option<Result<Lowered
             };
             plain(plans::dynamic_update_slice(d, &x.layout, &u.layout, &start).map_err(text))
         }
-        // `lower_gather`
+        // `Backend::gather`
         Prim::Index(IndexOp::Gather { axis, batch_dims }) => {
             let e = indexing::gather_extents(ins[0].shape(), ins[1].shape(), *axis, *batch_dims);
             plain(plans::gather(d, lay(0), ins[1].dtype, lay(1), e).map_err(text))
         }
-        // `lower_scatter_add`: the half types through f32 (converted on the
+        // `Backend::scatter_add`: the half types through f32 (converted on the
         // device, scattered, converted back)
         Prim::Index(IndexOp::ScatterAdd { axis, batch_dims }) => {
             let e = indexing::gather_extents(ins[0].shape(), ins[1].shape(), *axis, *batch_dims);
@@ -126,7 +129,7 @@ pub fn lower(prim: &Prim, ins: &[Array], outs: &[Aval]) -> Option<Result<Lowered
             };
             plain(wide().map_err(text))
         }
-        // linalg.rs `lower_dot_general`: the tiled kernel (a device with
+        // linalg.rs `lower_device`: `Backend::gemm`, the tiled kernel (a device with
         // cuBLAS runs the float types there instead)
         Prim::Linalg(LinalgOp::DotGeneral(dims)) => {
             let (a3, b3) = match linalg::gemm_operands(dims, &ins[0], &ins[1]) {
@@ -136,12 +139,13 @@ pub fn lower(prim: &Prim, ins: &[Array], outs: &[Aval]) -> Option<Result<Lowered
             let plan = plans::gemm(a3.dtype, &a3.layout, b3.dtype, &b3.layout).map_err(text);
             Some(plan.map(|plan| Lowered { plan, operands: vec![a3, b3] }))
         }
-        // random.rs `lower_threefry`
+        // random.rs `lower_device`: `Backend::threefry`
         Prim::Random(RandomOp::Threefry2x32) => plain(plans::threefry([lay(0), lay(1), lay(2), lay(3)]).map_err(text)),
-        // window.rs `lower_reduce_window`, `lower_select_gather`, `lower_select_scatter`
-        Prim::Window(WindowOp::ReduceWindow { window, .. }) => {
+        // window.rs `lower_device`: `Backend::reduce_window`, `select_and_gather`,
+        // `select_and_scatter`
+        Prim::Window(WindowOp::ReduceWindow { op, window }) => {
             let g = window.geom(ins[0].shape());
-            plain(fold().and_then(|f| plans::reduce_window(&f, d, lay(0), &g).map_err(text)))
+            plain(fold(win::window_fold(*op, d)).and_then(|f| plans::reduce_window(&f, d, lay(0), &g).map_err(text)))
         }
         Prim::Window(WindowOp::SelectAndGatherAdd { select, window }) => {
             let g = window.geom(ins[1].shape());
