@@ -7,12 +7,13 @@
 //! [`transpose`], so a fix to reverse mode is made here once.
 //!
 //! Its options are the callers' differences, stated rather than copied:
-//! - `known`: values of the inputs that are not linear (a body's primal
+//! - `known`: per input, its value where it is not linear (a body's primal
 //!   operands). Equations with no linear operand are then evaluated first,
 //!   those whose results the linear ones read (the rest is dead code):
-//!   this is where a checkpointed body recomputes its forward pass. An
-//!   empty slice means every input is linear (linearize's programs, whose
-//!   primal work ran eagerly and whose residuals are constants).
+//!   this is where a checkpointed body recomputes its forward pass. `None`
+//!   where every input is linear (linearize's programs, whose primal work
+//!   ran eagerly and whose residuals are constants): every equation is then
+//!   transposed as it stands.
 //! - the seed: a cotangent may be [`Ct::Ones`], `grad`'s ones not made
 //!   yet, which pass through sums, reshapes, transposes and adds and turn
 //!   a product's transpose `1 * c` into `c` itself.
@@ -98,8 +99,7 @@ fn transpose_ones(eqn: &Eqn, args: &[LinearArg], out: &Aval) -> Option<SmallVec<
 }
 
 /// Which variables are linear (depend on a linear input) and which
-/// equations have a linear operand, given which inputs are known; `None`
-/// where every input is linear (then every equation is taken as linear).
+/// equations have a linear operand, given which inputs are known.
 struct Linearity {
     var: Vec<bool>,
     eqn: Vec<bool>,
@@ -164,23 +164,23 @@ fn known_values(p: &Program, known: &[Option<Tensor>], lin: &Linearity) -> Resul
 }
 
 /// Transposes `program` (see the module docs): the cotangents of its
-/// linear inputs (`None` where zero, and for the inputs `known` gives),
-/// from `cts`, the cotangents of its outputs (`None`: zero).
+/// linear inputs (`None` where zero, and for the inputs `known` gives
+/// values), from `cts`, the cotangents of its outputs (`None`: zero).
 ///
 /// # Errors
 /// A transpose rule's error (an equation that is not linear in its
 /// linear operands), or the hook's.
 pub fn transpose(
     program: &Program,
-    known: &[Option<Tensor>],
+    known: Option<&[Option<Tensor>]>,
     cts: &[Option<Ct>],
     mut hook: Option<&mut dyn Hook>,
 ) -> Result<SmallVec<[Option<Tensor>; 4]>> {
-    let lin = (!known.is_empty()).then(|| Linearity::of(program, known));
+    let lin = known.map(|k| Linearity::of(program, k));
     let is_lin_var = |v: usize| lin.as_ref().is_none_or(|l| l.var[v]);
-    let val = match &lin {
-        Some(l) => known_values(program, known, l)?,
-        None => Vec::new(),
+    let val = match (known, &lin) {
+        (Some(k), Some(l)) => known_values(program, k, l)?,
+        _ => Vec::new(),
     };
     // Inline for the small programs of tiny transformed calls.
     let mut env: SmallVec<[Option<Ct>; 32]> = SmallVec::new();

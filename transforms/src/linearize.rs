@@ -13,8 +13,8 @@
 use crate::jvp::JvpInterp;
 use crate::tree::{Leaves, Tree};
 use smallvec::SmallVec;
+use xform_ops::backward;
 pub(crate) use xform_ops::backward::Ct;
-use xform_ops::backward::{self, Hook};
 use xform_ops::interp::with_interpreter;
 use xform_ops::staging::Staging;
 use xform_ops::{lax, Error, OrRaise, Program, Result, Tensor};
@@ -107,22 +107,7 @@ fn check_cotangents(op: &str, outs: &[Tensor], cts: &[Tensor]) -> Result<SmallVe
 pub fn backward_pass(program: &Program, cts: &[Option<Tensor>]) -> Result<SmallVec<[Option<Tensor>; 4]>> {
     program.check_consts("backward_pass")?;
     let cts: SmallVec<[Option<Ct>; 4]> = cts.iter().map(|c| c.as_ref().map(|t| Ct::Val(t.clone(), false))).collect();
-    backward_pass_ct(program, &cts)
-}
-
-/// [`backward_pass`] from cotangents that may be symbolic ones.
-pub(crate) fn backward_pass_ct(program: &Program, cts: &[Option<Ct>]) -> Result<SmallVec<[Option<Tensor>; 4]>> {
-    backward_pass_hooked(program, cts, None)
-}
-
-/// [`backward_pass_ct`], offering `hook` the equations that read an input
-/// (every input of a linearized program is linear).
-pub(crate) fn backward_pass_hooked(
-    program: &Program,
-    cts: &[Option<Ct>],
-    hook: Option<&mut dyn Hook>,
-) -> Result<SmallVec<[Option<Tensor>; 4]>> {
-    backward::transpose(program, &[], cts, hook)
+    backward::transpose(program, None, &cts, None)
 }
 
 impl<Y> Linearized<Y> {
@@ -137,7 +122,7 @@ impl<Y> Linearized<Y> {
     /// (`None`: zero, whose part of the program is not transposed at all).
     pub(crate) fn pull_some(&self, op: &str, cts: &[Option<Ct>]) -> Result<Leaves> {
         self.program.check_consts(op)?;
-        let mut ins = backward_pass_ct(&self.program, cts)?.into_iter();
+        let mut ins = backward::transpose(&self.program, None, cts, None)?.into_iter();
         let mut out = Leaves::new();
         for (l, &d) in self.in_leaves.iter().zip(&self.diff) {
             let ct = if d { ins.next().flatten() } else { None };

@@ -4,7 +4,7 @@
 //! (elementwise) and samples.
 
 use super::cuda_c::{upow_helper, CudaCx, CudaExpr};
-use super::jit::{self, Blame, JitProps, RowQuery, RowRule};
+use super::jit;
 use super::jit::{Tile, TileMut};
 use super::sample::{every_dtype, Case, Dom, Sample};
 use super::{check_arity, check_same_dtypes, check_same_shapes, Family, OnesTranspose, Props};
@@ -854,13 +854,7 @@ impl Family for BinaryOp {
 
     jit::no_row_form!();
 
-    fn jit_props(&self) -> JitProps {
-        JitProps { graph_capture: true, sink: false, thread_bound: false, lower_into: false }
-    }
-
-    fn split_rows(&self, q: &RowQuery<'_>) -> std::result::Result<RowRule, Blame> {
-        jit::elementwise_rows(q)
-    }
+    jit::elementwise_map!();
 
     fn cpu_tile(&self, ins: &[Tile<'_>], out: TileMut<'_>) -> bool {
         match (ins, out) {

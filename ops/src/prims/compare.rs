@@ -3,7 +3,7 @@
 //! lowering, JVP (no tangent), batching (elementwise) and samples.
 
 use super::cuda_c::CudaExpr;
-use super::jit::{self, Blame, JitProps, RowQuery, RowRule};
+use super::jit;
 use super::jit::{Tile, TileMut};
 use super::sample::{numeric, Case, Dom, Sample};
 use super::{check_arity, check_same_dtypes, check_same_shapes, Family, Props};
@@ -175,13 +175,7 @@ impl Family for CompareOp {
 
     jit::no_row_form!();
 
-    fn jit_props(&self) -> JitProps {
-        JitProps { graph_capture: true, sink: false, thread_bound: false, lower_into: false }
-    }
-
-    fn split_rows(&self, q: &RowQuery<'_>) -> std::result::Result<RowRule, Blame> {
-        jit::elementwise_rows(q)
-    }
+    jit::elementwise_map!();
 
     fn cpu_tile(&self, ins: &[Tile<'_>], out: TileMut<'_>) -> bool {
         use xform_kernels::cpu::elementwise::slice2;

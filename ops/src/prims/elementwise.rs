@@ -4,7 +4,7 @@
 //! elementwise; none has math of its own to tabulate.
 
 use super::cuda_c::CudaExpr;
-use super::jit::{self, Blame, JitProps, RowFusion, RowQuery, RowRule, Tile, TileMut};
+use super::jit::{self, RowFusion, Tile, TileMut};
 use super::sample::{every_dtype, generic_dom, numeric, Case, Dom, Sample};
 use super::{check_arity, check_same_dtypes, check_same_shapes, Family, Props, ViewKind};
 use crate::array::Array;
@@ -295,13 +295,7 @@ impl Family for ElementwiseOp {
 
     // ---- jit ----
 
-    fn jit_props(&self) -> JitProps {
-        JitProps { graph_capture: true, sink: false, thread_bound: false, lower_into: false }
-    }
-
-    fn split_rows(&self, q: &RowQuery<'_>) -> std::result::Result<RowRule, Blame> {
-        jit::elementwise_rows(q)
-    }
+    jit::elementwise_map!();
 
     fn row_fusion(&self) -> RowFusion<'_> {
         match self {

@@ -107,6 +107,32 @@ macro_rules! no_row_form {
 }
 pub(crate) use no_row_form;
 
+impl JitProps {
+    /// An elementwise map's facts: a kernel launch CUDA graphs capture,
+    /// fused rather than handed to the helper thread, bound to no thread,
+    /// with no lowering into a destination.
+    pub const MAP: JitProps = JitProps { graph_capture: true, sink: false, thread_bound: false, lower_into: false };
+}
+
+/// States, inside a family's `Family` impl, that its primitives are
+/// elementwise maps to jit: [`JitProps::MAP`] and the elementwise row rule
+/// ([`elementwise_rows`]).
+macro_rules! elementwise_map {
+    () => {
+        fn jit_props(&self) -> $crate::prims::jit::JitProps {
+            $crate::prims::jit::JitProps::MAP
+        }
+
+        fn split_rows(
+            &self,
+            q: &$crate::prims::jit::RowQuery<'_>,
+        ) -> std::result::Result<$crate::prims::jit::RowRule, $crate::prims::jit::Blame> {
+            $crate::prims::jit::elementwise_rows(q)
+        }
+    };
+}
+pub(crate) use elementwise_map;
+
 /// Which operands (a bit per operand) an equation cannot take as rows.
 pub type Blame = u32;
 

@@ -141,7 +141,7 @@ impl Family for RandomOp {
     jit::no_map_form!();
 
     fn jit_props(&self) -> JitProps {
-        JitProps { graph_capture: true, sink: false, thread_bound: false, lower_into: false }
+        JitProps::MAP
     }
 
     /// Rows do not pass: the split keeps its operands whole.

@@ -7,7 +7,7 @@
 //! `registry::edge_points` exactly at poles and domain ends.
 
 use super::cuda_c::{upow_helper, CudaCx, CudaExpr};
-use super::jit::{self, Blame, JitProps, RowQuery, RowRule};
+use super::jit;
 use super::jit::{Tile, TileMut};
 use super::sample::{generic_dom, Case, Dom, Sample, FLOATS, INTS};
 use super::{check_arity, Family, Props};
@@ -795,13 +795,7 @@ impl Family for UnaryOp {
 
     jit::no_row_form!();
 
-    fn jit_props(&self) -> JitProps {
-        JitProps { graph_capture: true, sink: false, thread_bound: false, lower_into: false }
-    }
-
-    fn split_rows(&self, q: &RowQuery<'_>) -> std::result::Result<RowRule, Blame> {
-        jit::elementwise_rows(q)
-    }
+    jit::elementwise_map!();
 
     fn cpu_tile(&self, ins: &[Tile<'_>], out: TileMut<'_>) -> bool {
         match (ins, out) {

@@ -36,6 +36,16 @@ macro_rules! present {
     };
 }
 
+/// An op's parameter as text, or `None` for an op without one.
+macro_rules! unary_param {
+    () => {
+        None
+    };
+    ($p:ident) => {
+        Some($p.to_string())
+    };
+}
+
 /// The example values of an op, for registries: one per listed parameter.
 macro_rules! unary_examples {
     ($v:ident, $out:ident) => {
@@ -167,7 +177,7 @@ macro_rules! unary_table {
 
             /// The parameter, as the JAX template's `{p}` prints it.
             pub fn param(self) -> Option<String> {
-                match self { $( UnaryOp::$v $(($p))? => None $(.or(Some(format!("{}", $p))))? ),* }
+                match self { $( UnaryOp::$v $(($p))? => unary_param!($($p)?) ),* }
             }
 
             /// The values the registry draws the operand from (the JAX

@@ -77,7 +77,7 @@ pub struct JitOptions {
     /// per-sample weight gradients) on a helper thread
     /// while the replay goes on, and lend that thread to mid-sized CPU
     /// kernels for half their work (default true; NOTE: [parallel sinks]
-    /// in `xform_exec`'s `sinks.rs`, [paired halves] in `xform_kernels::cpu::pair`).
+    /// in `xform_exec`'s `sinks.rs`, and [paired halves]).
     /// Off, every step runs on the calling thread (and `batch_split` is
     /// off too).
     pub parallel_sinks: bool,

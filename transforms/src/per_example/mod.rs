@@ -24,7 +24,7 @@
 
 mod ghost;
 
-use crate::linearize::{backward_pass_hooked, linearize_flat, Ct};
+use crate::linearize::{linearize_flat, Ct};
 use crate::tree::Tree;
 use crate::vmap::vmap;
 use ghost::{in_layout, leaf_norm, pull_back, FactorHook, PartLayout};
@@ -506,7 +506,7 @@ fn per_example_pass<P: Tree, D: Tree>(
         };
         lin.program.check_consts(op).or_raise();
         let mut hook = FactorHook::default();
-        let dense = backward_pass_hooked(&lin.program, &[Some(Ct::Ones)], Some(&mut hook)).or_raise();
+        let dense = xform_ops::backward::transpose(&lin.program, None, &[Some(Ct::Ones)], Some(&mut hook)).or_raise();
         // Each parameter's factors, from it and from its views.
         let mut per_leaf: Vec<Vec<_>> = (0..n_leaves).map(|_| Vec::new()).collect();
         for (id, fs) in hook.factors.into_iter().enumerate() {

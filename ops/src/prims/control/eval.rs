@@ -214,7 +214,7 @@ pub(crate) fn transpose_eval(
     hook: Option<&mut dyn crate::backward::Hook>,
 ) -> Result<Vec<Option<Tensor>>> {
     let cts: Vec<Option<Ct>> = cts.iter().map(|c| c.as_ref().map(|t| Ct::Val(t.clone(), false))).collect();
-    Ok(crate::backward::transpose(p, known, &cts, hook)?.into_vec())
+    Ok(crate::backward::transpose(p, Some(known), &cts, hook)?.into_vec())
 }
 
 /// The JVP of `p`, split: `known` maps the primal inputs to the primal
