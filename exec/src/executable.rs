@@ -164,8 +164,8 @@ impl Executable {
                 // computed from the arguments and from what this program
                 // captured (NOTE: [trace-time values] in xform_ops::staging;
                 // `eval` records per equation through `bind`)
-                if xform_ops::staging::recording() {
-                    xform_ops::staging::note_computed(inputs, &outs, &self.program.version_guards());
+                if xform_ops::provenance::recording() {
+                    xform_ops::provenance::note_computed(inputs, &outs, &self.program.version_guards());
                 }
                 Ok(outs)
             }
@@ -182,7 +182,7 @@ impl Executable {
         match &self.plan {
             // (while another program is staged, `run` records what the
             // results were computed from)
-            Some(plan) if !xform_ops::staging::recording() && inputs.iter().all(|l| !l.is_tracer()) => {
+            Some(plan) if !xform_ops::provenance::recording() && inputs.iter().all(|l| !l.is_tracer()) => {
                 self.program.check_consts("jit")?;
                 match self.split_now() {
                     Some(s) => s.run(&inputs),

@@ -6,68 +6,11 @@
 //! by all (PyTorch semantics).
 
 use crate::counted::{pooled, Counted};
+pub use crate::device::{default_device, set_default_device, Device};
 use crate::error::{Error, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use xform_kernels::{CpuBuffer, DType, Element, Layout, Shape};
-
-/// Where an array's elements live.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Default)]
-pub enum Device {
-    /// Host memory.
-    #[default]
-    Cpu,
-    /// The CUDA device with this ordinal (needs the `cuda` feature).
-    Cuda(usize),
-}
-
-impl std::fmt::Display for Device {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Device::Cpu => f.write_str("cpu"),
-            Device::Cuda(i) => write!(f, "cuda:{i}"),
-        }
-    }
-}
-
-impl std::str::FromStr for Device {
-    type Err = String;
-    /// Parses "cpu", "cuda" (device 0) or "cuda:N".
-    fn from_str(s: &str) -> std::result::Result<Device, String> {
-        match s.trim() {
-            "cpu" => Ok(Device::Cpu),
-            "cuda" => Ok(Device::Cuda(0)),
-            t => t
-                .strip_prefix("cuda:")
-                .and_then(|n| n.parse().ok())
-                .map(Device::Cuda)
-                .ok_or_else(|| format!("unknown device {t:?} (expected cpu, cuda or cuda:N)")),
-        }
-    }
-}
-
-thread_local! {
-    static DEFAULT_DEVICE: std::cell::Cell<Option<Device>> = const { std::cell::Cell::new(None) };
-}
-
-/// The device that constructors (`Tensor::from_vec`, `zeros`, `Key::new`,
-/// ...) place new tensors on: the one set on this thread with
-/// [`set_default_device`], else the `XFORM_DEFAULT_DEVICE` environment
-/// variable (`cpu`, `cuda`, `cuda:N`), else the CPU. Running the test suite
-/// with `XFORM_DEFAULT_DEVICE=cuda:0` runs every test body on the GPU.
-pub fn default_device() -> Device {
-    if let Some(d) = DEFAULT_DEVICE.with(|d| d.get()) {
-        return d;
-    }
-    static FROM_ENV: std::sync::OnceLock<Device> = std::sync::OnceLock::new();
-    *FROM_ENV
-        .get_or_init(|| std::env::var("XFORM_DEFAULT_DEVICE").ok().and_then(|v| v.parse().ok()).unwrap_or(Device::Cpu))
-}
-
-/// Sets this thread's default device (see [`default_device`]).
-pub fn set_default_device(device: Device) {
-    DEFAULT_DEVICE.with(|d| d.set(Some(device)));
-}
 
 /// The elements of one storage, on its device.
 #[derive(Debug)]
@@ -138,8 +81,8 @@ pub struct Array {
 
 impl Array {
     /// Shape, dtype and device, borrowed.
-    pub fn aval_ref(&self) -> crate::tensor::AvalRef<'_> {
-        crate::tensor::AvalRef { shape: &self.layout.shape, dtype: self.dtype, device: self.device() }
+    pub fn aval_ref(&self) -> AvalRef<'_> {
+        AvalRef { shape: &self.layout.shape, dtype: self.dtype, device: self.device() }
     }
 
     /// A contiguous CPU array over `buf`.
@@ -173,14 +116,6 @@ impl Array {
     pub fn try_from_fn<T: Element>(op: &str, shape: Shape, f: impl FnMut(usize) -> T) -> Result<Array> {
         let v = guard_alloc(op, &shape, T::DTYPE, Device::Cpu, || xform_kernels::pool::from_fn(shape.numel(), f))?;
         Ok(Array::from_cpu(CpuBuffer::from_vec(v), shape))
-    }
-
-    /// `shape` filled with `value`, stored once and broadcast (stride 0): a
-    /// read-only constant that costs one element however large it is.
-    pub fn full_broadcast(shape: Shape, dtype: DType, value: f64, device: Device) -> Result<Array> {
-        let one = Array::from_cpu(CpuBuffer::full(dtype, 1, value), Shape::scalar()).to_device(device)?;
-        let dims: Vec<usize> = vec![];
-        Ok(one.with_layout(one.layout.broadcast_in_dim(&shape, &dims)))
     }
 
     /// The same storage seen through another layout.
@@ -278,29 +213,6 @@ impl Array {
         Ok(f(guard.cpu(op)?, &self.layout))
     }
 
-    /// The logical elements, row-major, as `T` (which must be the dtype).
-    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
-        if T::DTYPE != self.dtype {
-            return Err(Error::dtype(
-                "to_vec",
-                format!("the array holds {}, not {}", self.dtype, T::DTYPE),
-                &[self.dtype, T::DTYPE],
-            ));
-        }
-        let host = self.to_device(Device::Cpu)?;
-        let v = host.with_cpu("to_vec", |b, l| {
-            guard_alloc("to_vec", &l.shape, self.dtype, Device::Cpu, || {
-                xform_kernels::cpu::elementwise::to_contiguous(b.as_slice::<T>(), l, xform_kernels::cpu::Par::Seq)
-            })
-        })?;
-        v
-    }
-
-    /// A contiguous copy in fresh storage on the same device.
-    pub fn contiguous_copy(&self) -> Result<Array> {
-        crate::backend::contiguous_copy(self)
-    }
-
     /// [`Array::contiguous_copy`] of a CPU array.
     pub(crate) fn cpu_contiguous_copy(&self) -> Result<Array> {
         let buf = self.with_cpu("copy", |b, l| {
@@ -312,54 +224,17 @@ impl Array {
         Ok(Array::from_cpu(buf, self.layout.shape.clone()))
     }
 
-    /// This array if its layout is contiguous, else a contiguous copy.
-    pub fn contiguous(&self) -> Result<Array> {
-        if self.layout.is_contiguous() {
-            Ok(self.clone())
-        } else {
-            self.contiguous_copy()
-        }
-    }
-
-    /// Every CUDA kernel the lowerings can launch (generated CUDA C, one
-    /// per op and dtype; see [`crate::Prim::cuda_catalog`]), for tests that
-    /// compile them all with NVRTC. Generating it needs no GPU or feature.
-    pub fn cuda_kernel_catalog() -> Vec<xform_kernels::cuda_source::Kernel> {
-        crate::prim::Prim::cuda_catalog()
-    }
-
-    /// Writes `src` (same shape and dtype, same device, any layout) into
-    /// this array's storage, in place, whatever transforms are active: the
-    /// array itself is written, not a tensor holding it (jit's CUDA graph
-    /// replay writes its arguments into the buffers the graph reads this
-    /// way).
-    ///
-    /// # Errors
-    /// A shape, dtype or device mismatch, a target whose elements share
-    /// memory (a broadcast view), a source overlapping it, or a device
-    /// failure.
-    pub fn overwrite_with(&self, src: &Array) -> Result<()> {
-        if self.shape() != src.shape() || self.dtype != src.dtype {
-            return Err(crate::Error::invalid(
-                "overwrite_with",
-                format!(
-                    "writing {}{} into {}{}",
-                    src.dtype.short_name(),
-                    src.shape(),
-                    self.dtype.short_name(),
-                    self.shape()
-                ),
-            ));
-        }
-        crate::mutation::write_array("overwrite_with", self, src)
-    }
-
-    /// A copy on `device` (this array itself if it is there already).
-    pub fn to_device(&self, device: Device) -> Result<Array> {
-        if device == self.device() {
-            return Ok(self.clone());
-        }
-        crate::backend::transfer(self, device)
+    /// Writes `src`'s elements into this CPU array's storage (same shape,
+    /// dtype and device, checked by the caller).
+    pub(crate) fn cpu_write(&self, op: &str, src: &Array) -> Result<()> {
+        let (guard_src, mut guard_dst) = Array::read_and_write(src, self);
+        let s = guard_src.cpu(op)?;
+        let d = guard_dst.cpu_mut(op)?;
+        xform_kernels::match_buffer!(d, dv => {
+            let sv = s.as_slice();
+            xform_kernels::cpu::elementwise::write_strided(dv, &self.layout, sv, &src.layout);
+        });
+        Ok(())
     }
 }
 
@@ -368,4 +243,51 @@ impl Array {
 /// xform-kernels' pool) becomes an out-of-memory error.
 pub fn guard_alloc<R>(op: &str, shape: &Shape, dtype: DType, device: Device, f: impl FnOnce() -> R) -> Result<R> {
     xform_kernels::pool::catch_alloc(f).map_err(|e| Error::out_of_memory(op, shape, dtype, device, e.bytes))
+}
+
+/// An abstract value: what every interpreter knows of a tensor without
+/// looking at its elements.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Aval {
+    /// Logical shape.
+    pub shape: Shape,
+    /// Element type.
+    pub dtype: DType,
+    /// Device.
+    pub device: Device,
+}
+
+impl Aval {
+    /// Borrowed form.
+    pub fn as_ref(&self) -> AvalRef<'_> {
+        AvalRef { shape: &self.shape, dtype: self.dtype, device: self.device }
+    }
+}
+
+impl std::fmt::Display for Aval {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{}", self.dtype.short_name(), self.shape)
+    }
+}
+
+/// A borrowed abstract value (what shape rules take).
+#[derive(Copy, Clone, Debug)]
+pub struct AvalRef<'a> {
+    /// Logical shape.
+    pub shape: &'a Shape,
+    /// Element type.
+    pub dtype: DType,
+    /// Device.
+    pub device: Device,
+}
+
+impl AvalRef<'_> {
+    /// Owned form.
+    pub fn to_owned(&self) -> Aval {
+        Aval { shape: self.shape.clone(), dtype: self.dtype, device: self.device }
+    }
+    /// Rank.
+    pub fn rank(&self) -> usize {
+        self.shape.rank()
+    }
 }

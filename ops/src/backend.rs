@@ -22,7 +22,7 @@
 //! In a build without the `cuda` feature no array can live on a CUDA
 //! device, and [`of`] reports that CUDA support was not built.
 
-use crate::array::{Array, Device};
+use crate::array::{guard_alloc, Array, Device};
 use crate::error::{Error, Result};
 use crate::interp::Outs;
 use crate::prim::Prim;
@@ -32,7 +32,7 @@ use xform_kernels::conv_geom::ConvGeometry;
 use xform_kernels::cpu::indexing::GatherExtents;
 use xform_kernels::cpu::window::WindowGeom;
 use xform_kernels::cuda_source::{Fold, Kernel, Ranking};
-use xform_kernels::{DType, Shape};
+use xform_kernels::{CpuBuffer, DType, Element, Shape};
 
 /// The kernels of a device other than the CPU, in the vocabulary the
 /// families' device lowerings use. Every operand lives on the backend's
@@ -135,30 +135,125 @@ pub(crate) fn lower(prim: &Prim, ins: &[&Array]) -> Result<Outs> {
     }
 }
 
-/// A contiguous copy of `a` in fresh storage on its device.
-pub(crate) fn contiguous_copy(a: &Array) -> Result<Array> {
-    match a.device() {
-        Device::Cpu => a.cpu_contiguous_copy(),
-        d => of(d)?.contiguous_copy(a),
+// The array methods that copy, move, read or write elements: each goes
+// through the backend of the array's device (array.rs holds the storage
+// and its CPU-only parts).
+impl Array {
+    /// `shape` filled with `value`, stored once and broadcast (stride 0): a
+    /// read-only constant that costs one element however large it is.
+    pub fn full_broadcast(shape: Shape, dtype: DType, value: f64, device: Device) -> Result<Array> {
+        let one = Array::from_cpu(CpuBuffer::full(dtype, 1, value), Shape::scalar()).to_device(device)?;
+        let dims: Vec<usize> = vec![];
+        Ok(one.with_layout(one.layout.broadcast_in_dim(&shape, &dims)))
     }
-}
 
-/// `src`'s elements written into `dst`'s (checked: same shape, dtype and
-/// device, no overlap).
-pub(crate) fn write(op: &str, dst: &Array, src: &Array) -> Result<()> {
-    match dst.device() {
-        Device::Cpu => crate::mutation::write_cpu(op, dst, src),
-        d => of(d)?.write(dst, src),
+    /// The logical elements, row-major, as `T` (which must be the dtype).
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        if T::DTYPE != self.dtype {
+            return Err(Error::dtype(
+                "to_vec",
+                format!("the array holds {}, not {}", self.dtype, T::DTYPE),
+                &[self.dtype, T::DTYPE],
+            ));
+        }
+        let host = self.to_device(Device::Cpu)?;
+        let v = host.with_cpu("to_vec", |b, l| {
+            guard_alloc("to_vec", &l.shape, self.dtype, Device::Cpu, || {
+                xform_kernels::cpu::elementwise::to_contiguous(b.as_slice::<T>(), l, xform_kernels::cpu::Par::Seq)
+            })
+        })?;
+        v
     }
-}
 
-/// `a` on `device`: through the host where neither end is the CPU.
-pub(crate) fn transfer(a: &Array, device: Device) -> Result<Array> {
-    match (a.device(), device) {
-        (from, to) if from == to => Ok(a.clone()),
-        (Device::Cpu, to) => of(to)?.upload(a, to),
-        (from, Device::Cpu) => of(from)?.download(a),
-        (from, to) => of(to)?.upload(&of(from)?.download(a)?, to),
+    /// A contiguous copy in fresh storage on the same device.
+    pub fn contiguous_copy(&self) -> Result<Array> {
+        match self.device() {
+            Device::Cpu => self.cpu_contiguous_copy(),
+            d => of(d)?.contiguous_copy(self),
+        }
+    }
+
+    /// This array if its layout is contiguous, else a contiguous copy.
+    pub fn contiguous(&self) -> Result<Array> {
+        if self.layout.is_contiguous() {
+            Ok(self.clone())
+        } else {
+            self.contiguous_copy()
+        }
+    }
+
+    /// Writes `src` (same shape and dtype, same device, any layout) into
+    /// this array's storage, in place, whatever transforms are active: the
+    /// array itself is written, not a tensor holding it (jit's CUDA graph
+    /// replay writes its arguments into the buffers the graph reads this
+    /// way).
+    ///
+    /// # Errors
+    /// A shape, dtype or device mismatch, a target whose elements share
+    /// memory (a broadcast view), a source overlapping it, or a device
+    /// failure.
+    pub fn overwrite_with(&self, src: &Array) -> Result<()> {
+        if self.shape() != src.shape() || self.dtype != src.dtype {
+            return Err(Error::invalid(
+                "overwrite_with",
+                format!(
+                    "writing {}{} into {}{}",
+                    src.dtype.short_name(),
+                    src.shape(),
+                    self.dtype.short_name(),
+                    self.shape()
+                ),
+            ));
+        }
+        self.write_checked("overwrite_with", src)
+    }
+
+    /// A copy on `device` (this array itself if it is there already).
+    pub fn to_device(&self, device: Device) -> Result<Array> {
+        // Through the host where neither end is the CPU.
+        match (self.device(), device) {
+            (from, to) if from == to => Ok(self.clone()),
+            (Device::Cpu, to) => of(to)?.upload(self, to),
+            (from, Device::Cpu) => of(from)?.download(self),
+            (from, to) => of(to)?.upload(&of(from)?.download(self)?, to),
+        }
+    }
+
+    /// Eager in-place write of `src` into this array's storage (same shape
+    /// and dtype): refused where the target is a broadcast view or the
+    /// source overlaps it in memory, or on another device.
+    pub(crate) fn write_checked(&self, op: &str, src: &Array) -> Result<()> {
+        if self.layout.has_internal_overlap() {
+            return Err(Error::in_place(
+                op,
+                "the target is a broadcast view: several of its elements share one memory location",
+            ));
+        }
+        let src = if src.shares_storage(self) {
+            if src.layout == self.layout {
+                return Ok(()); // writing a tensor onto itself
+            }
+            let (a, b) = (src.layout.storage_span(), self.layout.storage_span());
+            if a.start < b.end && b.start < a.end {
+                return Err(Error::in_place(
+                    op,
+                    "the source overlaps the target in memory (a view of the same tensor); copy the source first",
+                ));
+            }
+            src.contiguous_copy()?
+        } else {
+            src.clone()
+        };
+        if self.device() != src.device() {
+            return Err(Error::device(
+                op,
+                format!("cannot write a {} tensor into a {} tensor", src.device(), self.device()),
+            ));
+        }
+        match self.device() {
+            Device::Cpu => self.cpu_write(op, &src),
+            d => of(d)?.write(self, &src),
+        }
     }
 }
 
@@ -431,6 +526,6 @@ mod tests {
             Err(_) => {} // with the feature and no GPU: the device is missing
             Ok(_) => panic!("a fake device array was computed on"),
         }
-        assert!(contiguous_copy(&x).is_err() && write("copy_", &x, &x.clone()).is_err());
+        assert!(x.contiguous_copy().is_err() && x.to_device(Device::Cpu).is_err());
     }
 }

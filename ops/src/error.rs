@@ -1,9 +1,9 @@
 //! xform's error type: every failure names the op, the shapes or dtypes
 //! involved, and the transforms in force when it happened.
 
-use crate::Shape;
 use std::fmt;
 use xform_kernels::DType;
+use xform_kernels::Shape;
 
 /// What went wrong, with the data a user needs to fix the call.
 #[derive(Clone, Debug, PartialEq)]
@@ -84,7 +84,7 @@ pub enum ErrorKind {
         /// Its dtype (`None` as for `shape`).
         dtype: Option<DType>,
         /// Where it was to live.
-        device: crate::Device,
+        device: crate::device::Device,
         /// The bytes requested (exact, even past `usize`).
         bytes: u128,
     },
@@ -111,7 +111,7 @@ pub enum ErrorKind {
 /// `Result` in the library stays small; they read as `e.op`, `e.kind`,
 /// `e.transforms`.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Error(Box<ErrorInfo>);
+pub struct Error(pub(crate) Box<ErrorInfo>);
 
 /// The contents of an [`Error`].
 #[derive(Clone, Debug, PartialEq)]
@@ -141,16 +141,11 @@ impl std::ops::DerefMut for Error {
 /// `Result` with xform's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-// The constructors are `#[cold]`: the code that builds an error's message
+// `Error::new`, which records the transforms in force, is defined beside
+// the interpreter stack it reads (interp.rs). The constructors are `#[cold]`: the code that builds an error's message
 // at a call site is then laid out away from the hot path (smaller
 // instruction-cache footprint of every op).
 impl Error {
-    /// An error in `op`, recording the transforms in force now.
-    #[cold]
-    pub fn new(op: impl Into<String>, kind: ErrorKind) -> Error {
-        Error(Box::new(ErrorInfo { op: op.into(), kind, transforms: crate::interp::describe_transforms() }))
-    }
-
     /// A shape error.
     #[cold]
     pub fn shape(op: impl Into<String>, message: impl Into<String>, shapes: &[&Shape]) -> Error {
@@ -222,7 +217,7 @@ impl Error {
         op: impl Into<String>,
         shape: &Shape,
         dtype: DType,
-        device: crate::Device,
+        device: crate::device::Device,
         bytes: u128,
     ) -> Error {
         Error::new(op, ErrorKind::OutOfMemory { shape: Some(shape.clone()), dtype: Some(dtype), device, bytes })
@@ -374,8 +369,12 @@ pub fn catch<T>(f: impl FnOnce() -> T) -> Result<T> {
                 Err(e.expect("an xform error was raised"))
             } else if let Some(f) = payload.downcast_ref::<xform_kernels::pool::AllocFailure>() {
                 // A buffer allocation that no op boundary converted.
-                let kind =
-                    ErrorKind::OutOfMemory { shape: None, dtype: None, device: crate::Device::Cpu, bytes: f.bytes };
+                let kind = ErrorKind::OutOfMemory {
+                    shape: None,
+                    dtype: None,
+                    device: crate::device::Device::Cpu,
+                    bytes: f.bytes,
+                };
                 Err(Error::new("allocation", kind))
             } else {
                 std::panic::resume_unwind(payload)

@@ -10,7 +10,7 @@
 //! ops inside a rule belong to the parent: nesting needs nothing more. A
 //! tracer that reaches `Eval` outlived its interpreter: an escaped tracer.
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorInfo, ErrorKind, Result};
 use crate::prim::Prim;
 use crate::tensor::{AvalRef, Tensor, Value};
 use smallvec::SmallVec;
@@ -130,6 +130,16 @@ pub fn describe_transforms() -> String {
         names.reverse();
         names.join(" > ")
     })
+}
+
+// The error constructor lives here, beside the stack it reads, so that the
+// error type (error.rs) stays below the interpreter.
+impl Error {
+    /// An error in `op`, recording the transforms in force now.
+    #[cold]
+    pub fn new(op: impl Into<String>, kind: ErrorKind) -> Error {
+        Error(Box::new(ErrorInfo { op: op.into(), kind, transforms: describe_transforms() }))
+    }
 }
 
 /// Pops the entry a [`with_interpreter`] call pushed, on return and on
@@ -278,8 +288,8 @@ pub fn bind_at(level: Level, prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
             let outs = eval(prim, inputs)?;
             // under a transform, while a program is staged: what this was
             // computed from (NOTE: [trace-time values] in `staging`)
-            if level > 0 && crate::staging::recording() {
-                crate::staging::note_eval(inputs, &outs);
+            if level > 0 && crate::provenance::recording() {
+                crate::provenance::note_eval(inputs, &outs);
             }
             Ok(outs)
         }

@@ -14,34 +14,8 @@
 //! of a transform may not be written into a tensor created outside that
 //! transform (it would outlive it): that is refused with an error.
 
-use crate::tensor::{Tensor, Value};
+use crate::tensor::Tensor;
 use std::sync::atomic::Ordering::Relaxed;
-
-/// Brings a view up to date with its base after a functionalized write.
-/// On the view's own thread the new value is stored; on another (which may
-/// not write the node: `NOTE: [node ownership]`) it is returned instead.
-pub(crate) fn sync_view(view: &Tensor) -> Option<Value> {
-    let link = view.view_link()?;
-    let base_version = link.base.version();
-    if base_version == link.seen_version.load(Relaxed) {
-        return None;
-    }
-    // Recompute from the base's current value by replaying the view ops.
-    let mut v = link.base.clone();
-    for op in link.ops.to_vec() {
-        match crate::interp::bind1(op, std::slice::from_ref(&v)) {
-            Ok(t) => v = t,
-            Err(e) => e.raise(),
-        }
-    }
-    let new_value: Value = v.value_cloned();
-    if !view.owned_here() {
-        return Some(new_value);
-    }
-    view.set_view_value(new_value).expect("the view's own thread");
-    link.seen_version.store(base_version, Relaxed);
-    None
-}
 
 /// Applies the view primitives `ops` to `x` and links the result to `x`'s
 /// base, so that functionalized writes through either are seen by both.
@@ -74,52 +48,6 @@ pub(crate) fn make_view(x: &Tensor, ops: &[crate::prim::Prim]) -> crate::Result<
         layout,
     };
     Ok(Tensor::new_view(v.value_cloned(), link))
-}
-
-/// Eager in-place write of `src` into the storage of `dst` (same shape and
-/// dtype, both concrete).
-pub(crate) fn write_array(op: &str, dst: &crate::Array, src: &crate::Array) -> crate::Result<()> {
-    use crate::error::Error;
-    if dst.layout.has_internal_overlap() {
-        return Err(Error::in_place(
-            op,
-            "the target is a broadcast view: several of its elements share one memory location",
-        ));
-    }
-    let src = if src.shares_storage(dst) {
-        if src.layout == dst.layout {
-            return Ok(()); // writing a tensor onto itself
-        }
-        let (a, b) = (src.layout.storage_span(), dst.layout.storage_span());
-        if a.start < b.end && b.start < a.end {
-            return Err(Error::in_place(
-                op,
-                "the source overlaps the target in memory (a view of the same tensor); copy the source first",
-            ));
-        }
-        src.contiguous_copy()?
-    } else {
-        src.clone()
-    };
-    if dst.device() != src.device() {
-        return Err(Error::device(
-            op,
-            format!("cannot write a {} tensor into a {} tensor", src.device(), dst.device()),
-        ));
-    }
-    crate::backend::write(op, dst, &src)
-}
-
-/// [`write_array`]'s CPU write (same shape, dtype and device checked).
-pub(crate) fn write_cpu(op: &str, dst: &crate::Array, src: &crate::Array) -> crate::Result<()> {
-    let (guard_src, mut guard_dst) = crate::Array::read_and_write(src, dst);
-    let s = guard_src.cpu(op)?;
-    let d = guard_dst.cpu_mut(op)?;
-    xform_kernels::match_buffer!(d, dv => {
-        let sv = s.as_slice();
-        xform_kernels::cpu::elementwise::write_strided(dv, &dst.layout, sv, &src.layout);
-    });
-    Ok(())
 }
 
 /// Functionalized write: `target` (or the value) is a tracer, so instead of
@@ -302,5 +230,18 @@ mod tests {
             let (l, h) = (Tensor::from_array(lo).to_vec::<f32>(), Tensor::from_array(hi).to_vec::<f32>());
             assert_eq!(l, h, "direction {dir}: the copy happened");
         }
+    }
+}
+
+impl Tensor {
+    /// The view primitives `ops` (as [`Tensor::view_of`] lists them)
+    /// applied to this tensor, linked to its base as the view methods link
+    /// their results (a reshape its layout cannot express is a copy, as
+    /// eagerly).
+    ///
+    /// # Errors
+    /// What the primitives raise on this tensor's shape.
+    pub fn apply_views(&self, ops: &[crate::prim::Prim]) -> crate::Result<Tensor> {
+        make_view(self, ops)
     }
 }

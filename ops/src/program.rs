@@ -6,6 +6,7 @@
 use crate::error::{Error, Result};
 use crate::interp::bind;
 use crate::prim::Prim;
+use crate::provenance::{push_guard, VersionGuard};
 use crate::tensor::{Aval, Tensor};
 use smallvec::SmallVec;
 use std::collections::HashMap;
@@ -57,42 +58,6 @@ pub struct Program {
     /// checked with the constants (NOTE: [trace-time values] in
     /// `staging`). Usually empty.
     guards: Vec<VersionGuard>,
-}
-
-/// A storage a recorded program depends on, and its version when the
-/// program was recorded: an eager write to the storage since (through any
-/// view) makes [`Program::check_consts`] refuse the program.
-#[derive(Clone, Debug)]
-pub struct VersionGuard {
-    /// An array over the storage (kept alive with it).
-    pub array: crate::Array,
-    /// [`crate::Array::storage_version`] when it was seen.
-    pub version: u64,
-}
-
-impl VersionGuard {
-    /// The guard of `array`'s storage at its version now.
-    pub fn now(array: &crate::Array) -> VersionGuard {
-        VersionGuard { array: array.clone(), version: array.storage_version() }
-    }
-
-    /// True if the storage was written since.
-    pub fn is_stale(&self) -> bool {
-        self.array.storage_version() != self.version
-    }
-}
-
-/// Adds `g` to `guards` unless a guard of its storage at its version is
-/// there.
-pub(crate) fn push_guard(guards: &mut Vec<VersionGuard>, g: VersionGuard) {
-    if !has_guard(guards, &g) {
-        guards.push(g);
-    }
-}
-
-/// True if `guards` already checks `g`'s storage at `g`'s version.
-pub(crate) fn has_guard(guards: &[VersionGuard], g: &VersionGuard) -> bool {
-    guards.iter().any(|h| h.version == g.version && h.array.shares_storage(&g.array))
 }
 
 /// The storage version of a concrete constant (`u64::MAX` for a tracer).
@@ -288,12 +253,12 @@ impl Program {
         // from captured tensors when it was recorded (its guards) is
         // computed from them in that program too, besides being itself
         // (each equation's own reads are recorded as `bind` evaluates it)
-        if crate::staging::recording() && !self.guards.is_empty() {
+        if crate::provenance::recording() && !self.guards.is_empty() {
             for c in &self.consts {
                 if let crate::tensor::Value::Array(a) = &*c.value() {
                     let mut from = self.guards.clone();
                     push_guard(&mut from, VersionGuard::now(a));
-                    crate::staging::note_derived(a, &from);
+                    crate::provenance::note_derived(a, &from);
                 }
             }
         }

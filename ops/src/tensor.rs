@@ -11,6 +11,7 @@
 //! writes (see `NOTE: [node ownership]`), so tensors are `Send + Sync`.
 
 use crate::array::{Array, Device};
+pub use crate::array::{Aval, AvalRef};
 use crate::counted::{pooled, Counted};
 use crate::error::{Error, Result};
 use crate::interp::Tag;
@@ -19,53 +20,6 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use xform_kernels::{DType, Shape};
-
-/// An abstract value: what every interpreter knows of a tensor without
-/// looking at its elements.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Aval {
-    /// Logical shape.
-    pub shape: Shape,
-    /// Element type.
-    pub dtype: DType,
-    /// Device.
-    pub device: Device,
-}
-
-impl Aval {
-    /// Borrowed form.
-    pub fn as_ref(&self) -> AvalRef<'_> {
-        AvalRef { shape: &self.shape, dtype: self.dtype, device: self.device }
-    }
-}
-
-impl std::fmt::Display for Aval {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}{}", self.dtype.short_name(), self.shape)
-    }
-}
-
-/// A borrowed abstract value (what shape rules take).
-#[derive(Copy, Clone, Debug)]
-pub struct AvalRef<'a> {
-    /// Logical shape.
-    pub shape: &'a Shape,
-    /// Element type.
-    pub dtype: DType,
-    /// Device.
-    pub device: Device,
-}
-
-impl AvalRef<'_> {
-    /// Owned form.
-    pub fn to_owned(&self) -> Aval {
-        Aval { shape: self.shape.clone(), dtype: self.dtype, device: self.device }
-    }
-    /// Rank.
-    pub fn rank(&self) -> usize {
-        self.shape.rank()
-    }
-}
 
 /// A value under a transform: the interpreter instance that owns it (by
 /// tag), its abstract value, and that interpreter's own data.
@@ -381,7 +335,7 @@ impl Tensor {
     /// [`Tensor::value`] of a view (out of line: the common path stays small).
     #[inline(never)]
     fn view_value(&self) -> ValueRef<'_> {
-        match crate::mutation::sync_view(self) {
+        match sync_view(self) {
             Some(v) => ValueRef::owned(v),
             None => ValueRef::borrowed(&self.0.slot),
         }
@@ -447,7 +401,7 @@ impl Tensor {
             let next = match &*t.value() {
                 Value::Array(a) => {
                     // a value staged code decides on (NOTE: [trace-time values])
-                    crate::staging::note_read(a);
+                    crate::provenance::note_read(a);
                     return Ok(a.clone());
                 }
                 // a tracer whose transform is not on this thread's stack
@@ -474,7 +428,7 @@ impl Tensor {
     pub fn known_any(&self) -> Option<bool> {
         match &*self.value() {
             Value::Array(a) if a.dtype == DType::Bool => {
-                crate::staging::note_read(a);
+                crate::provenance::note_read(a);
                 Some(a.to_vec::<bool>().ok()?.into_iter().any(|v| v))
             }
             Value::Array(_) => None,
@@ -541,23 +495,13 @@ impl Tensor {
     }
 
     /// Runs `f` on the borrowed shape (no copy, for the getters below).
-    fn with_shape<R>(&self, f: impl FnOnce(&Shape) -> R) -> R {
+    pub(crate) fn with_shape<R>(&self, f: impl FnOnce(&Shape) -> R) -> R {
         self.with_aval(|a| f(a.shape))
     }
 
     /// True if both tensors have the same shape (compared without copies).
     pub(crate) fn same_shape(&self, other: &Tensor) -> bool {
         self.with_shape(|a| other.with_shape(|b| a == b))
-    }
-
-    /// The size of one axis (negative counts from the end).
-    ///
-    /// # Panics
-    /// If the axis is out of range.
-    #[track_caller]
-    pub fn dim(&self, axis: isize) -> usize {
-        self.with_shape(|s| crate::methods::norm_axis("dim", axis, s.rank()).map(|a| s[a]))
-            .unwrap_or_else(|e| e.raise())
     }
 
     /// The element type.
@@ -672,17 +616,6 @@ impl Tensor {
     pub fn view_of(&self) -> Option<(&Tensor, Vec<crate::prim::Prim>)> {
         self.view_link().map(|l| (&l.base, l.ops.to_vec().into_iter().cloned().collect()))
     }
-
-    /// The view primitives `ops` (as [`Tensor::view_of`] lists them)
-    /// applied to this tensor, linked to its base as the view methods link
-    /// their results (a reshape its layout cannot express is a copy, as
-    /// eagerly).
-    ///
-    /// # Errors
-    /// What the primitives raise on this tensor's shape.
-    pub fn apply_views(&self, ops: &[crate::prim::Prim]) -> Result<Tensor> {
-        crate::mutation::make_view(self, ops)
-    }
 }
 
 impl std::fmt::Debug for Tensor {
@@ -703,6 +636,32 @@ enum Unknown {
     /// A tracer whose transform returned, or that reached another thread:
     /// the error says so.
     Escaped(Error),
+}
+
+/// Brings a view up to date with its base after a functionalized write.
+/// On the view's own thread the new value is stored; on another (which may
+/// not write the node: `NOTE: [node ownership]`) it is returned instead.
+fn sync_view(view: &Tensor) -> Option<Value> {
+    let link = view.view_link()?;
+    let base_version = link.base.version();
+    if base_version == link.seen_version.load(Ordering::Relaxed) {
+        return None;
+    }
+    // Recompute from the base's current value by replaying the view ops.
+    let mut v = link.base.clone();
+    for op in link.ops.to_vec() {
+        match crate::interp::bind1(op, std::slice::from_ref(&v)) {
+            Ok(t) => v = t,
+            Err(e) => e.raise(),
+        }
+    }
+    let new_value: Value = v.value_cloned();
+    if !view.owned_here() {
+        return Some(new_value);
+    }
+    view.set_view_value(new_value).expect("the view's own thread");
+    link.seen_version.store(base_version, Ordering::Relaxed);
+    None
 }
 
 #[cold]

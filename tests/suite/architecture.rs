@@ -208,3 +208,95 @@ fn families_carry_no_device_branches() {
     assert!(branches_on_device("    if let Device::Cuda(_) = x.device() {"));
     assert!(!branches_on_device("let z = lax::full(&s, 0.0, t.dtype(), t.device())?;"));
 }
+
+/// ops' modules in layers (ARCHITECTURE.md, "The layers of ops"): the
+/// values (devices, errors, arrays and the shared pointers beneath
+/// tensors), then the core (tensors, the interpreter stack and `bind`, the
+/// primitive catalog with every family's rules, `lax`, programs, staging,
+/// the backward pass, the backend seam), then the user surface.
+const OPS_VALUES: &[&str] = &["device", "error", "array", "counted", "free_list", "value_cell", "stack"];
+/// The user surface of ops: `Tensor`'s methods, in-place writes, random
+/// keys and printing.
+const OPS_SURFACE: &[&str] = &["methods", "mutation", "random", "display"];
+/// What the crate root re-exports from the values, which values may name
+/// as `crate::Name`.
+const VALUE_REEXPORTS: &[&str] = &["Error", "ErrorKind", "Result", "OrRaise", "raise", "catch", "Device", "Array"];
+/// What the crate root re-exports from the surface.
+const SURFACE_REEXPORTS: &[&str] = &["Idx", "Scalar", "Key"];
+
+/// The first segment of every `crate::` path in `code`, those inside a
+/// `use crate::{..}` group included.
+fn crate_paths(code: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = code;
+    while let Some(i) = rest.find("crate::") {
+        rest = &rest[i + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            // the group's items, split at its top-level commas
+            let (mut depth, mut item) = (0, String::new());
+            for c in group.chars() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        out.push(std::mem::take(&mut item));
+                        continue;
+                    }
+                    _ => {}
+                }
+                if depth == 0 {
+                    item.push(c);
+                }
+            }
+            out.push(item);
+            for item in out.iter_mut() {
+                *item = item.trim().chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            }
+            out.retain(|s| !s.is_empty());
+        } else {
+            out.push(rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect());
+        }
+    }
+    out
+}
+
+#[test]
+fn ops_is_layered() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let src = root.join("ops/src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut offenders = Vec::new();
+    for path in &files {
+        let rel = path.strip_prefix(&src).expect("under ops/src").to_string_lossy().replace('\\', "/");
+        let module = rel.split('/').next().expect("a path").trim_end_matches(".rs").to_string();
+        if module == "lib" || OPS_SURFACE.contains(&module.as_str()) {
+            continue;
+        }
+        let text = std::fs::read_to_string(path).expect("a readable source");
+        let code: String =
+            non_test_code(&text).lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n");
+        for first in crate_paths(&code) {
+            let bad = if OPS_VALUES.contains(&module.as_str()) {
+                !OPS_VALUES.contains(&first.as_str()) && !VALUE_REEXPORTS.contains(&first.as_str())
+            } else {
+                OPS_SURFACE.contains(&first.as_str()) || SURFACE_REEXPORTS.contains(&first.as_str())
+            };
+            if bad {
+                offenders.push(format!("ops/src/{rel} names crate::{first}"));
+            }
+        }
+    }
+    offenders.sort();
+    offenders.dedup();
+    assert!(
+        offenders.is_empty(),
+        "ops' layers are values <- core <- surface (ARCHITECTURE.md, \"The layers of ops\"); these imports run \
+         upward:\n{}",
+        offenders.join("\n")
+    );
+    let seen =
+        crate_paths("use crate::{array::Array, tensor::{Tensor, Value}, Error};\nlet x = crate::lax::add(a, b);");
+    assert_eq!(seen, ["array", "tensor", "Error", "lax"]);
+}

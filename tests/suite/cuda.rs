@@ -164,7 +164,7 @@ fn cuda_graph_capture_eligibility() {
 #[cfg(feature = "cuda")]
 mod nvrtc {
     use xform::core::kernels::cuda::{compile, CudaError, Kernel};
-    use xform::Array;
+    use xform::Prim;
 
     /// Fails (these tests run only when asked for) if libnvrtc cannot be loaded.
     fn require_nvrtc() {
@@ -177,7 +177,7 @@ mod nvrtc {
     #[test]
     #[ignore = "needs libnvrtc; .ci/run runs it with --include-ignored where it installed NVRTC"]
     fn cuda_every_generated_kernel_compiles_with_nvrtc() {
-        let catalog = Array::cuda_kernel_catalog();
+        let catalog = Prim::cuda_catalog();
         let mut names: Vec<&str> = catalog.iter().map(|k| k.name.as_str()).collect();
         names.sort_unstable();
         let before = names.len();

@@ -5,38 +5,10 @@ use super::{align, scalar_for, Scalar};
 use crate::error::{OrRaise, Result};
 use crate::lax;
 use crate::prim::{BinaryOp, CompareOp};
+use crate::promote::{as_float, binary, compare};
 use crate::tensor::Tensor;
 use std::ops;
 use xform_kernels::DType;
-
-/// Broadcasting, promoting binary op.
-pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    let (a, b) = align(op.name(), a, b)?;
-    lax::binary(op, &a, &b)
-}
-
-/// Broadcasting, promoting binary op of float math: integer and bool
-/// operands are converted to f32 after promotion (as the unary float
-/// methods do; `jnp` promotes them to an inexact type likewise).
-pub(crate) fn float_binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    let (a, b) = align(op.name(), a, b)?;
-    lax::binary(op, &as_float(&a)?, &as_float(&b)?)
-}
-
-/// Broadcasting, promoting comparison.
-pub(crate) fn compare(op: CompareOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    let (a, b) = align(op.name(), a, b)?;
-    lax::compare(op, &a, &b)
-}
-
-/// A float version of `x` for float-only math (ints and bools become f32).
-pub(crate) fn as_float(x: &Tensor) -> Result<Tensor> {
-    if x.dtype().is_float() {
-        Ok(x.clone())
-    } else {
-        lax::convert(x, DType::F32)
-    }
-}
 
 // The unary math methods (exp, sin, abs, floor, powi, ...) and the named
 // binary ones (pow, maximum, xlogy, logical_and, ...) are generated from

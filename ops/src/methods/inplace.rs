@@ -94,7 +94,7 @@ pub(crate) fn write(op: &str, target: &Tensor, value: &Tensor) -> Result<()> {
     let v = lax::broadcast_to(&lax::convert(value, target.dtype())?, &target.shape())?;
     let eager = crate::interp::stack_depth() == 0;
     match (target.value_cloned(), v.value_cloned()) {
-        (Value::Array(t), Value::Array(s)) if eager => crate::mutation::write_array(op, &t, &s),
+        (Value::Array(t), Value::Array(s)) if eager => t.write_checked(op, &s),
         _ => crate::mutation::functionalized_write(op, target, &v),
     }
 }

@@ -9,7 +9,6 @@
 //! the `Result` path.
 
 mod arith;
-pub(crate) use arith::{as_float, binary, float_binary};
 mod creation;
 mod indexing;
 mod inplace;
@@ -25,7 +24,7 @@ pub use inplace::{assign_check, check_write};
 use crate::error::{Error, Result};
 use crate::lax;
 use crate::tensor::Tensor;
-use xform_kernels::{DType, Shape};
+use xform_kernels::DType;
 
 /// Resolves a possibly negative axis against `rank`.
 pub fn norm_axis(op: &str, axis: isize, rank: usize) -> Result<usize> {
@@ -50,39 +49,8 @@ pub fn norm_axes(op: &str, axes: &[isize], rank: usize) -> Result<Vec<usize>> {
     Ok(out)
 }
 
-/// The numpy broadcast of two shapes.
-pub fn broadcast_shapes(op: &str, a: &Shape, b: &Shape) -> Result<Shape> {
-    let r = a.rank().max(b.rank());
-    let mut out = vec![0; r];
-    for i in 0..r {
-        let da = if i + a.rank() >= r { a[i + a.rank() - r] } else { 1 };
-        let db = if i + b.rank() >= r { b[i + b.rank() - r] } else { 1 };
-        out[i] = if da == db || db == 1 {
-            da
-        } else if da == 1 {
-            db
-        } else {
-            return Err(Error::shape(op, "shapes cannot be broadcast together", &[a, b]));
-        };
-    }
-    Ok(Shape::from(out))
-}
-
-/// Both operands promoted to one dtype and broadcast to one shape.
-pub(crate) fn align(op: &str, a: &Tensor, b: &Tensor) -> Result<(Tensor, Tensor)> {
-    let (da, db) = (a.dtype(), b.dtype());
-    let (a, b) = if da == db {
-        (a.clone(), b.clone())
-    } else {
-        let d = DType::promote(da, db);
-        (lax::convert(a, d)?, lax::convert(b, d)?)
-    };
-    if a.same_shape(&b) {
-        return Ok((a, b));
-    }
-    let s = broadcast_shapes(op, &a.shape(), &b.shape())?;
-    Ok((lax::broadcast_to(&a, &s)?, lax::broadcast_to(&b, &s)?))
-}
+pub(crate) use crate::promote::align;
+pub use crate::promote::broadcast_shapes;
 
 /// A Rust number usable as a scalar operand (`&x * 2.0`, `x.add_(1)`).
 ///

@@ -47,6 +47,15 @@ pub fn infer_shape(op: &str, dims: &[isize], numel: usize, from: &Shape) -> Resu
 }
 
 impl Tensor {
+    /// The size of one axis (negative counts from the end).
+    ///
+    /// # Panics
+    /// If the axis is out of range.
+    #[track_caller]
+    pub fn dim(&self, axis: isize) -> usize {
+        self.with_shape(|s| norm_axis("dim", axis, s.rank()).map(|a| s[a])).unwrap_or_else(|e| e.raise())
+    }
+
     /// The same elements in a new shape (one entry may be -1). A view when
     /// the strides allow, otherwise a copy (PyTorch's `reshape`).
     #[track_caller]

@@ -42,7 +42,7 @@ macro_rules! binary_method {
         /// Broadcasting, with numpy's promotion.
         #[track_caller]
         pub fn $m(&self, other: &Tensor) -> Tensor {
-            crate::methods::binary(BinaryOp::$v, self, other).or_raise()
+            crate::promote::binary(BinaryOp::$v, self, other).or_raise()
         }
     };
     (float $m:ident, $v:ident, [$(#[$doc:meta])*]) => {
@@ -52,7 +52,7 @@ macro_rules! binary_method {
         /// are converted to f32 first.
         #[track_caller]
         pub fn $m(&self, other: &Tensor) -> Tensor {
-            crate::methods::float_binary(BinaryOp::$v, self, other).or_raise()
+            crate::promote::float_binary(BinaryOp::$v, self, other).or_raise()
         }
     };
 }

@@ -65,7 +65,7 @@ macro_rules! unary_method {
         /// Integer and bool inputs are converted to f32 first.
         #[track_caller]
         pub fn $m(&self $(, $p: $pt)?) -> Tensor {
-            crate::methods::as_float(self).and_then(|x| unary(UnaryOp::$v $(($p))?, &x)).or_raise()
+            crate::promote::as_float(self).and_then(|x| unary(UnaryOp::$v $(($p))?, &x)).or_raise()
         }
     };
     (exact $m:ident, $v:ident $(($p:ident : $pt:ty))?, [$(#[$doc:meta])*]) => {
