@@ -162,7 +162,7 @@ impl Executable {
                 };
                 // replayed while another program is staged: its results were
                 // computed from the arguments and from what this program
-                // captured (NOTE: [trace-time values] in xform_ops::staging;
+                // captured (NOTE: [trace-time values] in xform_ops::provenance;
                 // `eval` records per equation through `bind`)
                 if xform_ops::provenance::recording() {
                     xform_ops::provenance::note_computed(inputs, &outs, &self.program.version_guards());

@@ -287,7 +287,7 @@ pub fn bind_at(level: Level, prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
         None => {
             let outs = eval(prim, inputs)?;
             // under a transform, while a program is staged: what this was
-            // computed from (NOTE: [trace-time values] in `staging`)
+            // computed from (NOTE: [trace-time values] in `provenance`)
             if level > 0 && crate::provenance::recording() {
                 crate::provenance::note_eval(inputs, &outs);
             }

@@ -10,7 +10,6 @@
 
 pub mod array;
 pub mod backend;
-pub mod backward;
 mod counted;
 mod device;
 mod display;
@@ -23,6 +22,7 @@ mod mutation;
 pub mod prim;
 pub mod prims;
 pub mod program;
+pub mod program_transforms;
 mod promote;
 pub mod provenance;
 pub mod random;

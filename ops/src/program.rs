@@ -56,7 +56,7 @@ pub struct Program {
     /// Storages some constant was computed from while the program was
     /// staged (or that a staged decision read), with their versions then:
     /// checked with the constants (NOTE: [trace-time values] in
-    /// `staging`). Usually empty.
+    /// `provenance`). Usually empty.
     guards: Vec<VersionGuard>,
 }
 

@@ -1,5 +1,5 @@
 //! Values computed from captured tensors while a program is staged (issue
-//! 46, item 1; NOTE: [trace-time values] in `xform_ops::staging`): after
+//! 46, item 1; NOTE: [trace-time values] in `xform_ops::provenance`): after
 //! an eager write to the captured tensor, a jitted or traced function that
 //! used a value computed from it at trace time (`exp(2 c)`), a value a
 //! pass folded or dropped (`x * c` with `c` all ones), or a decision made

@@ -1,23 +1,17 @@
-//! Reverse mode by linearize and transpose.
-//!
-//! NOTE: [linearize] `f` runs under a JVP interpreter whose tangents are
-//! tracers of a staging interpreter placed just below it. Primal work has
-//! no staged inputs, so it falls through to the parent and runs eagerly;
-//! tangent work is recorded into a linear [`Program`] whose constants are
-//! the primal residuals. Transposing that program (equations backwards,
-//! each linear primitive's transpose rule, cotangents accumulated, zero
-//! cotangents skipped) gives the pullback. Every op goes through the
-//! current interpreter, so `grad(grad(f))`, `vmap(grad(f))` and
-//! `jacfwd(jacrev(f))` need no special case.
+//! Reverse mode by linearize and transpose: `f` runs under a JVP
+//! interpreter whose tangent work is recorded by the one partial
+//! evaluation (`xform_ops::program_transforms::partial_eval::linearize`;
+//! see NOTE: [linearize] there), and the pullback is the one backward pass
+//! over that linear program (`program_transforms::backward::transpose`).
 
 use crate::jvp::JvpInterp;
 use crate::tree::{Leaves, Tree};
 use smallvec::SmallVec;
-use xform_ops::backward;
-pub(crate) use xform_ops::backward::Ct;
 use xform_ops::interp::with_interpreter;
-use xform_ops::staging::Staging;
-use xform_ops::{lax, Error, OrRaise, Program, Result, Tensor};
+use xform_ops::program_transforms::backward;
+pub(crate) use xform_ops::program_transforms::backward::Ct;
+use xform_ops::program_transforms::partial_eval;
+use xform_ops::{lax, Aval, Error, OrRaise, Program, Result, Tensor};
 
 /// A function linearized at a point.
 pub(crate) struct Linearized<Y> {
@@ -35,38 +29,33 @@ pub(crate) struct Linearized<Y> {
     pub(crate) program: Program,
 }
 
-/// Linearizes `f` at `x` (see NOTE: [linearize]).
+/// Linearizes `f` at `x` (see NOTE: [linearize] in
+/// `xform_ops::program_transforms::partial_eval`).
 pub(crate) fn linearize_flat<X: Tree, Y: Tree>(label: &'static str, f: impl FnOnce(&X) -> Y, x: &X) -> Linearized<Y> {
-    let tracer = Staging::new(label, false);
     let jvp = JvpInterp::new(label);
     let in_leaves = x.leaves();
-    let mut diff: SmallVec<[bool; 4]> = SmallVec::new();
-    let (out, out_leaves, finals, mut program) = with_interpreter(&tracer, || {
-        let (out, out_leaves, tangents, finals) = with_interpreter(&jvp, || {
-            let mut wrapped = Leaves::new();
-            for l in &in_leaves {
-                let d = l.dtype().is_float();
-                diff.push(d);
-                wrapped.push(if d { jvp.wrap(l.clone(), Some(tracer.new_input(l.aval()))) } else { l.clone() });
-            }
+    let diff: SmallVec<[bool; 4]> = in_leaves.iter().map(|l| l.dtype().is_float()).collect();
+    let tangent_in: Vec<Option<Aval>> = in_leaves.iter().zip(&diff).map(|(l, &d)| d.then(|| l.aval())).collect();
+    let ((out, out_leaves, finals), mut program) = partial_eval::linearize(label, &tangent_in, |ts| {
+        Ok(with_interpreter(&jvp, || {
+            let wrapped: Leaves = in_leaves
+                .iter()
+                .zip(ts)
+                .map(|(l, t)| if t.is_some() { jvp.wrap(l.clone(), t.clone()) } else { l.clone() })
+                .collect();
             let out = f(&x.with_leaves(wrapped.iter().cloned()));
             let mut out_leaves = Leaves::new();
-            let mut tangents: SmallVec<[Option<Tensor>; 4]> = SmallVec::new();
+            let mut tangents = Vec::new();
             for o in out.leaves().iter() {
                 let (p, t) = jvp.unwrap(o).or_raise();
+                tangents.push((t, p.aval()));
                 out_leaves.push(p);
-                tangents.push(t);
             }
             let finals = crate::functionalize::mutated_finals(&in_leaves, &wrapped, |w| jvp.unwrap(w).or_raise().0);
-            (out, out_leaves, tangents, finals)
-        });
-        let mut tangent_outs = Leaves::new();
-        for (t, p) in tangents.into_iter().zip(&out_leaves) {
-            tangent_outs.push(lax::instantiate(&t, p).or_raise());
-        }
-        let program = tracer.finish(&tangent_outs).or_raise();
-        (out, out_leaves, finals, program)
-    });
+            ((out, out_leaves, finals), tangents)
+        }))
+    })
+    .or_raise();
     if finals.iter().any(Option::is_some) {
         // The write-back below changes the arguments' storage: residuals that
         // view it must keep the values they had.

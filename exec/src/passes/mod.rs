@@ -89,7 +89,7 @@ impl<'p> Rebuild<'p> {
         let mut b = ProgramBuilder::new();
         // a pass may fold a constant into another or drop it (`x * c` with
         // `c` all ones): the new program still checks every storage the old
-        // one did (NOTE: [trace-time values] in xform_ops::staging)
+        // one did (NOTE: [trace-time values] in xform_ops::provenance)
         b.inherit_guards(old);
         let mut map = vec![None; old.avals.len()];
         for v in &old.inputs {

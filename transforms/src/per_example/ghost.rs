@@ -18,12 +18,12 @@
 
 use super::NormMethod;
 use smallvec::{smallvec, SmallVec};
-use xform_ops::backward::Hook;
 use xform_ops::prim::{factor_rule, transpose_rule, Axes, LinearArg};
 pub(crate) use xform_ops::prims::factor::in_layout;
 use xform_ops::prims::factor::{Factor, FactorRows};
 use xform_ops::prims::linalg::DotDims;
 use xform_ops::prims::ViewKind;
+use xform_ops::program_transforms::backward::Hook;
 use xform_ops::{lax, Atom, Aval, DType, Eqn, Error, Prim, Program, Result, Shape, Tensor};
 
 /// One step from a parameter to the value a product reads: a view op that

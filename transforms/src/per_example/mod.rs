@@ -506,7 +506,9 @@ fn per_example_pass<P: Tree, D: Tree>(
         };
         lin.program.check_consts(op).or_raise();
         let mut hook = FactorHook::default();
-        let dense = xform_ops::backward::transpose(&lin.program, None, &[Some(Ct::Ones)], Some(&mut hook)).or_raise();
+        let dense =
+            xform_ops::program_transforms::backward::transpose(&lin.program, None, &[Some(Ct::Ones)], Some(&mut hook))
+                .or_raise();
         // Each parameter's factors, from it and from its views.
         let mut per_leaf: Vec<Vec<_>> = (0..n_leaves).map(|_| Vec::new()).collect();
         for (id, fs) in hook.factors.into_iter().enumerate() {

@@ -7,7 +7,6 @@
 //! A batched index runs every branch on the whole batch and selects, as
 //! JAX does; an unbatched one keeps one cond of batched branches.
 
-use super::eval::{batch_eval, batch_program, batched_outputs, instantiate, jvp_eval, transpose_eval, OutBatching};
 use super::{avals_of, bind_control, check_inputs, Body, ControlOp};
 use crate::array::Array;
 use crate::error::{Error, Result};
@@ -16,6 +15,9 @@ use crate::lax;
 use crate::prim::{Avals, Cotangents, ElementwiseOp, LinearArg};
 use crate::prims::batching::to_position;
 use crate::prims::indexing::scalar_i64;
+use crate::program_transforms::evaluate::{
+    batch_eval, batch_program, batched_outputs, instantiate, jvp_eval, transpose_eval, OutBatching,
+};
 use crate::staging::stage;
 use crate::tensor::{Aval, AvalRef, Tensor};
 use std::sync::Arc;

@@ -13,7 +13,6 @@
 //! `jacfwd`) needs a JVP rule, else it is an error, as JAX's "can't apply
 //! forward-mode autodiff (jvp) to a custom_vjp function".
 
-use super::eval::{batch_eval, batch_program, instantiate, jvp_eval, OutBatching};
 use super::{bind_control, cat, cat_refs, check_inputs, move_to_front, Body, ControlOp};
 use crate::error::{Error, Result};
 use crate::interp::Outs;
@@ -21,6 +20,7 @@ use crate::lax;
 use crate::prim::{Avals, Cotangents, LinearArg};
 use crate::prims::batching::to_position;
 use crate::prims::Family;
+use crate::program_transforms::evaluate::{batch_eval, batch_program, instantiate, jvp_eval, OutBatching};
 use crate::staging::stage;
 use crate::tensor::{Aval, AvalRef, Tensor};
 
@@ -216,8 +216,12 @@ fn batch_bwd(bwd: &Body, const_bdims: &[Option<usize>], nr: usize, x_batched: &[
     let mut bd = const_bdims.to_vec();
     let ncts = bwd.inputs.len() - const_bdims.len() - nr;
     bd.extend(std::iter::repeat_n(Some(0), nr + ncts));
-    let avals: Vec<Aval> =
-        bwd.in_avals().iter().zip(&bd).map(|(a, b)| super::eval::batched_aval(a, *b, size)).collect();
+    let avals: Vec<Aval> = bwd
+        .in_avals()
+        .iter()
+        .zip(&bd)
+        .map(|(a, b)| crate::program_transforms::evaluate::batched_aval(a, *b, size))
+        .collect();
     let program = stage("vmap", &avals, |ins| {
         let (outs, obd) = batch_eval(bwd, ins, &bd)?;
         outs.iter()

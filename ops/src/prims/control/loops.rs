@@ -9,16 +9,13 @@
 //! transpose (its trip count is unknown: the error says so). A batched
 //! predicate runs until every example is done, finished carries masked.
 //!
-//! scan: the JVP splits the body (`eval::partial_eval_jvp`) into a known
+//! scan: the JVP splits the body (`program_transforms::partial_eval::split_program`) into a known
 //! scan, which stacks the residuals the tangent body reads, and a linear
 //! scan over the tangents; residuals that are loop-invariant (a constant
 //! operand) are passed once, not stacked. The transpose is a reverse scan
 //! of the transposed body, accumulating the constants' cotangents in its
 //! carry.
 
-use super::eval::{
-    batch_eval, batch_program, batched_outputs, instantiate, jvp_eval, partial_eval_jvp, transpose_eval, OutBatching,
-};
 use super::{avals_of, bind_control, cat, cat_refs, check_inputs, move_to_front, Body, ControlOp, RematPolicy};
 use crate::array::Array;
 use crate::error::{Error, Result};
@@ -29,6 +26,9 @@ use crate::prims::batching::to_position;
 use crate::prims::indexing::scalar_i64;
 use crate::prims::Family;
 use crate::program::{Atom, Program};
+use crate::program_transforms::evaluate::{
+    batch_eval, batch_program, batched_outputs, instantiate, jvp_eval, transpose_eval, OutBatching,
+};
 use crate::staging::stage;
 use crate::tensor::{Aval, AvalRef, Tensor};
 use xform_kernels::{DType, Shape};
@@ -394,7 +394,7 @@ fn jvp_scan(op: &ControlOp, primals: &[Tensor], tangents: &[Option<Tensor>]) -> 
     let mut mask: Vec<bool> = tangents[..nc].iter().map(Option::is_some).collect();
     mask.extend(k_t.iter().map(Option::is_some));
     mask.extend(tangents[nc + nk..].iter().map(Option::is_some));
-    let (known_body, tangent_body, nres) = partial_eval_jvp(body, &mask)?;
+    let (known_body, tangent_body, nres) = crate::program_transforms::partial_eval::split_program(body, &mask)?;
     let (known_body, kc) = known_body.hoist_consts();
     let nin = kc.len() + nc;
     let nout = body.outputs.len();
@@ -802,7 +802,7 @@ struct DeferProducts<'a> {
     deferred: Vec<Deferred>,
 }
 
-impl crate::backward::Hook for DeferProducts<'_> {
+impl crate::program_transforms::backward::Hook for DeferProducts<'_> {
     fn watch(&mut self, p: &crate::program::Program) -> Vec<Option<usize>> {
         let mut watched = vec![None; p.avals.len()];
         for (i, v) in p.inputs.iter().enumerate() {

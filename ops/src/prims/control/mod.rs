@@ -7,7 +7,7 @@
 //! NOTE: [control flow] xform runs eagerly, so a rule often knows the
 //! value that decides the control flow (a predicate, an index, a trip
 //! count): then it runs only what is taken, equation by equation with each
-//! primitive's own rule at the current level (`eval.rs`), and nothing of
+//! primitive's own rule at the current level (`program_transforms::evaluate`), and nothing of
 //! the control flow remains (grad through a `cond` records only the taken
 //! branch; reverse mode through a `while_loop` records its iterations).
 //! Where the value is not known (a staged or batched predicate), the rule
@@ -21,7 +21,6 @@
 
 mod cond;
 mod custom;
-pub(crate) mod eval;
 mod loops;
 mod remat;
 mod samples;

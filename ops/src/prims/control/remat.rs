@@ -2,14 +2,14 @@
 //! outputs and binds a second checkpoint over the body's tangent program,
 //! whose operands (the primal inputs, plus the products under
 //! [`RematPolicy::Products`]) are all that reverse mode keeps; its
-//! transpose recomputes the rest of the forward pass (`eval::transpose_eval`
+//! transpose recomputes the rest of the forward pass (`program_transforms::evaluate::transpose_eval`
 //! evaluates the non-linear equations the linear ones read).
 
-use super::eval::{batch_program, instantiate, jvp_eval_with, transpose_eval, OutBatching};
 use super::{avals_of, bind_control, Body, ControlOp};
 use crate::error::Result;
 use crate::prim::{Cotangents, LinearArg, Prim};
 use crate::program::Atom;
+use crate::program_transforms::evaluate::{batch_program, instantiate, jvp_eval_with, transpose_eval, OutBatching};
 use crate::staging::stage;
 use crate::tensor::Tensor;
 use std::fmt;

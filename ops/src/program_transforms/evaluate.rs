@@ -1,19 +1,18 @@
-//! Rules over whole programs, for the bodies of the control-flow
-//! primitives: a program's JVP, its batched form and its transpose,
-//! evaluated equation by equation with each primitive's own rule at the
-//! current level (no interpreter is pushed), and the partial evaluation of
-//! a JVP into a known (primal) and an unknown (tangent) program. Staged
-//! with [`crate::staging::stage`], each gives the transformed body that a
-//! rule binds when control flow must stay control flow.
+//! A program evaluated under a transform's rules, for the bodies of the
+//! control-flow primitives: its JVP, its batched form and its transpose,
+//! equation by equation with each primitive's own rule at the current
+//! level (no interpreter is pushed). Staged with
+//! [`crate::staging::stage`], each gives the transformed body that a rule
+//! binds when control flow must stay control flow.
 
-use crate::backward::Ct;
-use crate::error::{Error, OrRaise, Result};
-use crate::interp::{bind, with_interpreter};
+use super::backward::{self, Ct};
+use crate::error::{Error, Result};
+use crate::interp::bind;
 use crate::lax;
 use crate::prim::{batch_rule, jvp_rule};
 use crate::prims::batching::to_position;
 use crate::program::{Atom, Program};
-use crate::staging::{stage, Staging};
+use crate::staging::stage;
 use crate::tensor::{Aval, Tensor};
 use smallvec::SmallVec;
 
@@ -202,7 +201,7 @@ pub(crate) fn batched_outputs(p: &Program, in_bdims: &[Option<usize>], size: usi
 
 /// Cotangents of the linear inputs of `p` (those whose `known` entry is
 /// `None`; the others are given values) from cotangents of its outputs:
-/// the one backward pass ([`crate::backward::transpose`]), which
+/// the one backward pass ([`backward::transpose`]), which
 /// evaluates first the known equations the linear ones read (where a
 /// checkpointed body recomputes its forward pass); `hook` may take
 /// equations reading watched variables (a scan defers its weights'
@@ -211,39 +210,8 @@ pub(crate) fn transpose_eval(
     p: &Program,
     known: &[Option<Tensor>],
     cts: &[Option<Tensor>],
-    hook: Option<&mut dyn crate::backward::Hook>,
+    hook: Option<&mut dyn backward::Hook>,
 ) -> Result<Vec<Option<Tensor>>> {
     let cts: Vec<Option<Ct>> = cts.iter().map(|c| c.as_ref().map(|t| Ct::Val(t.clone(), false))).collect();
-    Ok(crate::backward::transpose(p, Some(known), &cts, hook)?.into_vec())
-}
-
-/// The JVP of `p`, split: `known` maps the primal inputs to the primal
-/// outputs followed by residuals; `unknown` maps the residuals followed by
-/// the tangents of the inputs `mask` selects to the tangents of every
-/// output (zeros where they are zero). This is linearize's split (primal
-/// work staged below, tangent work above, the values the tangent work
-/// reads from the primal side are the residuals), applied to a body.
-pub(crate) fn partial_eval_jvp(p: &Program, mask: &[bool]) -> Result<(Program, Program, usize)> {
-    let primal = Staging::new("partial_eval", false);
-    let tangent = Staging::new("partial_eval", false);
-    let in_avals = p.in_avals();
-    let out_avals = p.out_avals();
-    crate::error::catch(|| {
-        with_interpreter(&primal, || {
-            let ps: Vec<Tensor> = in_avals.iter().map(|a| primal.new_input(a.clone())).collect();
-            let (outs, unknown) = with_interpreter(&tangent, || {
-                let ts: Vec<Option<Tensor>> =
-                    in_avals.iter().zip(mask).map(|(a, &m)| m.then(|| tangent.new_input(a.clone()))).collect();
-                let (outs, touts) = jvp_eval(p, &ps, &ts).or_raise();
-                let touts: Vec<Tensor> =
-                    touts.into_iter().zip(&out_avals).map(|(t, a)| instantiate(t, a)).collect::<Result<_>>().or_raise();
-                (outs, tangent.finish(&touts).or_raise())
-            });
-            let (unknown, residuals) = unknown.hoist_consts();
-            let nres = residuals.len();
-            let mut all = outs;
-            all.extend(residuals);
-            (primal.finish(&all).or_raise(), unknown, nres)
-        })
-    })
+    Ok(backward::transpose(p, Some(known), &cts, hook)?.into_vec())
 }
