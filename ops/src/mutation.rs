@@ -185,6 +185,19 @@ pub(crate) fn check_live(op: &str, t: &Tensor) -> crate::Result<()> {
     Err(crate::interp::escaped(op, t, tag))
 }
 
+impl Tensor {
+    /// The view primitives `ops` (as [`Tensor::view_of`] lists them)
+    /// applied to this tensor, linked to its base as the view methods link
+    /// their results (a reshape its layout cannot express is a copy, as
+    /// eagerly).
+    ///
+    /// # Errors
+    /// What the primitives raise on this tensor's shape.
+    pub fn apply_views(&self, ops: &[crate::prim::Prim]) -> crate::Result<Tensor> {
+        make_view(self, ops)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::Tensor;
@@ -230,18 +243,5 @@ mod tests {
             let (l, h) = (Tensor::from_array(lo).to_vec::<f32>(), Tensor::from_array(hi).to_vec::<f32>());
             assert_eq!(l, h, "direction {dir}: the copy happened");
         }
-    }
-}
-
-impl Tensor {
-    /// The view primitives `ops` (as [`Tensor::view_of`] lists them)
-    /// applied to this tensor, linked to its base as the view methods link
-    /// their results (a reshape its layout cannot express is a copy, as
-    /// eagerly).
-    ///
-    /// # Errors
-    /// What the primitives raise on this tensor's shape.
-    pub fn apply_views(&self, ops: &[crate::prim::Prim]) -> crate::Result<Tensor> {
-        make_view(self, ops)
     }
 }
