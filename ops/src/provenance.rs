@@ -34,7 +34,7 @@ use std::collections::HashMap;
 
 /// A storage a recorded program depends on, and its version when the
 /// program was recorded: an eager write to the storage since (through any
-/// view) makes [`Program::check_consts`] refuse the program.
+/// view) makes [`Program::check_consts`](crate::Program::check_consts) refuse the program.
 #[derive(Clone, Debug)]
 pub struct VersionGuard {
     /// An array over the storage (kept alive with it).

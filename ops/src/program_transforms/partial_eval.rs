@@ -6,7 +6,7 @@
 //! has no staged inputs, so it falls through to the level below that
 //! staging and runs there: eagerly under reverse mode (`linearize`,
 //! `grad`, `vjp`: concrete values), into a second staging for a
-//! control-flow body ([`split_program`]: scan's known body). Tangent work
+//! control-flow body (`split_program`: scan's known body). Tangent work
 //! is recorded into a linear [`Program`] whose constants are the primal
 //! residuals it reads. Transposing that program
 //! ([`super::backward::transpose`]) gives the pullback. Every op goes
