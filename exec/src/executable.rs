@@ -165,7 +165,7 @@ impl Executable {
                 // captured (NOTE: [trace-time values] in xform_ops::provenance;
                 // `eval` records per equation through `bind`)
                 if xform_ops::provenance::recording() {
-                    xform_ops::provenance::note_computed(inputs, &outs, &self.program.version_guards());
+                    xform_ops::interp::note_computed(inputs, &outs, &self.program.version_guards());
                 }
                 Ok(outs)
             }

@@ -132,6 +132,19 @@ pub fn describe_transforms() -> String {
     })
 }
 
+/// Records that the concrete values among `outs` were computed from those
+/// among `inputs` and the storages of `extra` (see NOTE: [trace-time
+/// values] in [`crate::provenance`]): `bind_at` calls it for primitives
+/// evaluated under a transform, and exec for a replayed program's results,
+/// while a visible staging is alive.
+pub fn note_computed(inputs: &[Tensor], outs: &[Tensor], extra: &[crate::provenance::VersionGuard]) {
+    crate::provenance::note_computed(
+        inputs.iter().filter_map(Tensor::array),
+        outs.iter().filter_map(Tensor::array),
+        extra,
+    );
+}
+
 // The error constructor lives here, beside the stack it reads, so that the
 // error type (error.rs) stays below the interpreter.
 impl Error {
@@ -289,7 +302,7 @@ pub fn bind_at(level: Level, prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
             // under a transform, while a program is staged: what this was
             // computed from (NOTE: [trace-time values] in `provenance`)
             if level > 0 && crate::provenance::recording() {
-                crate::provenance::note_eval(inputs, &outs);
+                note_computed(inputs, &outs, &[]);
             }
             Ok(outs)
         }

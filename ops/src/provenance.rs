@@ -12,7 +12,7 @@
 //! every primitive evaluated under a transform records, per result
 //! storage, the storages it was computed from (through earlier recorded
 //! results, back to tensors made before or outside: captured ones), with
-//! their versions then (`note_eval`, called by `interp::bind_at`); a
+//! their versions then (`note_computed`, called by `interp::bind_at`); a
 //! value that staged code *reads* (a control-flow decision on a known
 //! predicate, `item`, `to_vec`) records the same ([`note_read`]). A
 //! constant entering the program, and every read made while it was
@@ -26,8 +26,6 @@
 //! tensors are, and bodies are bound at once.
 
 use crate::array::Array;
-use crate::interp::Outs;
-use crate::tensor::{Tensor, Value};
 use smallvec::SmallVec;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -123,39 +121,29 @@ pub(crate) fn computed_from(a: &Array) -> Option<SmallVec<[VersionGuard; 2]>> {
     PROVENANCE.with(|p| p.borrow().derived.get(&a.storage_addr()).map(|(_, from)| from.clone()))
 }
 
-/// Records that `outs` were computed from `inputs` (see NOTE:
-/// [trace-time values]); `interp::bind_at` calls it for primitives
-/// evaluated under a transform while [`recording`].
-pub(crate) fn note_eval(inputs: &[Tensor], outs: &Outs) {
-    note_computed(inputs, outs, &[]);
-}
-
-/// Records that `outs` were computed from `inputs` and the storages of
-/// `extra` (a replayed program's guards), for values computed without
-/// `bind` while [`recording`].
-pub fn note_computed(inputs: &[Tensor], outs: &[Tensor], extra: &[VersionGuard]) {
+/// Records that the arrays `outs` were computed from the arrays `inputs`
+/// and the storages of `extra` (a replayed program's guards) while
+/// [`recording`] (see NOTE: [trace-time values]); `interp::note_computed`
+/// hands it the concrete values of a primitive's operands and results.
+pub fn note_computed(inputs: impl Iterator<Item = Array>, outs: impl Iterator<Item = Array>, extra: &[VersionGuard]) {
     if !recording() {
         return;
     }
     let mut from: Vec<VersionGuard> = Vec::new();
     let mut in_arrays: SmallVec<[Array; 4]> = SmallVec::new();
-    for t in inputs {
-        if let Value::Array(a) = &*t.value() {
-            for g in derived_from(a) {
-                push_guard(&mut from, g);
-            }
-            in_arrays.push(a.clone());
+    for a in inputs {
+        for g in derived_from(&a) {
+            push_guard(&mut from, g);
         }
+        in_arrays.push(a);
     }
     for g in extra {
         push_guard(&mut from, g.clone());
     }
-    for t in outs {
-        if let Value::Array(a) = &*t.value() {
-            // a view of an operand is that operand's storage, guarded as it is
-            if !in_arrays.iter().any(|i| i.shares_storage(a)) {
-                note_derived(a, &from);
-            }
+    for a in outs {
+        // a view of an operand is that operand's storage, guarded as it is
+        if !in_arrays.iter().any(|i| i.shares_storage(&a)) {
+            note_derived(&a, &from);
         }
     }
 }

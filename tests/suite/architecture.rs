@@ -210,11 +210,11 @@ fn families_carry_no_device_branches() {
 }
 
 /// ops' modules in layers (ARCHITECTURE.md, "The layers of ops"): the
-/// values (devices, errors, arrays and the shared pointers beneath
-/// tensors), then the core (tensors, the interpreter stack and `bind`, the
+/// values (devices, errors, arrays, the shared pointers beneath tensors
+/// and the provenance of arrays computed while a trace records), then the core (tensors, the interpreter stack and `bind`, the
 /// primitive catalog with every family's rules, `lax`, programs, staging,
 /// the backward pass, the backend seam), then the user surface.
-const OPS_VALUES: &[&str] = &["device", "error", "array", "counted", "free_list", "value_cell", "stack"];
+const OPS_VALUES: &[&str] = &["device", "error", "array", "counted", "free_list", "value_cell", "stack", "provenance"];
 /// The user surface of ops: `Tensor`'s methods, in-place writes, random
 /// keys and printing.
 const OPS_SURFACE: &[&str] = &["methods", "mutation", "random", "display"];
