@@ -28,6 +28,7 @@ mod fuse_rows;
 mod graph;
 mod passes;
 mod plan;
+mod rows_out;
 mod sinks;
 mod split;
 mod tiles;

@@ -41,8 +41,8 @@
 use super::fuse::{self, Fused, Item};
 use super::fuse_rows::RowFused;
 use super::graph::GraphReplay;
+use super::rows_out::{self, Dst};
 use super::sinks::{self, Sinks};
-use super::split::{self, Dst};
 use smallvec::SmallVec;
 use std::sync::Arc;
 use xform_ops::interp::lower_checked;
@@ -413,7 +413,7 @@ impl Plan {
                     match &step.op {
                         StepOp::Prim(prim) if dst(step.into).is_some() => {
                             let k = step.into.expect("checked") as usize;
-                            split::write_product(prim, &arrays, dst(step.into).expect("checked"))?;
+                            rows_out::write_product(prim, &arrays, dst(step.into).expect("checked"))?;
                             written[k] = true;
                             SmallVec::new()
                         }
@@ -478,7 +478,7 @@ impl Plan {
             };
             match dst(Some(k as u32)) {
                 Some(d) => {
-                    split::copy_into(&t, d)?;
+                    rows_out::copy_into(&t, d)?;
                     results.push(None);
                 }
                 None => results.push(Some(t)),
