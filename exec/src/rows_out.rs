@@ -10,12 +10,10 @@ use xform_ops::{Array, DType, Error, Prim, Result, Tensor};
 /// A destination for one output of a half: its rows of a whole output's
 /// buffer, in row-major order.
 pub(crate) struct Dst {
-    /// The range's first byte.
-    pub(crate) ptr: *mut u8,
-    /// The range's length in bytes.
-    pub(crate) bytes: usize,
+    ptr: *mut u8,
+    bytes: usize,
     /// The elements' dtype.
-    pub(crate) dtype: DType,
+    dtype: DType,
 }
 
 // SAFETY: a `Dst` is the byte range of one half's rows in a buffer that
@@ -27,6 +25,16 @@ unsafe impl Send for Dst {}
 unsafe impl Sync for Dst {}
 
 impl Dst {
+    /// The `bytes` bytes at `ptr`, holding elements of `dtype`.
+    ///
+    /// # Safety
+    /// The range lies inside a live buffer of `dtype` elements that
+    /// outlives the `Dst` and that nothing else reads or writes until the
+    /// step writing through it is done.
+    pub(crate) unsafe fn new(ptr: *mut u8, bytes: usize, dtype: DType) -> Dst {
+        Dst { ptr, bytes, dtype }
+    }
+
     /// The range as elements of `T`.
     ///
     /// # Safety

@@ -512,8 +512,10 @@ impl SplitPlan {
                     w.as_ref().map(|w| {
                         let row = w.bytes / self.rows;
                         let (lo, hi) = if h == 0 { (0, self.mid * row) } else { (self.mid * row, w.bytes) };
-                        // SAFETY: lo..hi lies inside the buffer (rows x row bytes)
-                        Dst { ptr: unsafe { w.ptr.add(lo) }, bytes: hi - lo, dtype: w.dtype }
+                        // SAFETY: lo..hi lies inside the buffer (rows x row bytes),
+                        // which outlives both halves (joined before it is
+                        // assembled), and the halves' ranges are disjoint
+                        unsafe { Dst::new(w.ptr.add(lo), hi - lo, w.dtype) }
                     })
                 })
                 .collect()

@@ -16,6 +16,11 @@
 //! file (`prims/<family>.rs`) beside the CPU kernel, and arrives here as a
 //! [`CudaExpr`], [`Fold`] or [`Ranking`].
 //!
+//! The array methods that copy, move, read or write elements
+//! (`Array::contiguous_copy`, `to_device`, `to_vec`, `overwrite_with`, the
+//! eager in-place write `write_checked`) are defined here too: each goes
+//! through the backend of the array's device, or the array's own CPU code.
+//!
 //! Adding a backend (a third device, say) is an implementation of
 //! [`Backend`], a `Device` variant and its arm in [`of`]; several devices
 //! of one kind are one backend (the CUDA one reads each array's ordinal).
@@ -527,5 +532,6 @@ mod tests {
             Ok(_) => panic!("a fake device array was computed on"),
         }
         assert!(x.contiguous_copy().is_err() && x.to_device(Device::Cpu).is_err());
+        assert!(x.write_checked("copy_", &on_device()).is_err());
     }
 }

@@ -111,7 +111,7 @@ pub enum ErrorKind {
 /// `Result` in the library stays small; they read as `e.op`, `e.kind`,
 /// `e.transforms`.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Error(pub(crate) Box<ErrorInfo>);
+pub struct Error(Box<ErrorInfo>);
 
 /// The contents of an [`Error`].
 #[derive(Clone, Debug, PartialEq)]
@@ -142,10 +142,18 @@ impl std::ops::DerefMut for Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 // `Error::new`, which records the transforms in force, is defined beside
-// the interpreter stack it reads (interp.rs). The constructors are `#[cold]`: the code that builds an error's message
+// the interpreter stack it reads (interp.rs), through `with_transforms`.
+// The constructors are `#[cold]`: the code that builds an error's message
 // at a call site is then laid out away from the hot path (smaller
 // instruction-cache footprint of every op).
 impl Error {
+    /// An error in `op` with the transforms in force described as
+    /// `transforms` (what `Error::new` passes).
+    #[cold]
+    pub(crate) fn with_transforms(op: String, kind: ErrorKind, transforms: String) -> Error {
+        Error(Box::new(ErrorInfo { op, kind, transforms }))
+    }
+
     /// A shape error.
     #[cold]
     pub fn shape(op: impl Into<String>, message: impl Into<String>, shapes: &[&Shape]) -> Error {

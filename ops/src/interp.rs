@@ -10,7 +10,7 @@
 //! ops inside a rule belong to the parent: nesting needs nothing more. A
 //! tracer that reaches `Eval` outlived its interpreter: an escaped tracer.
 
-use crate::error::{Error, ErrorInfo, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::prim::Prim;
 use crate::tensor::{AvalRef, Tensor, Value};
 use smallvec::SmallVec;
@@ -138,7 +138,7 @@ pub fn describe_transforms() -> String {
 /// evaluated under a transform, and exec for a replayed program's results,
 /// while a visible staging is alive.
 pub fn note_computed(inputs: &[Tensor], outs: &[Tensor], extra: &[crate::provenance::VersionGuard]) {
-    crate::provenance::note_computed(
+    crate::provenance::note_arrays(
         inputs.iter().filter_map(Tensor::array),
         outs.iter().filter_map(Tensor::array),
         extra,
@@ -151,7 +151,7 @@ impl Error {
     /// An error in `op`, recording the transforms in force now.
     #[cold]
     pub fn new(op: impl Into<String>, kind: ErrorKind) -> Error {
-        Error(Box::new(ErrorInfo { op: op.into(), kind, transforms: describe_transforms() }))
+        Error::with_transforms(op.into(), kind, describe_transforms())
     }
 }
 

@@ -31,7 +31,7 @@ pub mod staging;
 pub mod tensor;
 mod value_cell;
 
-pub use array::{default_device, set_default_device, Array, Device};
+pub use array::{default_device, set_default_device, Array, Aval, AvalRef, Device};
 pub use error::{catch, raise, Error, ErrorKind, OrRaise, Result};
 pub use interp::{bind, bind1, Interpreter, Level, Outs, Tag};
 pub use methods::{Idx, Scalar};
@@ -39,5 +39,5 @@ pub use prim::{DotDims, LinearArg, Prim};
 pub use program::{Atom, Eqn, Program, ProgramBuilder, Var};
 pub use provenance::VersionGuard;
 pub use random::Key;
-pub use tensor::{Aval, AvalRef, Tensor, Tracer, TracerData, Value, ValueRef};
+pub use tensor::{Tensor, Tracer, TracerData, Value, ValueRef};
 pub use xform_kernels::{half, DType, Element, Layout, Shape};

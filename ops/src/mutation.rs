@@ -1,5 +1,7 @@
-//! Views and in-place ops on tensors (eager) and their functionalization
-//! under transforms.
+//! Views and in-place writes of tensors: making a view and linking it to
+//! its base, and the functionalization of writes under transforms (the
+//! eager write itself is `Array::write_checked`, in `backend.rs`; a view
+//! re-reads its base in `Tensor::value`, in `tensor.rs`).
 //!
 //! NOTE: [functionalization] Outside every transform, an in-place op on a
 //! concrete tensor writes its storage, so views that share it see the

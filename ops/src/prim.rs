@@ -100,7 +100,9 @@ macro_rules! families {
             }
 
             /// Every CUDA kernel the lowerings can launch: the kernels
-            /// crate's structural ones plus each family's for each dtype.
+            /// crate's structural ones plus each family's for each dtype
+            /// (generated CUDA C, for the tests that compile them all with
+            /// NVRTC; generating it needs no GPU and no feature).
             pub fn cuda_catalog() -> Vec<Kernel> {
                 let mut v = xform_kernels::cuda_source::builtin_catalog();
                 for d in DType::ALL {

@@ -6,7 +6,8 @@
 use crate::error::{Error, Result};
 use crate::interp::bind;
 use crate::prim::Prim;
-use crate::provenance::{push_guard, VersionGuard};
+use crate::provenance::push_guard;
+pub use crate::provenance::VersionGuard;
 use crate::tensor::{Aval, Tensor};
 use smallvec::SmallVec;
 use std::collections::HashMap;

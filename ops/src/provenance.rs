@@ -12,7 +12,8 @@
 //! every primitive evaluated under a transform records, per result
 //! storage, the storages it was computed from (through earlier recorded
 //! results, back to tensors made before or outside: captured ones), with
-//! their versions then (`note_computed`, called by `interp::bind_at`); a
+//! their versions then (`note_arrays`, which `interp::bind_at` calls through
+//! `interp::note_computed`); a
 //! value that staged code *reads* (a control-flow decision on a known
 //! predicate, `item`, `to_vec`) records the same ([`note_read`]). A
 //! constant entering the program, and every read made while it was
@@ -125,7 +126,11 @@ pub(crate) fn computed_from(a: &Array) -> Option<SmallVec<[VersionGuard; 2]>> {
 /// and the storages of `extra` (a replayed program's guards) while
 /// [`recording`] (see NOTE: [trace-time values]); `interp::note_computed`
 /// hands it the concrete values of a primitive's operands and results.
-pub fn note_computed(inputs: impl Iterator<Item = Array>, outs: impl Iterator<Item = Array>, extra: &[VersionGuard]) {
+pub(crate) fn note_arrays(
+    inputs: impl Iterator<Item = Array>,
+    outs: impl Iterator<Item = Array>,
+    extra: &[VersionGuard],
+) {
     if !recording() {
         return;
     }

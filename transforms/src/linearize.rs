@@ -1,6 +1,6 @@
 //! Reverse mode by linearize and transpose: `f` runs under a JVP
 //! interpreter whose tangent work is recorded by the one partial
-//! evaluation (`xform_ops::program_transforms::partial_eval::linearize`;
+//! evaluation (`xform_ops::program_transforms::partial_eval::linearize_jvp`;
 //! see NOTE: [linearize] there), and the pullback is the one backward pass
 //! over that linear program (`program_transforms::backward::transpose`).
 
@@ -36,7 +36,7 @@ pub(crate) fn linearize_flat<X: Tree, Y: Tree>(label: &'static str, f: impl FnOn
     let in_leaves = x.leaves();
     let diff: SmallVec<[bool; 4]> = in_leaves.iter().map(|l| l.dtype().is_float()).collect();
     let tangent_in: Vec<Option<Aval>> = in_leaves.iter().zip(&diff).map(|(l, &d)| d.then(|| l.aval())).collect();
-    let ((out, out_leaves, finals), mut program) = partial_eval::linearize(label, &tangent_in, |ts| {
+    let ((out, out_leaves, finals), mut program) = partial_eval::linearize_jvp(label, &tangent_in, |ts| {
         Ok(with_interpreter(&jvp, || {
             let wrapped: Leaves = in_leaves
                 .iter()

@@ -2,7 +2,7 @@
 //! tangent part, a linear program.
 //!
 //! NOTE: [linearize] The JVP runs with its tangents tracers of a hidden
-//! staging interpreter pushed just below it ([`linearize`]). Primal work
+//! staging interpreter pushed just below it ([`linearize_jvp`]). Primal work
 //! has no staged inputs, so it falls through to the level below that
 //! staging and runs there: eagerly under reverse mode (`linearize`,
 //! `grad`, `vjp`: concrete values), into a second staging for a
@@ -33,7 +33,7 @@ use crate::tensor::{Aval, Tensor};
 ///
 /// # Errors
 /// What `jvp` returns, or a failure to make the zero tangents.
-pub fn linearize<R>(
+pub fn linearize_jvp<R>(
     label: &'static str,
     tangent_in: &[Option<Aval>],
     jvp: impl FnOnce(&[Option<Tensor>]) -> Result<(R, Vec<(Option<Tensor>, Aval)>)>,
@@ -57,7 +57,7 @@ pub fn linearize<R>(
 /// The JVP of `p`, split: `known` maps the primal inputs to the primal
 /// outputs followed by residuals; `unknown` maps the residuals followed by
 /// the tangents of the inputs `mask` selects to the tangents of every
-/// output (zeros where they are zero). This is [`linearize`] of the
+/// output (zeros where they are zero). This is [`linearize_jvp`] of the
 /// program's JVP with the primal work staged too (a second staging below),
 /// its residuals hoisted from constants into inputs. Returns `(known,
 /// unknown, number of residuals)`.
@@ -69,7 +69,7 @@ pub(crate) fn split_program(p: &Program, mask: &[bool]) -> Result<(Program, Prog
     crate::error::catch(|| {
         with_interpreter(&primal, || {
             let ps: Vec<Tensor> = in_avals.iter().map(|a| primal.new_input(a.clone())).collect();
-            let (outs, unknown) = linearize("partial_eval", &tangent_in, |ts| {
+            let (outs, unknown) = linearize_jvp("partial_eval", &tangent_in, |ts| {
                 let (outs, touts) = jvp_eval(p, &ps, ts)?;
                 Ok((outs, touts.into_iter().zip(out_avals.iter().cloned()).collect()))
             })
