@@ -1,7 +1,7 @@
 //! Reverse mode by linearize and transpose: `f` runs under a JVP
 //! interpreter whose tangent work is recorded by the one partial
 //! evaluation (`xform_ops::program_transforms::partial_eval::linearize_jvp`;
-//! see NOTE: [linearize] there), and the pullback is the one backward pass
+//! see NOTE: [partial evaluation] there), and the pullback is the one backward pass
 //! over that linear program (`program_transforms::backward::transpose`).
 
 use crate::jvp::JvpInterp;
@@ -29,7 +29,7 @@ pub(crate) struct Linearized<Y> {
     pub(crate) program: Program,
 }
 
-/// Linearizes `f` at `x` (see NOTE: [linearize] in
+/// Linearizes `f` at `x` (see NOTE: [partial evaluation] in
 /// `xform_ops::program_transforms::partial_eval`).
 pub(crate) fn linearize_flat<X: Tree, Y: Tree>(label: &'static str, f: impl FnOnce(&X) -> Y, x: &X) -> Linearized<Y> {
     let jvp = JvpInterp::new(label);

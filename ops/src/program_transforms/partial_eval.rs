@@ -1,7 +1,7 @@
 //! The one partial evaluation: a JVP split into its primal part and its
 //! tangent part, a linear program.
 //!
-//! NOTE: [linearize] The JVP runs with its tangents tracers of a hidden
+//! NOTE: [partial evaluation] The JVP runs with its tangents tracers of a hidden
 //! staging interpreter pushed just below it ([`linearize_jvp`]). Primal work
 //! has no staged inputs, so it falls through to the level below that
 //! staging and runs there: eagerly under reverse mode (`linearize`,
@@ -23,7 +23,7 @@ use crate::tensor::{Aval, Tensor};
 
 /// Runs `jvp` with tangent tracers of a hidden staging interpreter, one
 /// for each input `tangent_in` gives an abstract value (`None`: a symbolic
-/// zero tangent), and records the tangent work (see NOTE: [linearize]).
+/// zero tangent), and records the tangent work (see NOTE: [partial evaluation]).
 /// `jvp` computes the primal outputs and their tangents by whichever JVP
 /// it runs (the JVP interpreter over a function, the primitives' rules
 /// over a program) and returns its own result with each output's tangent
