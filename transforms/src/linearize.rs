@@ -11,7 +11,7 @@ use xform_ops::interp::with_interpreter;
 use xform_ops::program_transforms::backward;
 pub(crate) use xform_ops::program_transforms::backward::Ct;
 use xform_ops::program_transforms::partial_eval;
-use xform_ops::{lax, Aval, Error, OrRaise, Program, Result, Tensor};
+use xform_ops::{lax, Error, OrRaise, Program, Result, Tensor};
 
 /// A function linearized at a point.
 pub(crate) struct Linearized<Y> {
@@ -35,8 +35,8 @@ pub(crate) fn linearize_flat<X: Tree, Y: Tree>(label: &'static str, f: impl FnOn
     let jvp = JvpInterp::new(label);
     let in_leaves = x.leaves();
     let diff: SmallVec<[bool; 4]> = in_leaves.iter().map(|l| l.dtype().is_float()).collect();
-    let tangent_in: Vec<Option<Aval>> = in_leaves.iter().zip(&diff).map(|(l, &d)| d.then(|| l.aval())).collect();
-    let ((out, out_leaves, finals), mut program) = partial_eval::linearize_jvp(label, &tangent_in, |ts| {
+    let tangent_in = in_leaves.iter().zip(&diff).map(|(l, &d)| d.then(|| l.aval()));
+    let ((out, out_leaves, finals), mut program) = partial_eval::linearize_jvp(label, tangent_in, |ts| {
         Ok(with_interpreter(&jvp, || {
             let wrapped: Leaves = in_leaves
                 .iter()
@@ -45,7 +45,7 @@ pub(crate) fn linearize_flat<X: Tree, Y: Tree>(label: &'static str, f: impl FnOn
                 .collect();
             let out = f(&x.with_leaves(wrapped.iter().cloned()));
             let mut out_leaves = Leaves::new();
-            let mut tangents = Vec::new();
+            let mut tangents = partial_eval::TangentsOut::new();
             for o in out.leaves().iter() {
                 let (p, t) = jvp.unwrap(o).or_raise();
                 tangents.push((t, p.aval()));

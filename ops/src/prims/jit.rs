@@ -306,5 +306,6 @@ pub fn run_fused_cuda(
     shape: &Shape,
     outs: &[DType],
 ) -> crate::error::Result<Vec<crate::array::Array>> {
-    crate::backend::of(arrays[0].device())?.fused(kernel, in_dtypes, arrays, shape, outs)
+    let device = arrays.first().map_or(crate::array::Device::Cpu, |a| a.device());
+    crate::backend::of(device)?.fused(kernel, in_dtypes, arrays, shape, outs)
 }

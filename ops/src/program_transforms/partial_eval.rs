@@ -20,6 +20,12 @@ use crate::lax;
 use crate::program::Program;
 use crate::staging::Staging;
 use crate::tensor::{Aval, Tensor};
+use smallvec::SmallVec;
+
+/// Each output's tangent (`None`: a symbolic zero) and abstract value, as
+/// a JVP hands them to [`linearize_jvp`] (inline for up to four outputs:
+/// reverse mode calls it once per `grad`).
+pub type TangentsOut = SmallVec<[(Option<Tensor>, Aval); 4]>;
 
 /// Runs `jvp` with tangent tracers of a hidden staging interpreter, one
 /// for each input `tangent_in` gives an abstract value (`None`: a symbolic
@@ -35,15 +41,15 @@ use crate::tensor::{Aval, Tensor};
 /// What `jvp` returns, or a failure to make the zero tangents.
 pub fn linearize_jvp<R>(
     label: &'static str,
-    tangent_in: &[Option<Aval>],
-    jvp: impl FnOnce(&[Option<Tensor>]) -> Result<(R, Vec<(Option<Tensor>, Aval)>)>,
+    tangent_in: impl IntoIterator<Item = Option<Aval>>,
+    jvp: impl FnOnce(&[Option<Tensor>]) -> Result<(R, TangentsOut)>,
 ) -> Result<(R, Program)> {
     let staging = Staging::new(label, false);
     with_interpreter(&staging, || {
-        let ts: Vec<Option<Tensor>> =
-            tangent_in.iter().map(|a| a.as_ref().map(|a| staging.new_input(a.clone()))).collect();
+        let ts: SmallVec<[Option<Tensor>; 4]> =
+            tangent_in.into_iter().map(|a| a.map(|a| staging.new_input(a))).collect();
         let (result, touts) = jvp(&ts)?;
-        let mut tangents = Vec::with_capacity(touts.len());
+        let mut tangents: SmallVec<[Tensor; 4]> = SmallVec::with_capacity(touts.len());
         for (t, aval) in touts {
             tangents.push(match t {
                 Some(t) => t,
@@ -65,11 +71,11 @@ pub(crate) fn split_program(p: &Program, mask: &[bool]) -> Result<(Program, Prog
     let primal = Staging::new("partial_eval", false);
     let in_avals = p.in_avals();
     let out_avals = p.out_avals();
-    let tangent_in: Vec<Option<Aval>> = in_avals.iter().zip(mask).map(|(a, &m)| m.then(|| a.clone())).collect();
     crate::error::catch(|| {
         with_interpreter(&primal, || {
             let ps: Vec<Tensor> = in_avals.iter().map(|a| primal.new_input(a.clone())).collect();
-            let (outs, unknown) = linearize_jvp("partial_eval", &tangent_in, |ts| {
+            let tangent_in = in_avals.iter().zip(mask).map(|(a, &m)| m.then(|| a.clone()));
+            let (outs, unknown) = linearize_jvp("partial_eval", tangent_in, |ts| {
                 let (outs, touts) = jvp_eval(p, &ps, ts)?;
                 Ok((outs, touts.into_iter().zip(out_avals.iter().cloned()).collect()))
             })
