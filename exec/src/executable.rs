@@ -64,8 +64,11 @@ pub struct Executable {
     /// tracers of enclosing transforms).
     program: Program,
     /// The replay plan; `None` when the program holds a tracer of an
-    /// enclosing transform (then it is only evaluated).
+    /// enclosing transform, or collectives (then it is only evaluated,
+    /// through `bind`, where the maps binding their names apply them).
     plan: Option<Plan>,
+    /// It holds a tracer of an enclosing transform (and is used once).
+    holds_tracers: bool,
     split: Option<SplitPlan>,
     /// Outputs to copy after a run (NOTE: [output aliasing] in
     /// `aliasing.rs`).
@@ -81,7 +84,10 @@ impl Executable {
     /// What the passes or the plan's compilation raise.
     pub fn compile(traced: &Program, n_out: usize, opts: &ExecOptions) -> Result<Executable> {
         let program = if opts.optimize { passes::optimize(traced)? } else { passes::dce::run(traced)? };
-        let plan = if program.consts.iter().any(Tensor::is_tracer) {
+        let holds_tracers = program.consts.iter().any(Tensor::is_tracer);
+        // collectives over named axes are the maps' to apply (NOTE: [named
+        // axes] in xform-ops): such a program is evaluated, not replayed
+        let plan = if holds_tracers || !program.axis_names().is_empty() {
             None
         } else {
             let mut plan = Plan::compile(&program)?;
@@ -104,7 +110,7 @@ impl Executable {
             _ => None,
         };
         let copied = aliasing::outputs_to_copy(traced, &program, n_out);
-        Ok(Executable { traced_eqns: traced.eqns.len(), program, plan, split, copied })
+        Ok(Executable { traced_eqns: traced.eqns.len(), program, plan, holds_tracers, split, copied })
     }
 
     /// The optimized program.
@@ -118,9 +124,15 @@ impl Executable {
     }
 
     /// True if it has a replay plan (its program holds no tracer of an
-    /// enclosing transform), so that it may be cached.
+    /// enclosing transform and no collective).
     pub fn has_plan(&self) -> bool {
         self.plan.is_some()
+    }
+
+    /// True if it may be kept for later calls: it holds no tracer of an
+    /// enclosing transform.
+    pub fn cacheable(&self) -> bool {
+        !self.holds_tracers
     }
 
     /// Outputs among the first `n_out` that the passes made share storage

@@ -98,6 +98,14 @@ pub enum ErrorKind {
         /// ([`crate::stack::RESERVE`]).
         reserve: usize,
     },
+    /// A collective over an axis name that no transform in force binds
+    /// (JAX's `NameError: unbound axis name`).
+    UnboundAxis {
+        /// The name.
+        name: String,
+        /// Which names are bound, or how to bind one.
+        hint: String,
+    },
     /// Any other invalid argument.
     Invalid {
         /// What is wrong, in words.
@@ -298,6 +306,7 @@ impl fmt::Display for Error {
                     write!(f, " for a {dtype} array of shape {shape}")?;
                 }
             }
+            ErrorKind::UnboundAxis { name, hint } => write!(f, "unbound axis name '{name}': {hint}")?,
             ErrorKind::TooDeep { depth, reserve } => write!(
                 f,
                 "transforms nested too deep for this thread's stack: {depth} interpreters use it down to the \

@@ -63,7 +63,18 @@ pub trait Interpreter {
     /// interpreter's tracer. `level` is this interpreter's stack level; run
     /// rules under [`run_at_parent`] and forward with [`bind_at`].
     fn process(&self, level: Level, prim: &Prim, inputs: &[Tensor]) -> Result<Outs>;
+
+    /// The named axis this level binds (`vmap(f, axis_name = ...)`) and its
+    /// size: collectives over that name are this level's to apply even when
+    /// it owns none of their operands (NOTE: [named axes]).
+    fn named_axis(&self) -> Option<(AxisName, usize)> {
+        None
+    }
 }
+
+/// The name of a mapped axis (`vmap`'s `axis_name`), which collectives
+/// (`psum`, `all_gather`, `axis_index`, ...) refer to.
+pub type AxisName = std::sync::Arc<str>;
 
 struct Entry {
     /// Borrowed by the [`with_interpreter`] call that pushed the entry,
@@ -72,6 +83,8 @@ struct Entry {
     tag: Tag,
     parent: Level,
     epoch: u64,
+    /// The named axis the interpreter binds, if any.
+    axis: Option<(AxisName, usize)>,
 }
 
 /// Ticks the thread's epoch clock (tensor nodes and interpreter pushes).
@@ -211,7 +224,8 @@ fn push(interp: &dyn Interpreter) -> PushGuard {
         let mut s = s.borrow_mut();
         let parent = s.current;
         let tag = interp.tag();
-        s.entries.push(Entry { interp: ptr, tag, parent, epoch: next_epoch() });
+        let axis = interp.named_axis();
+        s.entries.push(Entry { interp: ptr, tag, parent, epoch: next_epoch(), axis });
         let level = s.entries.len();
         let prev_current = std::mem::replace(&mut s.current, level);
         PushGuard { level, prev_current }
@@ -287,7 +301,8 @@ pub fn bind1(prim: &Prim, inputs: &[Tensor]) -> Result<Tensor> {
 /// Applies a primitive starting at `level`: levels that own no input
 /// forward it down, level 0 evaluates it.
 pub fn bind_at(level: Level, prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
-    match owner(level, inputs) {
+    let found = if prim.may_name_axes() { owner_named(level, prim, inputs) } else { owner(level, inputs) };
+    match found {
         // the op's dispatch through the levels recurses on the native
         // stack (NOTE: [stack guard])
         Some(_) if crate::stack::exhausted() => Err(too_deep_error(prim.name())),
@@ -348,6 +363,88 @@ fn owner(level: Level, inputs: &[Tensor]) -> Option<(Level, *const dyn Interpret
         }
         None
     })
+}
+
+/// [`owner`] for a primitive that may name axes (a collective, or control
+/// flow whose bodies hold one): the first level from `level` down that owns
+/// an input or binds one of the names (NOTE: [named axes]).
+#[cold]
+fn owner_named(level: Level, prim: &Prim, inputs: &[Tensor]) -> Option<(Level, *const dyn Interpreter)> {
+    let names = prim.axis_names();
+    if names.is_empty() {
+        return owner(level, inputs);
+    }
+    let ids: SmallVec<[u64; 4]> = inputs
+        .iter()
+        .filter_map(|t| match &*t.value() {
+            Value::Tracer(tr) => Some(tr.tag.id),
+            Value::Array(_) => None,
+        })
+        .collect();
+    STACK.with(|s| {
+        let s = s.borrow();
+        let mut level = level;
+        while level > 0 {
+            let e = &s.entries[level - 1];
+            let binds = e.axis.as_ref().is_some_and(|(n, _)| names.iter().any(|m| m == n));
+            if binds || ids.contains(&e.tag.id) {
+                return Some((level, e.interp));
+            }
+            level = e.parent;
+        }
+        None
+    })
+}
+
+/// The size of the axis named `name` as the current level sees it: bound by
+/// the innermost interpreter of that name from the current level down
+/// (NOTE: [named axes]); `None` where no transform binds it.
+pub fn axis_size(name: &str) -> Option<usize> {
+    STACK.with(|s| {
+        let s = s.borrow();
+        let mut level = s.current;
+        while level > 0 {
+            let e = &s.entries[level - 1];
+            if let Some((n, size)) = &e.axis {
+                if &**n == name {
+                    return Some(*size);
+                }
+            }
+            level = e.parent;
+        }
+        None
+    })
+}
+
+/// The named axes in force at the current level, innermost first, with
+/// their sizes (what a staged program's collectives were shaped by: jit
+/// keys its cache with it).
+pub fn axis_env() -> SmallVec<[(AxisName, usize); 2]> {
+    STACK.with(|s| {
+        let s = s.borrow();
+        let mut out = SmallVec::new();
+        let mut level = s.current;
+        while level > 0 {
+            let e = &s.entries[level - 1];
+            if let Some(a) = &e.axis {
+                out.push(a.clone());
+            }
+            level = e.parent;
+        }
+        out
+    })
+}
+
+/// The error for a collective over `name` where no transform binds it.
+#[cold]
+pub fn unbound_axis(op: &str, name: &str) -> Error {
+    let bound: Vec<String> = axis_env().iter().map(|(n, s)| format!("'{n}' (size {s})")).collect();
+    let hint = if bound.is_empty() {
+        "no axis is named here: bind it with vmap's axis_name (VmapOptions::axis_name) or pmap".to_string()
+    } else {
+        format!("the named axes in force are {}", bound.join(", "))
+    };
+    Error::new(op, ErrorKind::UnboundAxis { name: name.to_string(), hint })
 }
 
 /// The concrete array of operand `t` (whose value is `v`) that reached `Eval`.

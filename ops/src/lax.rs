@@ -13,6 +13,10 @@ use crate::tensor::Tensor;
 use smallvec::{smallvec, SmallVec};
 use xform_kernels::{DType, Shape};
 
+pub use crate::prims::collective::{
+    all_gather, all_to_all, axis_index, axis_size_of as axis_size, pmax, pmean, pmin, ppermute, psum, psum_scatter,
+    IntoAxisNames,
+};
 pub use crate::prims::conv::{conv_general_dilated, ConvDims, ConvOptions};
 pub use crate::prims::padding::Padding;
 pub use crate::prims::unary::{api::*, unary};

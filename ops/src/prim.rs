@@ -8,7 +8,8 @@
 
 use crate::array::Array;
 use crate::error::Result;
-use crate::interp::Outs;
+use crate::interp::{AxisName, Outs};
+use crate::prims::batching::BatchAxis;
 use crate::prims::jit::{Blame, JitProps, RowFusion, RowQuery, RowRule};
 use crate::prims::jit::{Tile, TileMut};
 use crate::prims::sample::Sample;
@@ -20,6 +21,7 @@ use xform_kernels::cuda_source::{Kernel, MapOp};
 use xform_kernels::{DType, Layout, Shape};
 
 pub use crate::prims::binary::BinaryOp;
+pub use crate::prims::collective::{CollectiveKind, CollectiveOp};
 pub use crate::prims::compare::CompareOp;
 pub use crate::prims::control::{Body, ControlKind, ControlOp, RematPolicy};
 pub use crate::prims::conv::{ConvDims, ConvKind, ConvOp, ConvOptions, ConvParams};
@@ -84,6 +86,15 @@ macro_rules! families {
             #[inline]
             pub fn props(&self) -> Props {
                 match self { $( Prim::$variant(p) => p.props(), )* }
+            }
+
+            /// The axis names it refers to (see [`Family::axis_names`]):
+            /// none unless [`Props::may_name_axes`].
+            pub fn axis_names(&self) -> SmallVec<[AxisName; 2]> {
+                if !self.props().may_name_axes {
+                    return SmallVec::new();
+                }
+                match self { $( Prim::$variant(p) => p.axis_names(), )* }
             }
 
             /// For a view primitive, the layout of its result over an
@@ -218,9 +229,10 @@ macro_rules! families {
         }
 
         /// Batch rule: outputs and their batch dims, given the (physical)
-        /// operands and theirs. Never loops over examples.
-        pub fn batch_rule(prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
-            match prim { $( Prim::$variant(p) => p.batch(prim, ins, bdims), )* }
+        /// operands and theirs and the axis batched over. Never loops over
+        /// examples.
+        pub fn batch_rule(prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>], axis: &BatchAxis) -> Result<(Outs, BDims)> {
+            match prim { $( Prim::$variant(p) => p.batch(prim, ins, bdims, axis), )* }
         }
     };
 }
@@ -250,6 +262,8 @@ families! {
     Window(WindowOp),
     /// Control flow, custom derivative rules, checkpoint (`prims/control/`).
     Control(ControlOp),
+    /// Collectives over named axes (`prims/collective.rs`).
+    Collective(CollectiveOp),
 }
 
 impl Prim {
@@ -267,6 +281,13 @@ impl Prim {
     #[inline]
     pub fn is_view(&self) -> bool {
         matches!(self.props().view, Some(k) if k != ViewKind::Detach)
+    }
+
+    /// True for a primitive that may refer to named axes (a collective,
+    /// control flow), which `bind` routes by name as well as by operand.
+    #[inline]
+    pub fn may_name_axes(&self) -> bool {
+        self.props().may_name_axes
     }
 
     /// True when the eager result may share the operand's storage (the

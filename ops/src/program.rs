@@ -70,6 +70,21 @@ fn version_of(value: &crate::tensor::Value) -> u64 {
 }
 
 impl Program {
+    /// The axis names its equations refer to (collectives, also inside
+    /// control-flow bodies): what must be bound where it runs (NOTE:
+    /// [named axes]).
+    pub fn axis_names(&self) -> smallvec::SmallVec<[crate::interp::AxisName; 2]> {
+        let mut names = smallvec::SmallVec::new();
+        for e in &self.eqns {
+            for n in e.prim.axis_names() {
+                if !names.contains(&n) {
+                    names.push(n);
+                }
+            }
+        }
+        names
+    }
+
     /// The abstract value of a variable.
     pub fn aval(&self, v: Var) -> &Aval {
         &self.avals[v.0 as usize]

@@ -12,7 +12,9 @@
 //!   [`Conv`] with a [`ConvConfig`]), [`ConvTranspose2d`], [`MaxPool2d`],
 //!   [`AvgPool2d`], [`global_avg_pool`], and [`ResidualBlock`].
 //! - Normalization: [`LayerNorm`], [`GroupNorm`], [`BatchNorm`] (functional:
-//!   [`batch_norm`] takes and returns the running [`BatchNormStats`]).
+//!   [`batch_norm`] takes and returns the running [`BatchNormStats`]; with
+//!   statistics across a named `vmap` axis, [`BatchNorm::across`] and
+//!   [`batch_norm_across`]).
 //! - [`Dropout`] / [`dropout`] with an explicit key, [`Embedding`].
 //! - Attention: [`scaled_dot_product_attention`], [`MultiHeadAttention`]
 //!   with [`AttentionMasks`], [`causal_mask`].
@@ -75,7 +77,7 @@ pub use dropout::{dropout, Dropout};
 pub use embedding::Embedding;
 pub use layers::{Activation, Linear, Mlp};
 pub use loss::{accuracy, mse, softmax_cross_entropy, softmax_cross_entropy_per_example};
-pub use norm::{batch_norm, BatchNorm, BatchNormStats, GroupNorm, LayerNorm};
+pub use norm::{batch_norm, batch_norm_across, BatchNorm, BatchNormStats, GroupNorm, LayerNorm};
 pub use optim::{Adam, AdamState, Sgd, SgdState};
 pub use pool::{global_avg_pool, AvgPool2d, MaxPool2d};
 pub use residual::ResidualBlock;

@@ -295,6 +295,12 @@ pub struct BatchNorm {
     /// The weight of the new batch in the running statistics (default 0.1).
     #[tree(static)]
     pub momentum: f64,
+    /// Statistics across a named mapped axis (flax's `BatchNorm(axis_name=...)`):
+    /// `forward` then takes one example `[C, *]` inside `vmap` with that
+    /// `axis_name` and normalizes with the statistics of every example
+    /// along it (see [`batch_norm_across`]). `None` (the default): `[N, C, *]`.
+    #[tree(static)]
+    pub axis_name: Option<String>,
 }
 
 impl BatchNorm {
@@ -307,7 +313,17 @@ impl BatchNorm {
             num_features,
             eps: 1e-5,
             momentum: 0.1,
+            axis_name: None,
         }
+    }
+
+    /// Statistics across the examples of the mapped axis `name` (see
+    /// [`BatchNorm::axis_name`](BatchNorm#structfield.axis_name)): per-example
+    /// code (`vmap(f, axis_name = name)`, per-sample gradients) gets batch
+    /// statistics over the whole batch, as flax's `axis_name`.
+    pub fn across(mut self, name: impl Into<String>) -> BatchNorm {
+        self.axis_name = Some(name.into());
+        self
     }
 
     /// Without weight and bias (`affine=False`).
@@ -328,7 +344,11 @@ impl BatchNorm {
     /// As [`batch_norm`].
     #[track_caller]
     pub fn forward(&self, x: &Tensor, stats: &BatchNormStats, train: bool) -> (Tensor, BatchNormStats) {
-        batch_norm(x, self.weight.as_ref(), self.bias.as_ref(), stats, train, self.momentum, self.eps)
+        let (w, b) = (self.weight.as_ref(), self.bias.as_ref());
+        match &self.axis_name {
+            None => batch_norm(x, w, b, stats, train, self.momentum, self.eps),
+            Some(name) => batch_norm_across(x, w, b, stats, train, self.momentum, self.eps, name),
+        }
     }
 }
 
@@ -421,5 +441,84 @@ pub fn batch_norm(
     };
     let w = weight.map(|w| per_channel(w, r, dt));
     let b = bias.map(|b| per_channel(b, r, dt));
+    (affine(y, w, b).cast(x.dtype()), new_stats)
+}
+
+/// [`batch_norm`] of one example `x: [C]` or `[C, *]` inside
+/// `vmap(f, axis_name = axis_name)`, with the statistics of every example
+/// along that named axis (flax's `BatchNorm(axis_name=...)`): in training
+/// the mean is `pmean` over the axis of each example's mean over `*`, and
+/// the (biased) variance likewise of the squared deviations from it, so
+/// the result equals [`batch_norm`] of the stacked batch `[N, C, *]`, and
+/// per-example gradients through it see the batch as the stacked
+/// computation does (the gradients of the example's share of the summed
+/// loss, JAX's convention for collectives). The running statistics come
+/// out the same for every example (map them with `out_axes` `None`).
+/// Evaluation uses the running statistics, as [`batch_norm`].
+///
+/// # Panics
+/// As [`batch_norm`], or if `axis_name` is not bound by an enclosing map.
+#[allow(clippy::too_many_arguments)]
+#[track_caller]
+pub fn batch_norm_across(
+    x: &Tensor,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    stats: &BatchNormStats,
+    train: bool,
+    momentum: f64,
+    eps: f64,
+    axis_name: &str,
+) -> (Tensor, BatchNormStats) {
+    use crate::lax::{axis_size, pmean};
+    use crate::OrRaise;
+    let op = "BatchNorm";
+    let s = x.shape();
+    let c = stats.mean.shape();
+    if c.rank() != 1 || stats.var.shape() != c {
+        Error::shape(op, "the running mean and variance must both be [C]", &[&c, &stats.var.shape()]).raise();
+    }
+    if s.rank() < 1 || s[0] != c[0] {
+        Error::shape(
+            op,
+            format!(
+                "across the named axis '{axis_name}', the input is one example [C] or [C, *] with C = {} features",
+                c[0]
+            ),
+            &[&s, &c],
+        )
+        .raise();
+    }
+    if !(0.0..=1.0).contains(&momentum) {
+        Error::invalid(op, format!("momentum must be in [0, 1], got {momentum}")).raise();
+    }
+    check_eps(op, eps);
+    let dt = compute_dtype(op, x);
+    let r = s.rank();
+    let xc = x.cast(dt);
+    let (y, new_stats) = if train {
+        let n = s.numel() / c[0] * axis_size(axis_name).or_raise();
+        if n <= 1 {
+            Error::shape(op, "expected more than 1 value per channel when training", &[&s]).raise();
+        }
+        // each example's mean over `*` (itself for `[C]`), then across the axis
+        let local: Vec<isize> = (1..r as isize).collect();
+        let local_mean = |t: &Tensor| if local.is_empty() { t.clone() } else { t.mean_axes(&local, true) };
+        let mean = pmean(&local_mean(&xc), axis_name).or_raise();
+        let d = &xc - &mean;
+        let var = pmean(&local_mean(&(&d * &d)), axis_name).or_raise();
+        let y = d * (&var + eps).rsqrt();
+        let flat = |t: &Tensor| t.reshape(&[c[0] as isize]).stop_gradient();
+        let unbiased = flat(&var) * (n as f64 / (n - 1) as f64);
+        let update = |old: &Tensor, new: Tensor| old * (1.0 - momentum) + new.cast(old.dtype()) * momentum;
+        let stats = BatchNormStats { mean: update(&stats.mean, flat(&mean)), var: update(&stats.var, unbiased) };
+        (y, stats)
+    } else {
+        let mean = per_channel(&stats.mean, r + 1, dt);
+        let var = per_channel(&stats.var, r + 1, dt);
+        ((xc - mean) * (var + eps).rsqrt(), stats.clone())
+    };
+    let w = weight.map(|w| per_channel(w, r + 1, dt));
+    let b = bias.map(|b| per_channel(b, r + 1, dt));
     (affine(y, w, b).cast(x.dtype()), new_stats)
 }

@@ -318,8 +318,13 @@ mod device {
                         }
                         p => p.clone(),
                     };
-                    let want = bind(&c.prim, &inputs);
-                    let got = bind(&dev_prim, &dev_inputs);
+                    // a collective runs under vmap of its axis name (`Case::apply`)
+                    let want = c.apply(&inputs);
+                    let got = if c.axis.is_some() {
+                        c.apply(&dev_inputs)
+                    } else {
+                        bind(&dev_prim, &dev_inputs).map(|o| o.into_vec())
+                    };
                     checked += 1;
                     match (want, got) {
                         (Ok(w), Ok(o)) => {

@@ -172,7 +172,7 @@ pub fn check_for(prim: &Prim, out: DType, terms: usize) -> Check {
         Prim::Linalg(_) => sums,
         Prim::Window(WindowOp::ReduceWindow { op: ReduceOp::Sum, .. } | WindowOp::SelectAndScatterAdd { .. }) => sums,
         Prim::Window(_) => Check::Exact,
-        Prim::Conv(_) | Prim::Control(_) => sums,
+        Prim::Conv(_) | Prim::Control(_) | Prim::Collective(_) => sums,
     }
 }
 

@@ -10,6 +10,7 @@ mod accountant;
 mod api;
 mod architecture;
 mod captured;
+mod collectives;
 mod compositions;
 mod control;
 mod conv;

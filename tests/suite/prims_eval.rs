@@ -6,7 +6,6 @@
 use crate::harness::{cases, close, run, tol};
 use crate::reference::{apply, Nd};
 use crate::registry::{entries, Case, G};
-use xform::core::interp::bind;
 use xform::core::prim::shape_rule;
 use xform::{DType, Prim, Tensor};
 
@@ -70,16 +69,52 @@ pub fn relayout(t: &Tensor, g: &mut G) -> Tensor {
     }
 }
 
+/// The shape rule of a collective on stacked operands (leading axis: the
+/// named axis of size `n`), run where the name is bound, with the axis
+/// put back in front of each result.
+fn named_avals(prim: &Prim, stacked: &[xform::Aval], name: &str, n: usize) -> Result<Vec<xform::Aval>, String> {
+    let per: Vec<xform::Aval> = stacked
+        .iter()
+        .map(|a| {
+            let mut a = a.clone();
+            a.shape.0.remove(0);
+            a
+        })
+        .collect();
+    let got = std::cell::RefCell::new(None);
+    let opts = xform::VmapOptions::new().axis_name(name).axis_size(n).in_axes(None::<isize>);
+    xform::vmap_with(
+        |_: &Vec<Tensor>| {
+            let refs: Vec<_> = per.iter().map(|a| a.as_ref()).collect();
+            *got.borrow_mut() = Some(shape_rule(prim, &refs));
+            Vec::<Tensor>::new()
+        },
+        opts,
+    )(&Vec::new());
+    let avals = got.into_inner().expect("ran").map_err(|e| e.to_string())?;
+    Ok(avals
+        .into_iter()
+        .map(|mut a| {
+            a.shape.0.insert(0, n);
+            a
+        })
+        .collect())
+}
+
 pub fn check_case(c: &Case, seed: u64, g: &mut G) -> Result<(), String> {
     let inputs = (c.make)(seed);
     let inputs: Vec<Tensor> = inputs.iter().map(|t| relayout(t, g)).collect();
     let dtypes: Vec<_> = inputs.iter().map(|t| t.dtype()).collect();
     let nds: Vec<Nd> = inputs.iter().map(Nd::of).collect();
-    let outs = bind(&c.prim, &inputs).map_err(|e| format!("{c:?}: {e}"))?;
+    let outs = c.apply(&inputs).map_err(|e| format!("{c:?}: {e}"))?;
     let avals: Vec<_> = inputs.iter().map(|t| t.aval()).collect();
     let refs: Vec<_> = avals.iter().map(|a| a.as_ref()).collect();
-    let expect_avals = shape_rule(&c.prim, &refs).map_err(|e| e.to_string())?;
-    let want = apply(&c.prim, &nds, &dtypes);
+    let (expect_avals, want) = match (&c.axis, &c.prim) {
+        (Some((name, n)), Prim::Collective(op)) => {
+            (named_avals(&c.prim, &avals, name, *n)?, vec![crate::reference::collective::apply(op, &nds, *n)])
+        }
+        _ => (shape_rule(&c.prim, &refs).map_err(|e| e.to_string())?.into_vec(), apply(&c.prim, &nds, &dtypes)),
+    };
     if outs.len() != want.len() || outs.len() != expect_avals.len() {
         return Err(format!(
             "{c:?}: {} outputs, the reference gives {}, the shape rule {}",

@@ -18,6 +18,29 @@ use xform::{DType, Prim, Tensor};
 pub struct Case {
     pub prim: Prim,
     pub make: Rc<dyn Fn(u64) -> Vec<Tensor>>,
+    /// A collective's named axis (name, size): see [`Case::apply`].
+    pub axis: Option<(String, usize)>,
+}
+
+impl Case {
+    /// The primitive applied to `inputs`. A collective runs under `vmap`
+    /// with its axis name over every operand's leading axis (that axis's
+    /// size), its results stacked along axis 0: the collective as a
+    /// function of every example's value, which the generic tests check
+    /// like any other primitive's.
+    pub fn apply(&self, inputs: &[Tensor]) -> xform::Result<Vec<Tensor>> {
+        match &self.axis {
+            None => xform::core::interp::bind(&self.prim, inputs).map(|o| o.into_vec()),
+            Some((name, n)) => {
+                let prim = self.prim.clone();
+                let f = move |xs: &Vec<Tensor>| {
+                    xform::core::interp::bind(&prim, xs).unwrap_or_else(|e| e.raise()).into_vec()
+                };
+                let opts = xform::VmapOptions::new().axis_name(name.as_str()).axis_size(*n);
+                xform::try_vmap_with(f, opts)(&inputs.to_vec())
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Case {
@@ -57,7 +80,7 @@ pub fn entries() -> Vec<Entry> {
                 gen: Rc::new(move |g: &mut G, d: DType| {
                     let c = draw(g, d);
                     let drawn = c.clone();
-                    Case { prim: c.prim, make: Rc::new(move |seed| drawn.operands(seed)) }
+                    Case { prim: c.prim, axis: c.axis, make: Rc::new(move |seed| drawn.operands(seed)) }
                 }),
             }
         })

@@ -11,16 +11,19 @@ use smallvec::SmallVec;
 use std::cell::RefCell;
 use xform_ops::interp::{bind_at, parent_of, run_at_parent, with_interpreter};
 use xform_ops::prim::{batch_rule, shape_rule};
-use xform_ops::prims::batching::to_position;
+use xform_ops::prims::batching::{to_position, BatchAxis};
 use xform_ops::tensor::ValueKey;
 use xform_ops::{
-    lax, Aval, Error, Interpreter, Level, OrRaise, Outs, Prim, Result, Tag, Tensor, Tracer, TracerData, Value,
+    lax, Aval, AxisName, Error, Interpreter, Level, OrRaise, Outs, Prim, Result, Tag, Tensor, Tracer, TracerData, Value,
 };
 
 /// The batching interpreter (one instance per vmap call).
 pub(crate) struct BatchInterp {
     tag: Tag,
     size: usize,
+    /// The axis batched over, as batch rules are told it (its name, where
+    /// one was given, binds the collectives over it: NOTE: [named axes]).
+    axis: BatchAxis,
     /// The last unbatched operand broadcast into a batch (see
     /// [`BatchInterp::broadcast`]).
     last_broadcast: RefCell<Option<Broadcast>>,
@@ -36,8 +39,9 @@ struct Broadcast {
 }
 
 impl BatchInterp {
-    fn new(size: usize) -> BatchInterp {
-        BatchInterp { tag: Tag::fresh("vmap"), size, last_broadcast: RefCell::new(None) }
+    fn new(size: usize, name: Option<&str>) -> BatchInterp {
+        let axis = BatchAxis { size, name: name.map(AxisName::from) };
+        BatchInterp { tag: Tag::fresh("vmap"), size, axis, last_broadcast: RefCell::new(None) }
     }
 
     fn wrap(&self, val: Tensor, bdim: Option<usize>) -> Tensor {
@@ -67,7 +71,14 @@ impl Interpreter for BatchInterp {
     }
 
     fn describe(&self) -> Option<String> {
-        Some(format!("vmap(size {})", self.size))
+        Some(match &self.axis.name {
+            Some(n) => format!("vmap(size {}, axis_name '{n}')", self.size),
+            None => format!("vmap(size {})", self.size),
+        })
+    }
+
+    fn named_axis(&self) -> Option<(AxisName, usize)> {
+        self.axis.name.clone().map(|n| (n, self.size))
     }
 
     fn process(&self, level: Level, prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
@@ -111,7 +122,7 @@ impl BatchInterp {
             // An elementwise op whose batched operands share one batch dim
             // (most batched ops): no rule dispatch.
             Some(d) => self.bind_elementwise(level, prim, vals, bdims, d),
-            None => run_at_parent(level, || batch_rule(prim, vals, bdims)).map(|(mut outs, obdims)| {
+            None => run_at_parent(level, || batch_rule(prim, vals, bdims, &self.axis)).map(|(mut outs, obdims)| {
                 // Wrapped in place: no second list of outputs.
                 for (o, b) in outs.iter_mut().zip(obdims) {
                     if b.is_some() {
@@ -324,6 +335,12 @@ pub struct VmapOptions {
     /// chunks' results are concatenated). At least 1: `Some(0)` is an
     /// error when the map is called (as torch.func's `chunk_size=0`).
     pub chunk_size: Option<usize>,
+    /// The name of the mapped axis, which collectives inside `f` refer to
+    /// (`lax::psum(&x, "batch")`: JAX's `vmap(f, axis_name="batch")`).
+    /// Nested maps give several names; an inner map of the same name
+    /// shadows the outer one. Not with `chunk_size` (a collective would
+    /// see one chunk, not the whole axis).
+    pub axis_name: Option<String>,
 }
 
 impl VmapOptions {
@@ -353,6 +370,13 @@ impl VmapOptions {
     /// Processes at most `n` examples at a time.
     pub fn chunk_size(mut self, n: usize) -> VmapOptions {
         self.chunk_size = Some(n);
+        self
+    }
+
+    /// Names the mapped axis for the collectives inside `f` (see
+    /// [`VmapOptions::axis_name`](VmapOptions#structfield.axis_name)).
+    pub fn axis_name(mut self, name: impl Into<String>) -> VmapOptions {
+        self.axis_name = Some(name.into());
         self
     }
 }
@@ -478,6 +502,17 @@ pub fn try_vmap_call<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &VmapOptions,
             "chunk_size must be at least 1 (got 0); leave it unset to map every example at once",
         ));
     }
+    if let (Some(name), Some(c)) = (&opts.axis_name, opts.chunk_size) {
+        if c < size {
+            return Err(Error::batching(
+                "vmap",
+                format!(
+                    "chunk_size {c} with axis_name '{name}': a collective over '{name}' would see one chunk of the \
+                     {size} examples; drop chunk_size, or the axis name"
+                ),
+            ));
+        }
+    }
     match opts.chunk_size {
         Some(c) if c < size => vmap_chunked(f, opts, x, &leaves, &batch_axes, size, c),
         _ => {
@@ -577,7 +612,7 @@ fn vmap_once<X: Tree, Y: Tree>(
     batch_axes: &[Option<usize>],
     size: usize,
 ) -> Result<(Y, Leaves, SmallVec<[Option<Tensor>; 4]>)> {
-    let interp = BatchInterp::new(size);
+    let interp = BatchInterp::new(size, opts.axis_name.as_deref());
     // Unbatched arguments get fresh nodes made before the interpreter is
     // pushed: a write into one is functionalized into that node (not the
     // caller's, so every chunk starts from the caller's value) and written

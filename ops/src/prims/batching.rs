@@ -2,11 +2,34 @@
 //! dims, and batch any elementwise primitive.
 
 use crate::error::{Error, Result};
-use crate::interp::{bind, Outs};
+use crate::interp::{bind, AxisName, Outs};
 use crate::lax;
 use crate::prim::{BDims, Prim};
 use crate::tensor::Tensor;
 use smallvec::SmallVec;
+
+/// The axis a batch rule batches over: its size, and its name where the
+/// map was given one (`VmapOptions::axis_name`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct BatchAxis {
+    /// The number of examples.
+    pub size: usize,
+    /// The axis's name, which collectives refer to.
+    pub name: Option<AxisName>,
+}
+
+impl BatchAxis {
+    /// An unnamed axis of `size` examples.
+    pub fn unnamed(size: usize) -> BatchAxis {
+        BatchAxis { size, name: None }
+    }
+
+    /// True if the axis is named `name`.
+    #[inline]
+    pub fn is_named(&self, name: &str) -> bool {
+        self.name.as_deref() == Some(name)
+    }
+}
 
 /// The batch size: the size of the first batched operand's batch dim.
 pub fn batch_size(ins: &[Tensor], bdims: &[Option<usize>]) -> Result<usize> {
@@ -60,7 +83,12 @@ fn same_bdims(n: usize, d: usize) -> BDims {
 /// every batched operand has its batch dim at the same position, apply it
 /// there, broadcasting unbatched operands into that position (no operand
 /// is transposed); otherwise move batch dims to the front.
-pub fn batch_elementwise(prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+pub fn batch_elementwise(
+    prim: &Prim,
+    ins: &[Tensor],
+    bdims: &[Option<usize>],
+    axis: &BatchAxis,
+) -> Result<(Outs, BDims)> {
     let first = bdims.iter().flatten().next().copied();
     let Some(d) = first else {
         return Err(Error::invalid("vmap", "batch rule called with no batched operand"));
@@ -71,7 +99,7 @@ pub fn batch_elementwise(prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -
         let b = same_bdims(outs.len(), d);
         return Ok((outs, b));
     }
-    let size = batch_size(ins, bdims)?;
+    let size = axis.size;
     let to = if shared { d } else { 0 };
     let mut moved: SmallVec<[Tensor; 4]> = SmallVec::new();
     for (x, b) in ins.iter().zip(bdims) {

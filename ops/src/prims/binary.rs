@@ -3,6 +3,7 @@
 //! by side (`binary_table!`), then the shape rule, JVP, transpose, batching
 //! (elementwise) and samples.
 
+use super::batching::BatchAxis;
 use super::cuda_c::{upow_helper, CudaCx, CudaExpr};
 use super::jit;
 use super::jit::{Tile, TileMut};
@@ -831,8 +832,8 @@ impl Family for BinaryOp {
         transpose_binary(*self, cts, args)
     }
 
-    fn batch(&self, prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
-        super::batching::batch_elementwise(prim, ins, bdims)
+    fn batch(&self, prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>], axis: &BatchAxis) -> Result<(Outs, BDims)> {
+        super::batching::batch_elementwise(prim, ins, bdims, axis)
     }
 
     fn view_layout(&self, _: &Layout) -> Option<Layout> {

@@ -2,6 +2,7 @@
 //! CPU predicate and the CUDA expression of each side by side, shape rule,
 //! lowering, JVP (no tangent), batching (elementwise) and samples.
 
+use super::batching::BatchAxis;
 use super::cuda_c::CudaExpr;
 use super::jit;
 use super::jit::{Tile, TileMut};
@@ -142,8 +143,8 @@ impl Family for CompareOp {
         super::not_linear(self.name())
     }
 
-    fn batch(&self, prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
-        super::batching::batch_elementwise(prim, ins, bdims)
+    fn batch(&self, prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>], axis: &BatchAxis) -> Result<(Outs, BDims)> {
+        super::batching::batch_elementwise(prim, ins, bdims, axis)
     }
 
     fn view_layout(&self, _: &Layout) -> Option<Layout> {

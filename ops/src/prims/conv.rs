@@ -26,6 +26,7 @@ mod lower;
 
 use lower::{lower_conv, lower_conv_device};
 
+use super::batching::BatchAxis;
 use super::factor::{Factor, FactorRows};
 use super::jit::{self, Blame, JitProps, RowQuery, RowRule};
 use super::padding::Padding;
@@ -691,7 +692,7 @@ impl Family for ConvOp {
         }
     }
 
-    fn batch(&self, _prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+    fn batch(&self, _prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>], _axis: &BatchAxis) -> Result<(Outs, BDims)> {
         match self {
             ConvOp::ConvGeneralDilated(p) => batch_conv(p, ins, bdims),
         }

@@ -3,6 +3,7 @@
 //! the operands' elements at the same index only, so all of them batch
 //! elementwise; none has math of its own to tabulate.
 
+use super::batching::BatchAxis;
 use super::cuda_c::CudaExpr;
 use super::jit::{self, RowFusion, Tile, TileMut};
 use super::sample::{every_dtype, generic_dom, numeric, Case, Dom, Sample};
@@ -230,8 +231,8 @@ impl Family for ElementwiseOp {
         }
     }
 
-    fn batch(&self, prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
-        super::batching::batch_elementwise(prim, ins, bdims)
+    fn batch(&self, prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>], axis: &BatchAxis) -> Result<(Outs, BDims)> {
+        super::batching::batch_elementwise(prim, ins, bdims, axis)
     }
 
     fn view_layout(&self, layout: &Layout) -> Option<Layout> {

@@ -4,7 +4,8 @@
 //! scatter_add (`tf.gather` semantics with matched batch axes; indices out
 //! of range are an error, not a clamp).
 
-use super::batching::{batch_size, to_front, to_position};
+use super::batching::BatchAxis;
+use super::batching::{to_front, to_position};
 use super::factor::{Factor, FactorRows};
 use super::jit::{self, Blame, JitProps, RowQuery, RowRule};
 use super::sample::{generic_dom, numeric, Case, Dom, Sample, FLOATS, INTS};
@@ -415,8 +416,7 @@ fn block_indices(start: &Tensor, block: usize) -> Result<Tensor> {
     lax::add(&lax::broadcast_in_dim(start, &shape, &[0])?, &lax::broadcast_in_dim(&iota, &shape, &[1])?)
 }
 
-fn batch_dynamic_slice(sizes: &[usize], ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
-    let size = batch_size(ins, bdims)?;
+fn batch_dynamic_slice(sizes: &[usize], ins: &[Tensor], bdims: &[Option<usize>], size: usize) -> Result<(Outs, BDims)> {
     if bdims[1..].iter().all(Option::is_none) {
         let b = bdims[0].expect("batched operand");
         let mut starts: SmallVec<[Tensor; 4]> = ins[1..].iter().cloned().collect();
@@ -438,8 +438,7 @@ fn batch_dynamic_slice(sizes: &[usize], ins: &[Tensor], bdims: &[Option<usize>])
     Ok((smallvec![x], smallvec![Some(0)]))
 }
 
-fn batch_dynamic_update_slice(ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
-    let size = batch_size(ins, bdims)?;
+fn batch_dynamic_update_slice(ins: &[Tensor], bdims: &[Option<usize>], size: usize) -> Result<(Outs, BDims)> {
     let x = to_front(&ins[0], bdims[0], size)?;
     let u = to_front(&ins[1], bdims[1], size)?;
     if bdims[2..].iter().all(Option::is_none) {
@@ -467,8 +466,13 @@ fn batch_dynamic_update_slice(ins: &[Tensor], bdims: &[Option<usize>]) -> Result
     Ok((smallvec![lax::select(&hit, &e, &x)?], smallvec![Some(0)]))
 }
 
-fn batch_gather(axis: usize, batch_dims: usize, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
-    let size = batch_size(ins, bdims)?;
+fn batch_gather(
+    axis: usize,
+    batch_dims: usize,
+    ins: &[Tensor],
+    bdims: &[Option<usize>],
+    size: usize,
+) -> Result<(Outs, BDims)> {
     let (x, idx) = (&ins[0], &ins[1]);
     match (bdims[0], bdims[1]) {
         // The batch axis becomes an operand axis just after the batch dims.
@@ -489,8 +493,13 @@ fn batch_gather(axis: usize, batch_dims: usize, ins: &[Tensor], bdims: &[Option<
     }
 }
 
-fn batch_scatter_add(axis: usize, batch_dims: usize, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
-    let size = batch_size(ins, bdims)?;
+fn batch_scatter_add(
+    axis: usize,
+    batch_dims: usize,
+    ins: &[Tensor],
+    bdims: &[Option<usize>],
+    size: usize,
+) -> Result<(Outs, BDims)> {
     let (x, idx, u) = (&ins[0], &ins[1], &ins[2]);
     if bdims[1].is_none() {
         // Indices shared: the batch axis is an operand axis after the batch dims.
@@ -625,12 +634,13 @@ impl Family for IndexOp {
         }
     }
 
-    fn batch(&self, _prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+    fn batch(&self, _prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>], axis: &BatchAxis) -> Result<(Outs, BDims)> {
+        let size = axis.size;
         match self {
-            IndexOp::DynamicSlice { sizes } => batch_dynamic_slice(sizes, ins, bdims),
-            IndexOp::DynamicUpdateSlice => batch_dynamic_update_slice(ins, bdims),
-            IndexOp::Gather { axis, batch_dims } => batch_gather(*axis, *batch_dims, ins, bdims),
-            IndexOp::ScatterAdd { axis, batch_dims } => batch_scatter_add(*axis, *batch_dims, ins, bdims),
+            IndexOp::DynamicSlice { sizes } => batch_dynamic_slice(sizes, ins, bdims, size),
+            IndexOp::DynamicUpdateSlice => batch_dynamic_update_slice(ins, bdims, size),
+            IndexOp::Gather { axis, batch_dims } => batch_gather(*axis, *batch_dims, ins, bdims, size),
+            IndexOp::ScatterAdd { axis, batch_dims } => batch_scatter_add(*axis, *batch_dims, ins, bdims, size),
         }
     }
 

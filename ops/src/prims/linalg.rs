@@ -7,6 +7,7 @@
 //! unbatched into a free axis, so `vmap(x @ W)` is a single GEMM.
 
 use super::batching::physical;
+use super::batching::BatchAxis;
 use super::factor::{Factor, FactorRows};
 use super::jit::TileMut;
 use super::jit::{self, Blame, JitProps, RowQuery, RowRule};
@@ -593,7 +594,7 @@ impl Family for LinalgOp {
         }
     }
 
-    fn batch(&self, _prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+    fn batch(&self, _prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>], _axis: &BatchAxis) -> Result<(Outs, BDims)> {
         match self {
             LinalgOp::DotGeneral(d) => batch_dot_general(d, ins, bdims),
         }

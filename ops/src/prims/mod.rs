@@ -13,6 +13,7 @@
 mod unary_table;
 pub mod batching;
 pub mod binary;
+pub mod collective;
 pub mod compare;
 pub mod control;
 pub mod conv;
@@ -32,11 +33,13 @@ pub mod window;
 
 use crate::array::Array;
 use crate::error::{Error, Result};
-use crate::interp::Outs;
+use crate::interp::{AxisName, Outs};
 use crate::prim::{Avals, BDims, Cotangents, LinearArg, Prim, Tangents};
 use crate::tensor::AvalRef;
 use crate::tensor::Tensor;
+use batching::BatchAxis;
 use jit::{Tile, TileMut};
+use smallvec::SmallVec;
 use std::fmt;
 use xform_kernels::cuda_source::{Kernel, MapOp};
 use xform_kernels::Layout;
@@ -129,13 +132,21 @@ pub struct Props {
     pub transpose_is_fresh: bool,
     /// What transposing a cotangent of ones gives.
     pub ones: OnesTranspose,
+    /// It may refer to named axes ([`Family::axis_names`]): a collective,
+    /// or control flow whose bodies may hold one.
+    pub may_name_axes: bool,
 }
 
 impl Props {
     /// No property: not elementwise, no view, a transpose that may pass
     /// its cotangent on, nothing known of ones.
-    pub const NONE: Props =
-        Props { elementwise: false, view: None, transpose_is_fresh: false, ones: OnesTranspose::Unknown };
+    pub const NONE: Props = Props {
+        elementwise: false,
+        view: None,
+        transpose_is_fresh: false,
+        ones: OnesTranspose::Unknown,
+        may_name_axes: false,
+    };
     /// An elementwise primitive (otherwise [`Props::NONE`]).
     pub const ELEMENTWISE: Props = Props { elementwise: true, ..Props::NONE };
     /// With [`Props::transpose_is_fresh`] set.
@@ -149,6 +160,10 @@ impl Props {
     /// With what transposing ones gives.
     pub const fn ones(self, ones: OnesTranspose) -> Props {
         Props { ones, ..self }
+    }
+    /// With [`Props::may_name_axes`] set.
+    pub const fn naming_axes(self) -> Props {
+        Props { may_name_axes: true, ..self }
     }
 }
 
@@ -195,8 +210,19 @@ pub trait Family: Clone + fmt::Debug + PartialEq + Into<Prim> + 'static {
     /// Cotangents of the linear operands, given the results' cotangents;
     /// an error naming the primitive where it is not linear.
     fn transpose(&self, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents>;
-    /// Batch rule: results and their batch dims. Never loops over examples.
-    fn batch(&self, prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)>;
+    /// Batch rule: results and their batch dims, given the axis batched
+    /// over (its size, and its name where `vmap` was given one: a
+    /// collective over that name is a reduction or rearrangement along it,
+    /// and is the one kind of primitive whose rule is called with no
+    /// operand batched). Never loops over examples.
+    fn batch(&self, prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>], axis: &BatchAxis) -> Result<(Outs, BDims)>;
+    /// The axis names it refers to (a collective's; a control primitive's
+    /// bodies'), which `bind` routes to the transform binding them (NOTE:
+    /// [named axes]); none by default. Asked only where
+    /// [`Props::may_name_axes`] is set.
+    fn axis_names(&self) -> SmallVec<[AxisName; 2]> {
+        SmallVec::new()
+    }
     /// The cotangent of linear operand `i` as a sum of outer products (see
     /// NOTE: [factored cotangents]), where it has that form; `None` (the default, the
     /// one optional rule) where the transpose rule must form it.

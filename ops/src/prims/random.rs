@@ -2,6 +2,7 @@
 //! over four u32 operands of one shape, with two u32 outputs. It has no
 //! tangent and no transpose; it batches elementwise.
 
+use super::batching::BatchAxis;
 use super::jit::{self, Blame, JitProps, RowQuery, RowRule};
 use super::sample::{Case, Dom, Sample};
 use super::{check_arity, check_same_shapes, Family, Props};
@@ -112,8 +113,8 @@ impl Family for RandomOp {
         super::not_linear(self.name())
     }
 
-    fn batch(&self, prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
-        super::batching::batch_elementwise(prim, ins, bdims)
+    fn batch(&self, prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>], axis: &BatchAxis) -> Result<(Outs, BDims)> {
+        super::batching::batch_elementwise(prim, ins, bdims, axis)
     }
 
     fn view_layout(&self, _: &Layout) -> Option<Layout> {

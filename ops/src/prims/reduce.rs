@@ -3,6 +3,7 @@
 //! folds beside the CPU reducers), JVP, transpose, batching and samples.
 
 use super::batching::physical;
+use super::batching::BatchAxis;
 use super::cuda_c::CudaCx;
 use super::jit::{self, Blame, JitProps, RowFusion, RowQuery, RowRule};
 use super::jit::{Tile, TileMut};
@@ -485,7 +486,7 @@ impl Family for Reduction {
         }
     }
 
-    fn batch(&self, _prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+    fn batch(&self, _prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>], _axis: &BatchAxis) -> Result<(Outs, BDims)> {
         match self {
             Reduction::Reduce { op, axes } => batch_reduce(*op, axes, ins, bdims),
             Reduction::ArgReduce { op, axis, index_dtype } => batch_arg_reduce(*op, *axis, *index_dtype, ins, bdims),

@@ -154,12 +154,23 @@ pub struct Case {
     pub prim: Prim,
     /// Shape, dtype and value domain of each operand.
     pub inputs: Vec<(Vec<usize>, DType, Dom)>,
+    /// For a collective: the named axis (name, size) it runs under. The
+    /// tests apply it under `vmap` with that `axis_name` over every
+    /// operand's leading axis (of that size) and stack the results the
+    /// same way: the collective as a function of all the examples' values.
+    pub axis: Option<(String, usize)>,
 }
 
 impl Case {
     /// A case of `prim` on operands drawn from `inputs`.
     pub fn new(prim: impl Into<Prim>, inputs: Vec<(Vec<usize>, DType, Dom)>) -> Case {
-        Case { prim: prim.into(), inputs }
+        Case { prim: prim.into(), inputs, axis: None }
+    }
+
+    /// The case run under a named axis of `size` (see [`Case::axis`]).
+    pub fn under_axis(mut self, name: &str, size: usize) -> Case {
+        self.axis = Some((name.to_string(), size));
+        self
     }
 
     /// Fresh operands for `seed`.

@@ -3,7 +3,8 @@
 //! compatible strides) lower to views that share storage ([`ShapeOp`]'s
 //! `view_layout` says how).
 
-use super::batching::{batch_size, physical, to_front};
+use super::batching::BatchAxis;
+use super::batching::{physical, to_front};
 use super::factor::{Factor, FactorRows};
 use super::jit::{self, Blame, JitProps, RowFusion, RowQuery, RowRule};
 use super::jit::{Tile, TileMut};
@@ -507,8 +508,8 @@ fn batch_pad(
     interior: &[usize],
     ins: &[Tensor],
     bdims: &[Option<usize>],
+    size: usize,
 ) -> Result<(Outs, BDims)> {
-    let size = batch_size(ins, bdims)?;
     let x = to_front(&ins[0], bdims[0], size)?;
     let lo: Amounts = std::iter::once(0).chain(low.iter().copied()).collect();
     let hi: Amounts = std::iter::once(0).chain(high.iter().copied()).collect();
@@ -534,8 +535,7 @@ fn batch_pad(
     }
 }
 
-fn batch_concatenate(axis: usize, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
-    let size = batch_size(ins, bdims)?;
+fn batch_concatenate(axis: usize, ins: &[Tensor], bdims: &[Option<usize>], size: usize) -> Result<(Outs, BDims)> {
     let moved: SmallVec<[Tensor; 4]> =
         ins.iter().zip(bdims).map(|(x, b)| to_front(x, *b, size)).collect::<Result<_>>()?;
     one(lax::concatenate(&moved, axis + 1)?, 0)
@@ -689,14 +689,15 @@ impl Family for ShapeOp {
         }
     }
 
-    fn batch(&self, _prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+    fn batch(&self, _prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>], axis: &BatchAxis) -> Result<(Outs, BDims)> {
+        let size = axis.size;
         match self {
             ShapeOp::BroadcastInDim { shape, dims } => batch_broadcast_in_dim(shape, dims, ins, bdims),
             ShapeOp::Reshape { shape } => batch_reshape(shape, ins, bdims),
             ShapeOp::Transpose { perm } => batch_transpose(perm, ins, bdims),
             ShapeOp::Slice { start, limit, strides } => batch_slice(start, limit, strides, ins, bdims),
-            ShapeOp::Pad { low, high, interior } => batch_pad(low, high, interior, ins, bdims),
-            ShapeOp::Concatenate { axis } => batch_concatenate(*axis, ins, bdims),
+            ShapeOp::Pad { low, high, interior } => batch_pad(low, high, interior, ins, bdims, size),
+            ShapeOp::Concatenate { axis } => batch_concatenate(*axis, ins, bdims, size),
             ShapeOp::Rev { axes } => batch_rev(axes, ins, bdims),
             ShapeOp::Iota { .. } => super::never_batched("iota"),
         }

@@ -6,6 +6,7 @@
 //! test (`tests/jax_diff`) compares them within 1e-10, and
 //! `registry::edge_points` exactly at poles and domain ends.
 
+use super::batching::BatchAxis;
 use super::cuda_c::{upow_helper, CudaCx, CudaExpr};
 use super::jit;
 use super::jit::{Tile, TileMut};
@@ -770,8 +771,8 @@ impl Family for UnaryOp {
         }
     }
 
-    fn batch(&self, prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
-        super::batching::batch_elementwise(prim, ins, bdims)
+    fn batch(&self, prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>], axis: &BatchAxis) -> Result<(Outs, BDims)> {
+        super::batching::batch_elementwise(prim, ins, bdims, axis)
     }
 
     fn view_layout(&self, _: &Layout) -> Option<Layout> {

@@ -30,7 +30,8 @@ mod params;
 
 pub use params::WindowParams;
 
-use super::batching::{batch_size, to_position};
+use super::batching::to_position;
+use super::batching::BatchAxis;
 use super::jit::{self, Blame, JitProps, RowQuery, RowRule};
 use super::padding::Padding;
 use super::reduce::reduce_fold;
@@ -528,8 +529,8 @@ fn batch_select(
     w: &WindowParams,
     ins: &[Tensor],
     bdims: &[Option<usize>],
+    size: usize,
 ) -> Result<(Outs, BDims)> {
-    let size = batch_size(ins, bdims)?;
     let d = bdims.iter().flatten().next().copied().expect("a batched operand");
     let a = to_position(&ins[0], bdims[0], d, size)?;
     let x = to_position(&ins[1], bdims[1], d, size)?;
@@ -632,11 +633,12 @@ impl Family for WindowOp {
         }
     }
 
-    fn batch(&self, _prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
+    fn batch(&self, _prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>], axis: &BatchAxis) -> Result<(Outs, BDims)> {
+        let size = axis.size;
         match self {
             WindowOp::ReduceWindow { op, window } => batch_reduce_window(*op, window, ins, bdims),
-            WindowOp::SelectAndGatherAdd { select, window } => batch_select(true, *select, window, ins, bdims),
-            WindowOp::SelectAndScatterAdd { select, window } => batch_select(false, *select, window, ins, bdims),
+            WindowOp::SelectAndGatherAdd { select, window } => batch_select(true, *select, window, ins, bdims, size),
+            WindowOp::SelectAndScatterAdd { select, window } => batch_select(false, *select, window, ins, bdims, size),
         }
     }
 

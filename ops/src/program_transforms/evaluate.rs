@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::interp::bind;
 use crate::lax;
 use crate::prim::{batch_rule, jvp_rule};
-use crate::prims::batching::to_position;
+use crate::prims::batching::{to_position, BatchAxis};
 use crate::program::{Atom, Program};
 use crate::staging::stage;
 use crate::tensor::{Aval, Tensor};
@@ -96,6 +96,7 @@ pub(crate) fn batch_eval(
     p: &Program,
     ins: &[Tensor],
     bdims: &[Option<usize>],
+    axis: &BatchAxis,
 ) -> Result<(Vec<Tensor>, Vec<Option<usize>>)> {
     let n = p.avals.len();
     let mut env: Vec<Option<(Tensor, Option<usize>)>> = vec![None; n];
@@ -116,12 +117,15 @@ pub(crate) fn batch_eval(
             xs.push(x);
             bs.push(b);
         }
-        let (outs, obs): (Vec<Tensor>, Vec<Option<usize>>) = if bs.iter().all(Option::is_none) {
+        // a collective over this axis is its rule's even on unbatched
+        // operands (NOTE: [named axes])
+        let own_axis = || axis.name.as_ref().is_some_and(|n| e.prim.axis_names().contains(n));
+        let (outs, obs): (Vec<Tensor>, Vec<Option<usize>>) = if bs.iter().all(Option::is_none) && !own_axis() {
             let outs = bind(&e.prim, &xs)?;
             let k = outs.len();
             (outs.into_vec(), vec![None; k])
         } else {
-            let (o, b) = batch_rule(&e.prim, &xs, &bs)?;
+            let (o, b) = batch_rule(&e.prim, &xs, &bs, axis)?;
             (o.into_vec(), b.into_vec())
         };
         for ((v, o), b) in e.outputs.iter().zip(outs).zip(obs) {
@@ -160,13 +164,14 @@ pub(crate) enum OutBatching<'a> {
 pub(crate) fn batch_program(
     p: &Program,
     in_bdims: &[Option<usize>],
-    size: usize,
+    axis: &BatchAxis,
     out_batched: OutBatching<'_>,
 ) -> Result<(Program, Vec<bool>)> {
+    let size = axis.size;
     let avals: Vec<Aval> = p.in_avals().iter().zip(in_bdims).map(|(a, b)| batched_aval(a, *b, size)).collect();
     let mut which = Vec::new();
     let program = stage("vmap", &avals, |ins| {
-        let (outs, bdims) = batch_eval(p, ins, in_bdims)?;
+        let (outs, bdims) = batch_eval(p, ins, in_bdims, axis)?;
         let mut r = Vec::with_capacity(outs.len());
         for (i, (o, b)) in outs.into_iter().zip(bdims).enumerate() {
             let want = match out_batched {
@@ -195,8 +200,8 @@ pub(crate) fn batch_program(
 
 /// Which outputs of `p` are batched when its inputs are batched at
 /// `in_bdims` (by staging its batched form).
-pub(crate) fn batched_outputs(p: &Program, in_bdims: &[Option<usize>], size: usize) -> Result<Vec<bool>> {
-    Ok(batch_program(p, in_bdims, size, OutBatching::AsComputed)?.1)
+pub(crate) fn batched_outputs(p: &Program, in_bdims: &[Option<usize>], axis: &BatchAxis) -> Result<Vec<bool>> {
+    Ok(batch_program(p, in_bdims, axis, OutBatching::AsComputed)?.1)
 }
 
 /// Cotangents of the linear inputs of `p` (those whose `known` entry is

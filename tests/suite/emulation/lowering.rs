@@ -155,6 +155,7 @@ pub fn lower(prim: &Prim, ins: &[Array], outs: &[Aval]) -> Option<Result<Lowered
             let g = window.geom(ins[1].shape());
             plain(plans::select_and_scatter(*select == SelectOp::Max, ins[1].dtype, lay(0), lay(1), &g).map_err(text))
         }
-        Prim::Conv(_) | Prim::Control(_) => None,
+        // collectives are applied by the maps binding their names, never lowered
+        Prim::Conv(_) | Prim::Control(_) | Prim::Collective(_) => None,
     }
 }

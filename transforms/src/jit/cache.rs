@@ -2,7 +2,7 @@
 //! bounded, inspectable and clearable.
 
 use std::sync::Arc;
-use xform_ops::{Aval, Device, Tensor};
+use xform_ops::{Aval, AxisName, Device, Tensor};
 
 use crate::tree::{DynStatic, Skeleton, StaticValue};
 
@@ -53,6 +53,9 @@ pub(crate) struct Slot<S, C> {
     pub skeleton: Skeleton,
     pub avals: Vec<Aval>,
     pub default_device: Device,
+    /// The named axes in force when it was traced (NOTE: [named axes] in
+    /// xform-ops: a collective's result shape is the axis's size).
+    pub axes: Vec<(AxisName, usize)>,
     pub hits: u64,
     pub compiled: Arc<C>,
 }
@@ -62,8 +65,9 @@ impl<S: PartialEq, C> Slot<S, C> {
     /// skeleton, leaves' avals, default device)`: the avals are compared
     /// first, borrowed (no copy), the skeleton last.
     pub fn matches(&self, key: Key<'_, S>, leaves: &[Tensor], skeleton: &dyn Fn() -> Skeleton) -> bool {
-        let Key { static_arg: s, statics, device } = key;
+        let Key { static_arg: s, statics, device, axes } = key;
         self.default_device == device
+            && self.axes[..] == *axes
             && self.avals.len() == leaves.len()
             && self
                 .avals
@@ -82,6 +86,8 @@ pub(crate) struct Key<'a, S> {
     pub static_arg: &'a S,
     pub statics: &'a [StaticValue<'a>],
     pub device: Device,
+    /// The named axes in force, innermost first.
+    pub axes: &'a [(AxisName, usize)],
 }
 
 impl<S> Clone for Key<'_, S> {
@@ -128,7 +134,8 @@ impl<S: PartialEq, C> Cache<S, C> {
         let sk = slot.skeleton.clone();
         let statics: Vec<StaticValue<'_>> =
             slot.statics.iter().map(|k| k.as_deref().map_or(StaticValue::Opaque, StaticValue::Eq)).collect();
-        let key = Key { static_arg: &slot.static_arg, statics: &statics, device: slot.default_device };
+        let key =
+            Key { static_arg: &slot.static_arg, statics: &statics, device: slot.default_device, axes: &slot.axes };
         if let Some(i) = self.slots.iter().position(|o| o.matches(key, leaves, &|| sk.clone())) {
             self.slots.remove(i);
         }

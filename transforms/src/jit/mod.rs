@@ -395,19 +395,21 @@ where
         let device = xform_ops::default_device();
         let mut statics = Vec::new();
         x.static_values(&mut statics);
-        let key = cache::Key { static_arg: s, statics: &statics, device };
+        let axes = xform_ops::interp::axis_env();
+        let key = cache::Key { static_arg: s, statics: &statics, device, axes: &axes };
         if let Some(c) = self.lock().get(key, leaves, &skeleton) {
             return c;
         }
         self.lock().misses += 1;
         let c = Arc::new(compile(&self.f, s, x, leaves, &self.opts).or_raise());
-        if c.exec.has_plan() {
+        if c.exec.cacheable() {
             let slot = Slot {
                 static_arg: s.clone(),
                 statics: statics.iter().map(StaticValue::to_owned_key).collect(),
                 skeleton: skeleton(),
                 avals: leaves.iter().map(Tensor::aval).collect(),
                 default_device: device,
+                axes: axes.to_vec(),
                 hits: 0,
                 compiled: c.clone(),
             };

@@ -14,6 +14,7 @@ use crate::interp::Outs;
 use crate::lax;
 use crate::prim::{Avals, Cotangents, ElementwiseOp, LinearArg};
 use crate::prims::batching::to_position;
+use crate::prims::batching::BatchAxis;
 use crate::prims::indexing::scalar_i64;
 use crate::program_transforms::evaluate::{
     batch_eval, batch_program, batched_outputs, instantiate, jvp_eval, transpose_eval, OutBatching,
@@ -161,19 +162,25 @@ pub(super) fn transpose(branches: &Arc<[Body]>, cts: &[Option<Tensor>], args: &[
 
 type Batched = (Vec<Tensor>, Vec<Option<usize>>);
 
-pub(super) fn batch(branches: &Arc<[Body]>, ins: &[Tensor], bdims: &[Option<usize>], size: usize) -> Result<Batched> {
+pub(super) fn batch(
+    branches: &Arc<[Body]>,
+    ins: &[Tensor],
+    bdims: &[Option<usize>],
+    axis: &BatchAxis,
+) -> Result<Batched> {
+    let size = axis.size;
     if bdims[0].is_none() {
         // One cond of batched branches, each output batched where any
         // branch batches it.
         let mut out_batched = vec![false; branches[0].outputs.len()];
         for b in branches.iter() {
-            for (o, x) in out_batched.iter_mut().zip(batched_outputs(b, &bdims[1..], size)?) {
+            for (o, x) in out_batched.iter_mut().zip(batched_outputs(b, &bdims[1..], axis)?) {
                 *o |= x;
             }
         }
         let bodies: Vec<Body> = branches
             .iter()
-            .map(|b| Ok(Body::new(batch_program(b, &bdims[1..], size, OutBatching::Given(&out_batched))?.0)))
+            .map(|b| Ok(Body::new(batch_program(b, &bdims[1..], axis, OutBatching::Given(&out_batched))?.0)))
             .collect::<Result<_>>()?;
         let outs = bind_control(ControlOp::Cond { branches: bodies.into() }, ins)?.into_vec();
         return Ok((outs, out_batched.iter().map(|&b| b.then_some(0)).collect()));
@@ -206,7 +213,7 @@ pub(super) fn batch(branches: &Arc<[Body]>, ins: &[Tensor], bdims: &[Option<usiz
                 obdims.push(*d);
             }
         }
-        let (outs, obd) = batch_eval(b, &ops, &obdims)?;
+        let (outs, obd) = batch_eval(b, &ops, &obdims, axis)?;
         let outs: Vec<Tensor> = outs.iter().zip(obd).map(|(o, d)| to_position(o, d, 0, size)).collect::<Result<_>>()?;
         result = Some(match result {
             None => outs,

@@ -19,6 +19,7 @@ use crate::interp::Outs;
 use crate::lax;
 use crate::prim::{Avals, Cotangents, LinearArg};
 use crate::prims::batching::to_position;
+use crate::prims::batching::BatchAxis;
 use crate::prims::Family;
 use crate::program_transforms::evaluate::{batch_eval, batch_program, instantiate, jvp_eval, OutBatching};
 use crate::staging::stage;
@@ -212,7 +213,14 @@ type Batched = (Vec<Tensor>, Vec<Option<usize>>);
 /// `bwd` batched: residuals and cotangents batched at 0; each input
 /// cotangent batched at 0 where its primal is (`x_batched`), else summed
 /// over the batch (the primal was shared by every example).
-fn batch_bwd(bwd: &Body, const_bdims: &[Option<usize>], nr: usize, x_batched: &[bool], size: usize) -> Result<Body> {
+fn batch_bwd(
+    bwd: &Body,
+    const_bdims: &[Option<usize>],
+    nr: usize,
+    x_batched: &[bool],
+    axis: &BatchAxis,
+) -> Result<Body> {
+    let size = axis.size;
     let mut bd = const_bdims.to_vec();
     let ncts = bwd.inputs.len() - const_bdims.len() - nr;
     bd.extend(std::iter::repeat_n(Some(0), nr + ncts));
@@ -223,7 +231,7 @@ fn batch_bwd(bwd: &Body, const_bdims: &[Option<usize>], nr: usize, x_batched: &[
         .map(|(a, b)| crate::program_transforms::evaluate::batched_aval(a, *b, size))
         .collect();
     let program = stage("vmap", &avals, |ins| {
-        let (outs, obd) = batch_eval(bwd, ins, &bd)?;
+        let (outs, obd) = batch_eval(bwd, ins, &bd, axis)?;
         outs.iter()
             .zip(obd)
             .zip(x_batched)
@@ -237,15 +245,16 @@ fn batch_bwd(bwd: &Body, const_bdims: &[Option<usize>], nr: usize, x_batched: &[
     Ok(Body::new(program))
 }
 
-pub(super) fn batch(op: &ControlOp, ins: &[Tensor], bdims: &[Option<usize>], size: usize) -> Result<Batched> {
+pub(super) fn batch(op: &ControlOp, ins: &[Tensor], bdims: &[Option<usize>], axis: &BatchAxis) -> Result<Batched> {
+    let size = axis.size;
     match op {
         ControlOp::CustomJvp { fun, rule, fun_consts, rule_consts } => {
             let nc = fun_consts + rule_consts;
             let force = vec![false; ins.len()];
             let (ins, bd) = move_to_front(ins, bdims, &force, size)?;
             let (cf, cr, xb) = (&bd[..*fun_consts], &bd[*fun_consts..nc], &bd[nc..]);
-            let (fun_b, _) = batch_program(fun, &[cf, xb].concat(), size, OutBatching::Every)?;
-            let (rule_b, _) = batch_program(rule, &[cr, xb, xb].concat(), size, OutBatching::Every)?;
+            let (fun_b, _) = batch_program(fun, &[cf, xb].concat(), axis, OutBatching::Every)?;
+            let (rule_b, _) = batch_program(rule, &[cr, xb, xb].concat(), axis, OutBatching::Every)?;
             let op = ControlOp::CustomJvp {
                 fun: Body::new(fun_b),
                 rule: Body::new(rule_b),
@@ -263,13 +272,13 @@ pub(super) fn batch(op: &ControlOp, ins: &[Tensor], bdims: &[Option<usize>], siz
             let (o1, o2, o3) = (consts[0], consts[0] + consts[1], consts[0] + consts[1] + consts[2]);
             let xb = &bd[nc..];
             let x_batched: Vec<bool> = xb.iter().map(Option::is_some).collect();
-            let (fun_b, _) = batch_program(fun, &[&bd[..o1], xb].concat(), size, OutBatching::Every)?;
-            let (fwd_b, _) = batch_program(fwd, &[&bd[o1..o2], xb].concat(), size, OutBatching::Every)?;
+            let (fun_b, _) = batch_program(fun, &[&bd[..o1], xb].concat(), axis, OutBatching::Every)?;
+            let (fwd_b, _) = batch_program(fwd, &[&bd[o1..o2], xb].concat(), axis, OutBatching::Every)?;
             let nr = fwd.outputs.len() - fun.outputs.len();
-            let bwd_b = batch_bwd(bwd, &bd[o2..o3], nr, &x_batched, size)?;
+            let bwd_b = batch_bwd(bwd, &bd[o2..o3], nr, &x_batched, axis)?;
             let jvp_b = match jvp {
                 Some(j) => {
-                    Some(Body::new(batch_program(j, &[&bd[o3..nc], xb, xb].concat(), size, OutBatching::Every)?.0))
+                    Some(Body::new(batch_program(j, &[&bd[o3..nc], xb, xb].concat(), axis, OutBatching::Every)?.0))
                 }
                 None => None,
             };
@@ -296,9 +305,9 @@ pub(super) fn batch(op: &ControlOp, ins: &[Tensor], bdims: &[Option<usize>], siz
             force.extend(xt.iter().copied());
             let (ins, bd) = move_to_front(ins, bdims, &force, size)?;
             let (b_b, j_b, _, x_b, _) = call_split(&bd, nb, nj, nr)?;
-            let bwd_b = batch_bwd(bwd, b_b, nr, &xt, size)?;
+            let bwd_b = batch_bwd(bwd, b_b, nr, &xt, axis)?;
             let jvp_b = match jvp {
-                Some(j) => Some(Body::new(batch_program(j, &[j_b, x_b, x_b].concat(), size, OutBatching::Every)?.0)),
+                Some(j) => Some(Body::new(batch_program(j, &[j_b, x_b, x_b].concat(), axis, OutBatching::Every)?.0)),
                 None => None,
             };
             let op = ControlOp::CustomVjpCall { bwd: bwd_b, jvp: jvp_b, bwd_consts: nb, jvp_consts: nj, residuals: nr };

@@ -23,6 +23,7 @@ use crate::interp::Outs;
 use crate::lax;
 use crate::prim::{Avals, Cotangents, LinearArg};
 use crate::prims::batching::to_position;
+use crate::prims::batching::BatchAxis;
 use crate::prims::indexing::scalar_i64;
 use crate::prims::Family;
 use crate::program::{Atom, Program};
@@ -626,14 +627,14 @@ fn carry_fixpoint(
     before: &[Option<usize>],
     carry: &[bool],
     after: &[Option<usize>],
-    size: usize,
+    axis: &BatchAxis,
 ) -> Result<Vec<bool>> {
     let mut cb = carry.to_vec();
     loop {
         let mut bd = before.to_vec();
         bd.extend(as_bdims(&cb));
         bd.extend_from_slice(after);
-        let outs = batched_outputs(body, &bd, size)?;
+        let outs = batched_outputs(body, &bd, axis)?;
         let next: Vec<bool> = cb.iter().zip(&outs).map(|(a, b)| *a || *b).collect();
         if next == cb {
             return Ok(cb);
@@ -642,17 +643,18 @@ fn carry_fixpoint(
     }
 }
 
-pub(super) fn batch(op: &ControlOp, ins: &[Tensor], bdims: &[Option<usize>], size: usize) -> Result<Batched> {
+pub(super) fn batch(op: &ControlOp, ins: &[Tensor], bdims: &[Option<usize>], axis: &BatchAxis) -> Result<Batched> {
+    let size = axis.size;
     match op {
         ControlOp::While { cond, body, cond_consts, body_consts, remat_every } => {
             let (ncc, nbc) = (*cond_consts, *body_consts);
             let (cc_b, rest) = bdims.split_at(ncc);
             let (bc_b, k_b) = rest.split_at(nbc);
             let k_in: Vec<bool> = k_b.iter().map(Option::is_some).collect();
-            let mut cb = carry_fixpoint(body, bc_b, &k_in, &[], size)?;
+            let mut cb = carry_fixpoint(body, bc_b, &k_in, &[], axis)?;
             let mut cond_bd = cc_b.to_vec();
             cond_bd.extend(as_bdims(&cb));
-            let pred_batched = batched_outputs(cond, &cond_bd, size)?[0];
+            let pred_batched = batched_outputs(cond, &cond_bd, axis)?[0];
             if pred_batched {
                 cb = vec![true; cb.len()];
             }
@@ -664,8 +666,8 @@ pub(super) fn batch(op: &ControlOp, ins: &[Tensor], bdims: &[Option<usize>], siz
             let mut body_in = bc_b.to_vec();
             body_in.extend(kd.iter().copied());
             let outs = if !pred_batched {
-                let (cond_b, _) = batch_program(cond, &cond_in, size, OutBatching::Given(&[false]))?;
-                let (body_b, _) = batch_program(body, &body_in, size, OutBatching::Given(&cb))?;
+                let (cond_b, _) = batch_program(cond, &cond_in, axis, OutBatching::Given(&[false]))?;
+                let (body_b, _) = batch_program(body, &body_in, axis, OutBatching::Given(&cb))?;
                 let w = ControlOp::While {
                     cond: Body::new(cond_b),
                     body: Body::new(body_b),
@@ -675,7 +677,7 @@ pub(super) fn batch(op: &ControlOp, ins: &[Tensor], bdims: &[Option<usize>], siz
                 };
                 bind_control(w, &cat(&[cc, bc, &k]))?.into_vec()
             } else {
-                masked_while(cond, body, cc, bc, &k, cc_b, bc_b, size, *remat_every)?
+                masked_while(cond, body, cc, bc, &k, cc_b, bc_b, axis, *remat_every)?
             };
             Ok((outs, as_bdims(&cb)))
         }
@@ -685,7 +687,7 @@ pub(super) fn batch(op: &ControlOp, ins: &[Tensor], bdims: &[Option<usize>], siz
             let (k_b, x_b) = rest.split_at(nk);
             let xs_in: Vec<Option<usize>> = x_b.iter().map(|b| b.map(|_| 0)).collect();
             let k_in: Vec<bool> = k_b.iter().map(Option::is_some).collect();
-            let cb = carry_fixpoint(body, c_b, &k_in, &xs_in, size)?;
+            let cb = carry_fixpoint(body, c_b, &k_in, &xs_in, axis)?;
             let (c, rest) = ins.split_at(nc);
             let (k, xs) = rest.split_at(nk);
             let (k, kd) = move_to_front(k, k_b, &cb, size)?;
@@ -703,7 +705,7 @@ pub(super) fn batch(op: &ControlOp, ins: &[Tensor], bdims: &[Option<usize>], siz
             let ny = body.outputs.len() - nk;
             let mut force = cb.clone();
             force.extend(std::iter::repeat_n(true, ny));
-            let (body_b, _) = batch_program(body, &in_bd, size, OutBatching::Given(&force))?;
+            let (body_b, _) = batch_program(body, &in_bd, axis, OutBatching::Given(&force))?;
             let s = ControlOp::Scan {
                 body: Body::new(body_b),
                 consts: nc,
@@ -733,16 +735,17 @@ fn masked_while(
     k: &[Tensor],
     cc_b: &[Option<usize>],
     bc_b: &[Option<usize>],
-    size: usize,
+    axis: &BatchAxis,
     remat_every: usize,
 ) -> Result<Vec<Tensor>> {
+    let size = axis.size;
     let (ncc, nbc, nk) = (cc.len(), bc.len(), k.len());
     let k_avals = avals_of(k);
     let cc_avals = avals_of(cc);
     let batched_pred = |ins_cc: &[Tensor], ins_k: &[Tensor]| -> Result<Tensor> {
         let mut bd = cc_b.to_vec();
         bd.extend(std::iter::repeat_n(Some(0), nk));
-        let (p, b) = batch_eval(cond, &cat(&[ins_cc, ins_k]), &bd)?;
+        let (p, b) = batch_eval(cond, &cat(&[ins_cc, ins_k]), &bd, axis)?;
         to_position(&p[0], b[0], 0, size)
     };
     let any_cond = stage("vmap", &[cc_avals.clone(), k_avals.clone()].concat(), |ins| {
@@ -757,7 +760,7 @@ fn masked_while(
         let p = batched_pred(c, old)?;
         let mut bd = bc_b.to_vec();
         bd.extend(std::iter::repeat_n(Some(0), nk));
-        let (new, nb) = batch_eval(body, &cat(&[b, old]), &bd)?;
+        let (new, nb) = batch_eval(body, &cat(&[b, old]), &bd, axis)?;
         new.iter()
             .zip(nb)
             .zip(old)

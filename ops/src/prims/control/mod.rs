@@ -32,8 +32,10 @@ use crate::array::Array;
 use crate::error::{Error, Result};
 use crate::interp::Outs;
 use crate::prim::{Avals, BDims, Cotangents, LinearArg, Prim, Tangents};
+use crate::prims::batching::BatchAxis;
 use crate::program::Program;
 use crate::tensor::{Aval, AvalRef, Tensor};
+use smallvec::SmallVec;
 use std::fmt;
 use std::sync::Arc;
 use xform_kernels::cuda_source::Kernel;
@@ -184,6 +186,28 @@ impl From<ControlOp> for Prim {
     }
 }
 
+impl ControlOp {
+    /// Every body it holds.
+    pub fn bodies(&self) -> SmallVec<[&Body; 4]> {
+        let mut v: SmallVec<[&Body; 4]> = SmallVec::new();
+        match self {
+            ControlOp::Cond { branches } => v.extend(branches.iter()),
+            ControlOp::While { cond, body, .. } => v.extend([cond, body]),
+            ControlOp::Scan { body, .. } | ControlOp::Checkpoint { body, .. } => v.push(body),
+            ControlOp::CustomJvp { fun, rule, .. } => v.extend([fun, rule]),
+            ControlOp::CustomVjp { fun, fwd, bwd, jvp, .. } => {
+                v.extend([fun, fwd, bwd]);
+                v.extend(jvp.as_ref());
+            }
+            ControlOp::CustomVjpCall { bwd, jvp, .. } => {
+                v.push(bwd);
+                v.extend(jvp.as_ref());
+            }
+        }
+        v
+    }
+}
+
 /// Binds a control primitive.
 pub(crate) fn bind_control(op: ControlOp, ins: &[Tensor]) -> Result<Outs> {
     crate::interp::bind(&Prim::Control(op), ins)
@@ -253,7 +277,20 @@ impl Family for ControlOp {
     }
 
     fn props(&self) -> Props {
-        Props::NONE
+        // its bodies may hold collectives (see `axis_names`)
+        Props::NONE.naming_axes()
+    }
+
+    fn axis_names(&self) -> SmallVec<[crate::interp::AxisName; 2]> {
+        let mut names = SmallVec::new();
+        for b in self.bodies() {
+            for n in b.axis_names() {
+                if !names.contains(&n) {
+                    names.push(n);
+                }
+            }
+        }
+        names
     }
 
     fn fmt_params(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -370,15 +407,14 @@ impl Family for ControlOp {
         }
     }
 
-    fn batch(&self, _prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>]) -> Result<(Outs, BDims)> {
-        let size = super::batching::batch_size(ins, bdims)?;
+    fn batch(&self, _prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>], axis: &BatchAxis) -> Result<(Outs, BDims)> {
         let (outs, b) = match self {
-            ControlOp::Cond { branches } => cond::batch(branches, ins, bdims, size)?,
-            ControlOp::While { .. } | ControlOp::Scan { .. } => loops::batch(self, ins, bdims, size)?,
+            ControlOp::Cond { branches } => cond::batch(branches, ins, bdims, axis)?,
+            ControlOp::While { .. } | ControlOp::Scan { .. } => loops::batch(self, ins, bdims, axis)?,
             ControlOp::CustomJvp { .. } | ControlOp::CustomVjp { .. } | ControlOp::CustomVjpCall { .. } => {
-                custom::batch(self, ins, bdims, size)?
+                custom::batch(self, ins, bdims, axis)?
             }
-            ControlOp::Checkpoint { body, policy } => remat::batch(body, *policy, ins, bdims, size)?,
+            ControlOp::Checkpoint { body, policy } => remat::batch(body, *policy, ins, bdims, axis)?,
         };
         Ok((outs.into_iter().collect(), b.into_iter().collect()))
     }

@@ -8,6 +8,7 @@
 use super::{avals_of, bind_control, Body, ControlOp};
 use crate::error::Result;
 use crate::prim::{Cotangents, LinearArg, Prim};
+use crate::prims::batching::BatchAxis;
 use crate::program::Atom;
 use crate::program_transforms::evaluate::{batch_program, instantiate, jvp_eval_with, transpose_eval, OutBatching};
 use crate::staging::stage;
@@ -98,12 +99,12 @@ pub(super) fn batch(
     policy: RematPolicy,
     ins: &[Tensor],
     bdims: &[Option<usize>],
-    size: usize,
+    axis: &BatchAxis,
 ) -> Result<Batched> {
     // only the outputs that depend on a batched operand are batched (a
     // final value the body writes into an unbatched argument stays
     // unbatched, so vmap can write it back)
-    let (b, out_batched) = batch_program(body, bdims, size, OutBatching::AsComputed)?;
+    let (b, out_batched) = batch_program(body, bdims, axis, OutBatching::AsComputed)?;
     let outs = bind_control(ControlOp::Checkpoint { body: Body::new(b), policy }, ins)?.into_vec();
     Ok((outs, out_batched.iter().map(|&b| b.then_some(0)).collect()))
 }
