@@ -79,7 +79,8 @@ pub mod prelude {
         hessian, hessian_with_aux, impl_tree, jacfwd, jacfwd_with_aux, jacrev, jacrev_with_aux, jit, jit_static, jvp,
         jvp_with_aux, linearize, linearize_with_aux, s, scan, scan_with, switch, trace, try_grad, try_vmap,
         value_and_grad, value_and_grad_argnums, value_and_grad_with_aux, vjp, vjp_with_aux, vmap, vmap_axes, vmap_with,
-        while_loop, Arg, Axes, DType, Device, Idx, Key, Program, ScanOptions, Shape, Tensor, Tree, VmapOptions,
+        while_loop, Arg, Axes, DType, Device, Idx, Key, OrRaise, Program, ScanOptions, Shape, Tensor, Tree,
+        VmapOptions,
     };
 }
 

@@ -359,7 +359,7 @@ impl CollectiveOp {
 /// multiple of it).
 fn scatter_sizes(op: &str, name: &str, n: usize, s: usize, tiled: bool, shape: &Shape) -> Result<()> {
     let m = shape[s];
-    let ok = if tiled { n > 0 && m % n == 0 } else { m == n };
+    let ok = if tiled { n > 0 && m.is_multiple_of(n) } else { m == n };
     if !ok {
         let need = if tiled { "a multiple of" } else { "equal to" };
         return Err(Error::shape(
