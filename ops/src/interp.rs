@@ -397,10 +397,11 @@ fn owner_named(level: Level, prim: &Prim, inputs: &[Tensor]) -> Option<(Level, *
 }
 
 /// The size of the axis named `name` as the current level sees it: bound by
-/// the innermost interpreter of that name from the current level down
-/// (NOTE: [named axes]); `None` where no transform binds it.
+/// the innermost interpreter of that name from the current level down, or
+/// else by a device-mapped axis this thread runs a position of ([`DeviceAxis`],
+/// `pmap`) (NOTE: [named axes]); `None` where nothing binds it.
 pub fn axis_size(name: &str) -> Option<usize> {
-    STACK.with(|s| {
+    let on_stack = STACK.with(|s| {
         let s = s.borrow();
         let mut level = s.current;
         while level > 0 {
@@ -413,14 +414,70 @@ pub fn axis_size(name: &str) -> Option<usize> {
             level = e.parent;
         }
         None
-    })
+    });
+    on_stack.or_else(|| device_axis(name).map(|d| d.size))
+}
+
+/// Hands values among the positions of a device-mapped axis (`pmap`'s
+/// devices): how a collective that reaches `Eval` on a device's thread
+/// communicates with the other devices.
+pub trait Exchange: Send + Sync {
+    /// Gives position `index`'s `value` (none for `axis_index`) to every
+    /// position and returns every position's, in position order, once all
+    /// have given theirs. `what` (the collective with its parameters) must
+    /// be the same at every position: the positions run one program.
+    ///
+    /// # Errors
+    /// Positions that disagree on `what`, or a position that failed
+    /// before it got here (the others are released with an error rather
+    /// than left waiting).
+    fn exchange(&self, index: usize, what: &str, value: Option<crate::Array>) -> Result<Vec<Option<crate::Array>>>;
+}
+
+/// One position of a device-mapped axis that this thread runs (`pmap`
+/// runs each device's shard on a thread of its own).
+#[derive(Clone)]
+pub struct DeviceAxis {
+    /// The axis's name.
+    pub name: AxisName,
+    /// This thread's position along it.
+    pub index: usize,
+    /// The number of positions.
+    pub size: usize,
+    /// How the positions exchange values.
+    pub exchange: std::sync::Arc<dyn Exchange>,
+}
+
+thread_local! {
+    static DEVICE_AXES: RefCell<Vec<DeviceAxis>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` as position `axis.index` of the device-mapped axis `axis` (its
+/// collectives exchange values with the other positions); the axis is
+/// unbound again when `f` returns or panics.
+pub fn with_device_axis<R>(axis: DeviceAxis, f: impl FnOnce() -> R) -> R {
+    struct Pop;
+    impl Drop for Pop {
+        fn drop(&mut self) {
+            DEVICE_AXES.with(|d| d.borrow_mut().pop());
+        }
+    }
+    DEVICE_AXES.with(|d| d.borrow_mut().push(axis));
+    let _pop = Pop;
+    f()
+}
+
+/// The innermost device-mapped axis named `name` this thread runs a
+/// position of.
+pub fn device_axis(name: &str) -> Option<DeviceAxis> {
+    DEVICE_AXES.with(|d| d.borrow().iter().rev().find(|a| &*a.name == name).cloned())
 }
 
 /// The named axes in force at the current level, innermost first, with
 /// their sizes (what a staged program's collectives were shaped by: jit
 /// keys its cache with it).
 pub fn axis_env() -> SmallVec<[(AxisName, usize); 2]> {
-    STACK.with(|s| {
+    let mut out: SmallVec<[(AxisName, usize); 2]> = STACK.with(|s| {
         let s = s.borrow();
         let mut out = SmallVec::new();
         let mut level = s.current;
@@ -432,7 +489,9 @@ pub fn axis_env() -> SmallVec<[(AxisName, usize); 2]> {
             level = e.parent;
         }
         out
-    })
+    });
+    DEVICE_AXES.with(|d| out.extend(d.borrow().iter().rev().map(|a| (a.name.clone(), a.size))));
+    out
 }
 
 /// The error for a collective over `name` where no transform binds it.

@@ -29,6 +29,7 @@ mod methods;
 mod mutation;
 mod nn;
 mod nn_layers;
+mod pmap;
 mod prims_eval;
 mod random;
 mod random_original;

@@ -199,7 +199,7 @@ fn shared_batch_dim(prim: &Prim, bdims: &[Option<usize>]) -> Option<usize> {
 }
 
 /// One resolved axis entry per leaf.
-type AxisList = SmallVec<[Option<isize>; 4]>;
+pub(crate) type AxisList = SmallVec<[Option<isize>; 4]>;
 
 /// Where the batch axis of each leaf is (`None`: not batched): a tree
 /// prefix, as JAX's `in_axes` and `out_axes`.
@@ -383,7 +383,7 @@ impl VmapOptions {
 
 /// Resolves an axes spec to one entry per leaf of a tree with `n` leaves
 /// (the skeleton is computed only for tree-shaped specs and errors).
-fn resolve_axes(what: &str, spec: &Axes, n: usize, skeleton: impl FnOnce() -> Skeleton) -> Result<AxisList> {
+pub(crate) fn resolve_axes(what: &str, spec: &Axes, n: usize, skeleton: impl FnOnce() -> Skeleton) -> Result<AxisList> {
     match spec {
         Axes::Zero => Ok(smallvec::smallvec![Some(0); n]),
         Axes::All(a) => Ok(smallvec::smallvec![*a; n]),

@@ -38,7 +38,7 @@ use super::sample::{Case, Dom, Sample, FLOATS};
 use super::{check_arity, Family, Props};
 use crate::array::Array;
 use crate::error::{Error, Result};
-use crate::interp::{axis_size, bind, bind1, unbound_axis, AxisName, Outs};
+use crate::interp::{axis_size, bind, bind1, device_axis, unbound_axis, AxisName, DeviceAxis, Outs};
 use crate::lax;
 use crate::prim::{Avals, BDims, Cotangents, LinearArg, Prim, Tangents};
 use crate::tensor::{Aval, AvalRef, Tensor};
@@ -569,6 +569,43 @@ impl CollectiveOp {
     }
 }
 
+impl CollectiveOp {
+    /// The collective over a device-mapped axis, at this thread's position:
+    /// every position's operand is exchanged, stacked along a leading axis
+    /// and given to the same batch rule `vmap` runs (so `pmap` computes
+    /// what `vmap` does, bit for bit), and this position's part of the
+    /// result is kept.
+    fn across_devices(&self, ins: &[&Array], dev: &DeviceAxis) -> Result<Outs> {
+        let what = format!("{}{self:?}", self.name());
+        let all = dev.exchange.exchange(dev.index, &what, ins.first().map(|a| (*a).clone()))?;
+        let axis = BatchAxis { size: dev.size, name: Some(dev.name.clone()) };
+        let (outs, bdims) = if ins.is_empty() {
+            self.batch_own(&[], &[], &axis)?
+        } else {
+            let mut parts = Vec::with_capacity(all.len());
+            for a in all {
+                let a = a.ok_or_else(|| Error::invalid(self.name(), "internal error: a position gave no operand"))?;
+                parts.push(lax::expand_dims(&Tensor::from_array(a), 0)?);
+            }
+            let stacked = lax::concatenate(&parts, 0)?;
+            self.batch_own(&[stacked], &[Some(0)], &axis)?
+        };
+        let mut mine = Outs::new();
+        for (o, b) in outs.into_iter().zip(bdims) {
+            mine.push(match b {
+                None => o,
+                Some(d) => {
+                    let part = lax::slice_axis(&o, d, dev.index, dev.index + 1)?;
+                    let mut shape = part.shape();
+                    shape.0.remove(d);
+                    lax::reshape(&part, &shape)?
+                }
+            });
+        }
+        Ok(mine)
+    }
+}
+
 // ---- the family -----------------------------------------------------------
 
 impl Family for CollectiveOp {
@@ -627,10 +664,15 @@ impl Family for CollectiveOp {
         Ok(smallvec![self.result(ins, &|n| axis_size(n))?])
     }
 
-    /// Reached only where no transform binds the names (a bound name is
-    /// its map's to apply): the unbound-name error.
-    fn lower(&self, _: &[&Array]) -> Result<Outs> {
+    /// Reached where no transform binds the names (a bound name is its
+    /// map's to apply): over a device-mapped axis this thread runs a
+    /// position of (`pmap`), the positions exchange their values;
+    /// otherwise the unbound-name error.
+    fn lower(&self, ins: &[&Array]) -> Result<Outs> {
         let names = self.names();
+        if let Some(dev) = names.iter().find_map(|n| device_axis(n)) {
+            return self.across_devices(ins, &dev);
+        }
         let name = names.iter().find(|n| axis_size(n).is_none()).unwrap_or(&names[0]);
         Err(unbound_axis(self.name(), name))
     }
