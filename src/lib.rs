@@ -27,6 +27,8 @@
 #![warn(missing_docs)]
 
 pub mod data;
+#[cfg(feature = "mpi")]
+pub mod distributed;
 pub mod dp;
 pub mod nn;
 pub mod safetensors;
