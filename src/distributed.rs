@@ -10,14 +10,16 @@
 //! (`MPI_Allgatherv` of the serialized array), and every process runs the
 //! same batch rule `vmap` runs on the stacked operands, so every process
 //! computes the same bits, and the result equals `vmap` of the function
-//! over the processes' values. Devices inside a process nest under it:
-//! `pmap` inside `run` with a name of its own, and a collective over both
-//! names (`psum(&x, ["procs", "devices"])`) spans every device of every
-//! process.
+//! over the processes' values.
 //!
 //! MPI is called from the thread that called [`initialize`] only (MPI's
-//! `THREAD_FUNNELED` use); a collective over the process axis on another
-//! thread (a `pmap` device thread) is an error, not a deadlock.
+//! `THREAD_FUNNELED` use): the process axis is bound on that thread, so a
+//! `pmap` inside `run` maps its devices with a name of its own and reduces
+//! over them first, then over the processes on the calling thread (a
+//! collective over the process axis on a device thread is an unbound-name
+//! error, not a deadlock). An axis spanning the devices of every process
+//! at once (JAX's global device mesh) and GPUs through NCCL are not yet
+//! built.
 //!
 //! ```no_run
 //! use xform::prelude::*;

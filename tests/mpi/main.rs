@@ -31,7 +31,7 @@ fn main() {
         (
             "psum_scatter",
             Box::new(move |x: &Tensor| {
-                psum_scatter(&x.reshape(&[1, 4]).broadcast_to(&[n, 4]), "p", 0, false).or_raise()
+                psum_scatter(&x.reshape(&[1, 4]).broadcast_to([n, 4]), "p", 0, false).or_raise()
             }),
         ),
         ("ppermute", Box::new(move |x: &Tensor| ppermute(x, "p", &shift).or_raise())),

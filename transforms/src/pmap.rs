@@ -192,7 +192,7 @@ where
                     .stack_size(DEVICE_STACK)
                     .spawn_scoped(scope, move || {
                         // a failure at this position releases the others
-                        let abort = AbortOnDrop(&*exchange);
+                        let abort = AbortOnDrop(&exchange);
                         let r = pool.install(|| {
                             catch(|| {
                                 let shard = shard_of(leaves, mapped, k).or_raise();
