@@ -365,3 +365,24 @@ fn info_nce_inside_a_per_example_function() {
 fn head_only_fn((h, a, y): &(Tensor, Tensor, Tensor)) -> Tensor {
     grad(|h: &Tensor| (a.matmul(h) - y).powi(2))(h)
 }
+
+/// Reverse mode and second order through a collective: per example k,
+/// d/dx_j psum(x)^2 = 2 S (jacrev); the Hessian of the summed loss
+/// n S^2 is 2 n everywhere (hessian); jvp of grad agrees.
+#[test]
+fn jacrev_and_hessian_through_collectives() {
+    let xs = v64(&[1.0, 2.0, 3.0]);
+    let per_example = |xs: &Tensor| vmap_with(|x: &Tensor| psum(x, "i").or_raise().powi(2), named("i"))(xs);
+    close(&xform::jacrev(per_example)(&xs), &[12.0; 9], 1e-15);
+    let total = |xs: &Tensor| per_example(xs).sum();
+    close(&xform::hessian(total)(&xs), &[6.0; 9], 1e-15);
+    let (_, hv) = jvp(grad(total), &xs, &v64(&[1.0, 0.0, 0.0]));
+    close(&hv, &[6.0; 3], 1e-15);
+    // all_gather's transpose is psum_scatter: the gradient of a weighted sum
+    // of every example's gathered rows is each example's weight column sum
+    let w = Tensor::arange(0.0, 9.0, 1.0, DType::F64).reshape(&[3, 3]);
+    let g = grad(|xs: &Tensor| {
+        (vmap_with(|x: &Tensor| all_gather(x, "i", 0, false).or_raise(), named("i"))(xs) * &w).sum()
+    })(&xs);
+    close(&g, &[9.0, 12.0, 15.0], 0.0);
+}
