@@ -3,7 +3,7 @@
 //! same calls as the test.
 
 use crate::case::{Case, Tf};
-use crate::program::{into_domain, Expr, MutOp, Program, Red, Un, View};
+use crate::program::{into_domain, Coll, Expr, MutOp, PRed, Program, Red, Un, View};
 use std::rc::Rc;
 use xform::core::prim::{BinaryOp, ReduceOp, UnaryOp};
 use xform::lax::{Padding, WindowParams};
@@ -24,6 +24,7 @@ pub fn shape(e: &Expr, inputs: &[Vec<usize>]) -> Vec<usize> {
         | Expr::Flip { x, .. }
         | Expr::DynUpdate { x, .. } => shape(x, inputs),
         Expr::Mutate { target, .. } => shape(target, inputs),
+        Expr::Collective { op, x } => op.shape(&shape(x, inputs)),
         Expr::Where { x, .. } | Expr::IndexAdd { x, .. } => shape(x, inputs),
         Expr::Pad { widths, x, .. } => {
             shape(x, inputs).iter().zip(widths).map(|(&n, (l, h))| (n as i64 + l + h) as usize).collect()
@@ -256,7 +257,32 @@ pub fn eval(e: &Expr, xs: &[Tensor]) -> Tensor {
             };
             t
         }
+        Expr::Collective { op, x } => collective(op, &ev(x)),
     }
+}
+
+/// A collective on `x`.
+pub fn collective(op: &Coll, x: &Tensor) -> Tensor {
+    use xform::lax;
+    match op {
+        Coll::Reduce { op, names } => {
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            match op {
+                PRed::Psum => lax::psum(x, names),
+                PRed::Pmean => lax::pmean(x, names),
+                PRed::Pmax => lax::pmax(x, names),
+                PRed::Pmin => lax::pmin(x, names),
+            }
+        }
+        Coll::AllGather { name, axis, tiled, .. } => lax::all_gather(x, name, *axis, *tiled),
+        Coll::PsumScatter { name, dim, tiled, .. } => lax::psum_scatter(x, name, *dim as isize, *tiled),
+        Coll::AllToAll { name, split, concat, tiled, .. } => {
+            lax::all_to_all(x, name, *split as isize, *concat as isize, *tiled)
+        }
+        Coll::Ppermute { name, perm } => lax::ppermute(x, name, perm),
+        Coll::AxisIndex { name, offset } => lax::axis_index(name).map(|i| x * (i + *offset as i32).cast(DType::F64)),
+    }
+    .or_raise()
 }
 
 /// `sum_i sum(sin(y_i))`: the scalar that grad and hessian differentiate.
@@ -270,11 +296,12 @@ type Fun = Rc<dyn Fn(&Vec<Tensor>) -> Vec<Tensor>>;
 fn wrap(tf: &Tf, f: Fun) -> Fun {
     match tf.clone() {
         Tf::Grad => Rc::new(move |xs| grad(|xs: &Vec<Tensor>| scalarize(&f(xs)))(xs)),
-        Tf::Vmap { in_axes, out_axis, chunk, .. } => Rc::new(move |xs| {
+        Tf::Vmap { in_axes, out_axis, chunk, name, .. } => Rc::new(move |xs| {
             let opts = VmapOptions {
                 in_axes: Axes::Leaves(in_axes.clone()),
                 out_axes: Axes::All(Some(out_axis)),
                 chunk_size: chunk,
+                axis_name: name.clone(),
                 ..Default::default()
             };
             vmap_with(|xs: &Vec<Tensor>| f(xs), opts)(xs)
@@ -523,13 +550,32 @@ pub fn rust(e: &Expr) -> String {
             };
             format!("{{ let t = ({}).copy(); let v = {}; t{}.{m}(&v); t }}", rust(target), rust(value), rust_view(view))
         }
+        Expr::Collective { op, x } => {
+            let x = rust(x);
+            match op {
+                Coll::Reduce { names, .. } => format!("lax::{}(&{x}, {names:?}).unwrap()", op.name()),
+                Coll::AllGather { name, axis, tiled, .. } => {
+                    format!("lax::all_gather(&{x}, {name:?}, {axis}, {tiled}).unwrap()")
+                }
+                Coll::PsumScatter { name, dim, tiled, .. } => {
+                    format!("lax::psum_scatter(&{x}, {name:?}, {dim}, {tiled}).unwrap()")
+                }
+                Coll::AllToAll { name, split, concat, tiled, .. } => {
+                    format!("lax::all_to_all(&{x}, {name:?}, {split}, {concat}, {tiled}).unwrap()")
+                }
+                Coll::Ppermute { name, perm } => format!("lax::ppermute(&{x}, {name:?}, &{perm:?}).unwrap()"),
+                Coll::AxisIndex { name, offset } => {
+                    format!("({x} * (lax::axis_index({name:?}).unwrap() + {offset}i32).cast(DType::F64))")
+                }
+            }
+        }
     }
 }
 
 /// A complete Rust program that runs the case and prints every output.
 pub fn rust_reproducer(case: &Case) -> String {
     let mut s = String::new();
-    s += "#![allow(unused_imports)]\nuse xform::prelude::*;\nuse xform::{functionalize, jacfwd, jacrev, OrRaise};\n\n";
+    s += "#![allow(unused_imports)]\nuse xform::prelude::*;\nuse xform::{functionalize, jacfwd, jacrev, lax, OrRaise};\n\n";
     s += "fn scalarize(ys: &[Tensor]) -> Tensor {\n    ys.iter().map(|y| y.sin().sum()).reduce(|a, b| a + b).unwrap()\n}\n\n";
     s += "fn main() {\n    let xs: Vec<Tensor> = vec![\n";
     for (sh, d) in case.shapes.iter().zip(&case.data) {
@@ -553,8 +599,9 @@ pub fn rust_reproducer(case: &Case) -> String {
         let (p, n) = (k, k + 1);
         let body = match tf {
             Tf::Grad => format!("grad(|xs: &Vec<Tensor>| scalarize(&f{p}(xs)))(xs)"),
-            Tf::Vmap { in_axes, out_axis, chunk, .. } => format!(
-                "vmap_with(&f{p}, VmapOptions {{ in_axes: Axes::Leaves(vec!{in_axes:?}), out_axes: Axes::All(Some({out_axis})), chunk_size: {chunk:?}, ..Default::default() }})(xs)"
+            Tf::Vmap { in_axes, out_axis, chunk, name, .. } => format!(
+                "vmap_with(&f{p}, VmapOptions {{ in_axes: Axes::Leaves(vec!{in_axes:?}), out_axes: Axes::All(Some({out_axis})), chunk_size: {chunk:?}, axis_name: {}, ..Default::default() }})(xs)",
+                name.as_ref().map_or("None".to_string(), |n| format!("Some({n:?}.into())"))
             ),
             Tf::Jvp => format!(
                 "let ts: Vec<Tensor> = xs.iter().map(|x| (x * 3.0).cos()).collect(); let (y, t) = jvp(&f{p}, xs, &ts); y.into_iter().chain(t).collect()"

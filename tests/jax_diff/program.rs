@@ -6,6 +6,9 @@
 //! (the other operand of a broadcasting op, the operand of a reduction with
 //! the reduced axes put back, a reshape's source with the same element
 //! count, ...), so every generated program is valid in both xform and JAX.
+//! Collectives (`collective`) name the axes the named vmaps of the case's
+//! stack bind (`Env`, drawn first), and those whose shape depends on an
+//! axis's size know it.
 //! Every constructor is chosen lazily (`prop_flat_map` on the choice), so
 //! only the chosen branch's children are built; the leaf is choice 0, so
 //! shrinking moves towards smaller programs.
@@ -21,6 +24,7 @@
 
 use proptest::prelude::*;
 use proptest::sample::select;
+use std::sync::Arc;
 use xform::core::prim::{BinaryOp, UnaryOp};
 use xform::core::prims::sample::{Dom, Gen};
 use xform::DType;
@@ -279,6 +283,85 @@ pub enum Expr {
         target: Box<Expr>,
         value: Box<Expr>,
     },
+    /// A collective over names bound by the named vmaps of the stack
+    /// (`xform::lax::psum` and friends; JAX's `jax.lax` ones).
+    Collective {
+        op: Coll,
+        x: Box<Expr>,
+    },
+}
+
+/// A reduction over named axes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PRed {
+    Psum,
+    Pmean,
+    Pmax,
+    Pmin,
+}
+
+/// A collective. `size` is the size of the named axis where the program
+/// runs (the shape of the result depends on it).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Coll {
+    /// psum / pmean / pmax / pmin over one name or several.
+    Reduce { op: PRed, names: Vec<String> },
+    /// `all_gather(x, name, axis, tiled)` (`axis` counted in the result, may be negative).
+    AllGather { name: String, size: usize, axis: isize, tiled: bool },
+    /// `psum_scatter(x, name, dim, tiled)`.
+    PsumScatter { name: String, size: usize, dim: usize, tiled: bool },
+    /// `all_to_all(x, name, split, concat, tiled)`.
+    AllToAll { name: String, size: usize, split: usize, concat: usize, tiled: bool },
+    /// `ppermute(x, name, perm)` with a full permutation of the positions.
+    Ppermute { name: String, perm: Vec<(usize, usize)> },
+    /// `x * float(axis_index(name) + offset)`.
+    AxisIndex { name: String, offset: usize },
+}
+
+impl Coll {
+    /// Its name in xform and JAX.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Coll::Reduce { op: PRed::Psum, .. } => "psum",
+            Coll::Reduce { op: PRed::Pmean, .. } => "pmean",
+            Coll::Reduce { op: PRed::Pmax, .. } => "pmax",
+            Coll::Reduce { op: PRed::Pmin, .. } => "pmin",
+            Coll::AllGather { .. } => "all_gather",
+            Coll::PsumScatter { .. } => "psum_scatter",
+            Coll::AllToAll { .. } => "all_to_all",
+            Coll::Ppermute { .. } => "ppermute",
+            Coll::AxisIndex { .. } => "axis_index",
+        }
+    }
+
+    /// The shape of its result on an operand of shape `x`.
+    pub fn shape(&self, x: &[usize]) -> Vec<usize> {
+        let mut s = x.to_vec();
+        match self {
+            Coll::Reduce { .. } | Coll::Ppermute { .. } | Coll::AxisIndex { .. } => {}
+            Coll::AllGather { size, axis, tiled: false, .. } => {
+                let a = if *axis < 0 { (*axis + s.len() as isize + 1) as usize } else { *axis as usize };
+                s.insert(a, *size);
+            }
+            Coll::AllGather { size, axis, tiled: true, .. } => {
+                let a = if *axis < 0 { (*axis + s.len() as isize) as usize } else { *axis as usize };
+                s[a] *= size;
+            }
+            Coll::PsumScatter { dim, tiled: false, .. } => {
+                s.remove(*dim);
+            }
+            Coll::PsumScatter { size, dim, tiled: true, .. } => s[*dim] /= size,
+            Coll::AllToAll { size, split, concat, tiled: false, .. } => {
+                s.remove(*split);
+                s.insert(*concat, *size);
+            }
+            Coll::AllToAll { size, split, concat, tiled: true, .. } => {
+                s[*split] /= size;
+                s[*concat] *= size;
+            }
+        }
+        s
+    }
 }
 
 /// An in-place write to one of the function's own arguments, made before
@@ -412,6 +495,21 @@ fn leaf(shape: &[usize]) -> BoxedStrategy<Expr> {
 
 /// Number of constructors `build` knows (0 is the leaf).
 const CHOICES: usize = 25;
+/// The choice of a collective: drawn only where names are bound.
+const COLLECTIVE: usize = CHOICES;
+
+/// Where a program runs: the names the named vmaps of its stack bind (the
+/// innermost binding of each name, whose size the program sees), and
+/// whether a transform of the stack differentiates it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Env {
+    pub axes: Vec<(String, usize)>,
+    /// grad, jvp, jacfwd, jacrev or hessian in the stack.
+    pub diff: bool,
+    /// The names whose vmap has another batching transform (vmap, jacfwd,
+    /// jacrev, hessian) inside it.
+    pub mapped_inside: Vec<String>,
+}
 
 /// The output size of `reduce_window` along an axis of `n` elements: a
 /// window of `w` taps `wd` apart, moving by `st`, over the input dilated
@@ -429,22 +527,30 @@ pub fn window_out(n: usize, w: usize, st: usize, bd: usize, wd: usize, same: boo
     (padded >= wdl).then(|| (padded - wdl) / st + 1)
 }
 
-/// An expression whose value has exactly `shape`, at most `depth` deep.
-pub fn expr(shape: Vec<usize>, depth: u32) -> BoxedStrategy<Expr> {
+/// An expression whose value has exactly `shape`, at most `depth` deep,
+/// with collectives over the names `env` binds.
+pub fn expr(shape: Vec<usize>, depth: u32, env: Arc<Env>) -> BoxedStrategy<Expr> {
     if depth == 0 {
         return leaf(&shape);
     }
-    // Choice 0 (the leaf) a seventh of the time; the rest uniformly.
-    let choice = prop_oneof![1 => Just(0usize), 6 => 1..CHOICES];
-    (choice, any::<u64>()).prop_flat_map(move |(c, seed)| build(shape.clone(), depth, c, seed)).boxed()
+    // Choice 0 (the leaf) a seventh of the time; the rest uniformly; and
+    // where names are bound, a collective a fifth of the time.
+    let choice = if env.axes.is_empty() {
+        prop_oneof![1 => Just(0usize), 6 => 1..CHOICES].boxed()
+    } else {
+        prop_oneof![1 => Just(0usize), 6 => 1..CHOICES, 2 => Just(COLLECTIVE)].boxed()
+    };
+    (choice, any::<u64>()).prop_flat_map(move |(c, seed)| build(shape.clone(), depth, c, seed, env.clone())).boxed()
 }
 
-fn build(s: Vec<usize>, depth: u32, choice: usize, seed: u64) -> BoxedStrategy<Expr> {
+fn build(s: Vec<usize>, depth: u32, choice: usize, seed: u64, env: Arc<Env>) -> BoxedStrategy<Expr> {
     let mut m = Mix::new(seed);
     let d = depth - 1;
     let r = s.len();
-    let sub = |shape: Vec<usize>| expr(shape, d);
+    let env2 = env.clone();
+    let sub = move |shape: Vec<usize>| expr(shape, d, env2.clone());
     match choice {
+        COLLECTIVE => collective(&s, &env, &mut m, &sub),
         1 | 2 => (select(unary_ops()), sub(s.clone())).prop_map(|(op, x)| Expr::Unary(op, b(x))).boxed(),
         3 | 4 => {
             let other = broadcast_source(&s, &mut m);
@@ -703,6 +809,211 @@ fn build(s: Vec<usize>, depth: u32, choice: usize, seed: u64) -> BoxedStrategy<E
     }
 }
 
+fn coll(op: Coll, x: Expr) -> Expr {
+    Expr::Collective { op, x: b(x) }
+}
+
+/// `x * (axis_index(name) + 1)`: varies along the axis.
+fn vary(x: Expr, name: &str) -> Expr {
+    coll(Coll::AxisIndex { name: name.to_string(), offset: 1 }, x)
+}
+
+/// A collective whose value has shape `s` (an operand generated by
+/// `sub`), over names of `env`. Those whose result's shape depends on the
+/// axis's size take a fitting operand, or gather more than `s` holds and
+/// `take` (or sum) from it. JAX's gaps are avoided (xform fills them, so
+/// there is nothing to compare; `tests/suite/collectives.rs` tests them):
+/// - pmax / pmin have no JVP in JAX: drawn only where nothing differentiates;
+/// - all_to_all of a value that does not vary along the axis has the wrong
+///   shape in JAX's vmap (and under differentiation, its tangent or
+///   cotangent may not vary): the operand and the result are multiplied by
+///   `axis_index + 1`, so both and their tangents and cotangents vary;
+/// - all_to_all untiled with split_axis != concat_axis: JAX's transpose
+///   gets the cotangent's shape wrong under `vmap(grad(..))`: drawn only
+///   where nothing differentiates;
+/// - all_to_all, and tiled psum_scatter, over an axis of size 0: JAX
+///   divides by the size (ZeroDivisionError);
+/// - ppermute with a partial permutation: JAX's vmap asserts a full one;
+/// - untiled psum_scatter under a vmap of another axis inside the named
+///   one (jacfwd, jacrev and hessian map too), where that vmap's batch
+///   dimension follows the scattered one: JAX's `_reduce_scatter_batcher`
+///   moves the batch dimension up (`d += 1`) where the scattered dimension
+///   it removes is before it (an IndexError, or a wrong axis): untiled
+///   psum_scatter only where nothing maps inside the named vmap, and
+///   untiled all_gather (whose transpose it is) there only where nothing
+///   differentiates;
+/// - a name whose vmap has a custom_vjp inside and reverse mode outside:
+///   JAX traces the bwd after the vmap is done (an unbound name); such
+///   names are left out of the `Env` (`case::env`).
+fn collective(
+    s: &[usize],
+    env: &Env,
+    m: &mut Mix,
+    sub: &dyn Fn(Vec<usize>) -> BoxedStrategy<Expr>,
+) -> BoxedStrategy<Expr> {
+    let r = s.len();
+    let (name, n) = env.axes[m.int(0, env.axes.len() - 1)].clone();
+    let mapped_inside = env.mapped_inside.contains(&name);
+    // `take` of `len` elements along `axis` from an axis of `from` (>= 1):
+    // indices in [-from, from)
+    let take_idx = |len: usize, from: usize, m: &mut Mix| -> Vec<i64> {
+        (0..len).map(|_| m.int(0, 2 * from - 1) as i64 - from as i64).collect()
+    };
+    let kind = m.int(0, 9);
+    match kind {
+        // all_gather, untiled: the new axis of size n at `a`
+        3 | 4 if n >= 1 && (r >= 1 || !(env.diff && mapped_inside)) => {
+            let tiled = r >= 1 && (kind == 4 || (env.diff && mapped_inside));
+            if !tiled {
+                let direct: Vec<usize> = (0..r).filter(|&a| s[a] == n).collect();
+                let pick = if !direct.is_empty() {
+                    m.int(0, 2)
+                } else if r >= 1 {
+                    m.int(1, 2)
+                } else {
+                    2
+                };
+                let pick = if pick == 2 && r >= MAX_RANK { 1 } else { pick };
+                let neg = m.coin();
+                let axis_of = move |a: usize, rank: usize| if neg { a as isize - rank as isize } else { a as isize };
+                match pick {
+                    0 => {
+                        let a = direct[m.int(0, direct.len() - 1)];
+                        let mut src = s.to_vec();
+                        src.remove(a);
+                        let op = Coll::AllGather { name, size: n, axis: axis_of(a, r), tiled: false };
+                        sub(src).prop_map(move |x| coll(op.clone(), x)).boxed()
+                    }
+                    1 => {
+                        let a = m.int(0, r - 1);
+                        let mut src = s.to_vec();
+                        src.remove(a);
+                        let idx = take_idx(s[a], n, m);
+                        let op = Coll::AllGather { name, size: n, axis: axis_of(a, r), tiled: false };
+                        sub(src)
+                            .prop_map(move |x| Expr::Take { axis: a, idx: idx.clone(), x: b(coll(op.clone(), x)) })
+                            .boxed()
+                    }
+                    _ => {
+                        let a = m.int(0, r);
+                        let op = Coll::AllGather { name, size: n, axis: axis_of(a, r + 1), tiled: false };
+                        sub(s.to_vec())
+                            .prop_map(move |x| Expr::Reduce {
+                                op: Red::Sum,
+                                axes: vec![a],
+                                keepdims: false,
+                                x: b(coll(op.clone(), x)),
+                            })
+                            .boxed()
+                    }
+                }
+            } else {
+                let a = m.int(0, r - 1);
+                let axis = if m.coin() { a as isize - r as isize } else { a as isize };
+                let op = Coll::AllGather { name, size: n, axis, tiled: true };
+                let mut src = s.to_vec();
+                if s[a].is_multiple_of(n) && s[a] > 0 && m.coin() {
+                    src[a] = s[a] / n;
+                    sub(src).prop_map(move |x| coll(op.clone(), x)).boxed()
+                } else {
+                    src[a] = m.int(1, 2);
+                    let idx = take_idx(s[a], n * src[a], m);
+                    sub(src)
+                        .prop_map(move |x| Expr::Take { axis: a, idx: idx.clone(), x: b(coll(op.clone(), x)) })
+                        .boxed()
+                }
+            }
+        }
+        // psum_scatter: untiled, the scattered axis (of size n) removed;
+        // tiled, divided by n
+        5 if (r < MAX_RANK && !mapped_inside && m.coin()) || (r >= 1 && n >= 1) => {
+            let tiled = !(r < MAX_RANK && !mapped_inside && (n == 0 || r == 0 || m.coin()));
+            let mut src = s.to_vec();
+            let dim = if tiled {
+                let d = m.int(0, r - 1);
+                src[d] *= n;
+                d
+            } else {
+                let d = m.int(0, r);
+                src.insert(d, n);
+                d
+            };
+            let op = Coll::PsumScatter { name, size: n, dim, tiled };
+            sub(src).prop_map(move |x| coll(op.clone(), x)).boxed()
+        }
+        // all_to_all on an operand that varies along the axis, its result
+        // made to vary too (see above)
+        6 | 7 if n >= 1 && r >= 1 => {
+            let tiled = m.coin();
+            let same = r < 2 || m.coin() || (!tiled && env.diff);
+            let split = m.int(0, r - 1);
+            let concat = if same { split } else { (split + m.int(1, r - 1)) % r };
+            // the result's shape before a `take` along `concat`: s, with
+            // s[concat] a multiple of n (tiled) or n (untiled)
+            let fits = if tiled { s[concat].is_multiple_of(n) && s[concat] > 0 } else { s[concat] == n };
+            let mut res = s.to_vec();
+            let take = if fits && m.coin() {
+                None
+            } else {
+                res[concat] = if tiled { n * m.int(1, 2) } else { n };
+                Some(take_idx(s[concat], res[concat], m))
+            };
+            let src = if tiled {
+                let mut src = res.clone();
+                src[concat] /= n;
+                src[split] *= n;
+                src
+            } else {
+                let mut src = res.clone();
+                src.remove(concat);
+                src.insert(split, n);
+                src
+            };
+            let op = Coll::AllToAll { name: name.clone(), size: n, split, concat, tiled };
+            sub(src)
+                .prop_map(move |x| {
+                    let y = vary(coll(op.clone(), vary(x, &name)), &name);
+                    match &take {
+                        Some(idx) => Expr::Take { axis: concat, idx: idx.clone(), x: b(y) },
+                        None => y,
+                    }
+                })
+                .boxed()
+        }
+        8 => {
+            let p = perm(n, m);
+            let mut pairs: Vec<(usize, usize)> = (0..n).map(|k| (k, p[k])).collect();
+            for i in (1..pairs.len()).rev() {
+                let j = m.int(0, i);
+                pairs.swap(i, j);
+            }
+            let op = Coll::Ppermute { name, perm: pairs };
+            sub(s.to_vec()).prop_map(move |x| coll(op.clone(), x)).boxed()
+        }
+        9 => {
+            let op = Coll::AxisIndex { name, offset: m.int(0, 1) };
+            sub(s.to_vec()).prop_map(move |x| coll(op.clone(), x)).boxed()
+        }
+        // psum / pmean over one name or several; pmax / pmin where nothing
+        // differentiates (and where a shape-changing one does not apply)
+        _ => {
+            let ops: &[PRed] =
+                if env.diff { &[PRed::Psum, PRed::Pmean] } else { &[PRed::Psum, PRed::Pmean, PRed::Pmax, PRed::Pmin] };
+            let op = ops[m.int(0, ops.len() - 1)];
+            let mut names: Vec<String> = env.axes.iter().filter(|_| m.int(0, 2) == 0).map(|(a, _)| a.clone()).collect();
+            if !names.contains(&name) {
+                names.push(name);
+            }
+            for i in (1..names.len()).rev() {
+                let j = m.int(0, i);
+                names.swap(i, j);
+            }
+            let op = Coll::Reduce { op, names };
+            sub(s.to_vec()).prop_map(move |x| coll(op.clone(), x)).boxed()
+        }
+    }
+}
+
 /// Where `Expr::Inf` puts infinities: each element kept, +inf or -inf
 /// (a whole row of -inf now and then).
 fn inf_pattern(n: usize, m: &mut Mix) -> Vec<i8> {
@@ -814,7 +1125,9 @@ fn number(e: &mut Expr, keys: &mut Vec<(Vec<usize>, usize)>) {
         | Expr::Flip { x, .. }
         | Expr::Take { x, .. }
         | Expr::DynSlice { x, .. } => number(x, keys),
-        Expr::Pad { x, .. } | Expr::Var { x, .. } | Expr::Window { x, .. } => number(x, keys),
+        Expr::Pad { x, .. } | Expr::Var { x, .. } | Expr::Window { x, .. } | Expr::Collective { x, .. } => {
+            number(x, keys)
+        }
         Expr::Where { a, b, x, y } => {
             for e in [a, b, x, y] {
                 number(e, keys);
@@ -851,25 +1164,74 @@ fn random_shape(m: &mut Mix) -> Vec<usize> {
 
 /// A write to an argument of a random shape (a leaf, so an input), through
 /// a view, of a value at most `depth` deep.
-fn arg_write(depth: u32, seed: u64) -> BoxedStrategy<ArgWrite> {
+fn arg_write(depth: u32, seed: u64, env: Arc<Env>) -> BoxedStrategy<ArgWrite> {
     let mut m = Mix::new(seed);
     let shape = random_shape(&mut m);
     let (view, vshape) = view_of(&shape, &mut m);
     let value_shape = broadcast_source(&vshape, &mut m);
     let op = [MutOp::Add, MutOp::Sub, MutOp::Mul, MutOp::Copy][m.int(0, 3)];
-    (leaf(&shape), select(unary_ops()), expr(value_shape, depth))
+    (leaf(&shape), select(unary_ops()), expr(value_shape, depth, env))
         .prop_map(move |(target, un, v)| ArgWrite { target, view: view.clone(), op, value: Expr::Unary(un, b(v)) })
         .boxed()
 }
 
 /// A program of one or two outputs of random shapes, up to `depth` deep,
-/// which writes to its own arguments first a third of the time.
-pub fn program(depth: u32) -> impl Strategy<Value = Program> {
+/// which writes to its own arguments first a third of the time, with
+/// collectives over the names `env` binds.
+pub fn program(depth: u32, env: Env) -> impl Strategy<Value = Program> {
+    let env = Arc::new(env);
     (1usize..=2, any::<u64>(), prop_oneof![2 => Just(0usize), 1 => 1usize..=2]).prop_flat_map(move |(n, seed, nw)| {
         let mut m = Mix::new(seed);
-        let outs: Vec<BoxedStrategy<Expr>> = (0..n).map(|_| expr(random_shape(&mut m), depth)).collect();
+        let outs: Vec<BoxedStrategy<Expr>> = (0..n).map(|_| expr(random_shape(&mut m), depth, env.clone())).collect();
         let writes: Vec<BoxedStrategy<ArgWrite>> =
-            (0..nw).map(|_| arg_write(depth.saturating_sub(2), m.next())).collect();
+            (0..nw).map(|_| arg_write(depth.saturating_sub(2), m.next(), env.clone())).collect();
         (writes, outs).prop_map(|(w, o)| Program::new(w, o))
     })
+}
+
+/// The operands of an expression.
+fn children(e: &Expr) -> Vec<&Expr> {
+    match e {
+        Expr::Input(_) | Expr::Leaf { .. } => vec![],
+        Expr::Unary(_, x)
+        | Expr::Reduce { x, .. }
+        | Expr::Softmax { x, .. }
+        | Expr::Inf { x, .. }
+        | Expr::Cumsum { x, .. }
+        | Expr::Reshape { x, .. }
+        | Expr::Permute { x, .. }
+        | Expr::Broadcast { x, .. }
+        | Expr::Slice { x, .. }
+        | Expr::Flip { x, .. }
+        | Expr::Take { x, .. }
+        | Expr::DynSlice { x, .. }
+        | Expr::Pad { x, .. }
+        | Expr::Var { x, .. }
+        | Expr::Window { x, .. }
+        | Expr::Collective { x, .. } => vec![x],
+        Expr::Where { a, b, x, y } => vec![a, b, x, y],
+        Expr::Binary(_, x, y)
+        | Expr::DynUpdate { x, u: y, .. }
+        | Expr::Matmul(x, y)
+        | Expr::Pow { base: x, exp: y }
+        | Expr::IndexAdd { x, src: y, .. }
+        | Expr::DynSliceAt { x, at: y, .. }
+        | Expr::Mutate { target: x, value: y, .. } => vec![x, y],
+        Expr::Concat { xs, .. } => xs.iter().collect(),
+    }
+}
+
+impl Program {
+    /// The collectives of the program (the writes' values and the outputs).
+    pub fn collectives(&self) -> Vec<&Coll> {
+        let mut todo: Vec<&Expr> = self.writes.iter().map(|w| &w.value).chain(&self.outputs).collect();
+        let mut out = Vec::new();
+        while let Some(e) = todo.pop() {
+            if let Expr::Collective { op, .. } = e {
+                out.push(op);
+            }
+            todo.extend(children(e));
+        }
+        out
+    }
 }

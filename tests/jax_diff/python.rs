@@ -2,7 +2,7 @@
 //! `run(xs)` function), and a standalone reproducer.
 
 use crate::case::{Case, Tf};
-use crate::program::{into_domain, Expr, MutOp, Red, Un, View};
+use crate::program::{into_domain, Coll, Expr, MutOp, Red, Un, View};
 use xform::core::prims::sample::Dom;
 use xform::DType;
 
@@ -161,6 +161,31 @@ pub fn python(e: &Expr) -> String {
             tuple(wdil)
         ),
         Expr::Mutate { op, view, target, value } => update(*op, view, &python(target), &python(value)),
+        Expr::Collective { op, x } => {
+            let x = python(x);
+            let py = |b: bool| if b { "True" } else { "False" };
+            match op {
+                // one name as a string, several as a tuple
+                Coll::Reduce { names, .. } => {
+                    let names: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();
+                    let names = if names.len() == 1 { names[0].clone() } else { format!("({},)", names.join(", ")) };
+                    format!("lax.{}({x}, {names})", op.name())
+                }
+                Coll::AllGather { name, axis, tiled, .. } => {
+                    format!("lax.all_gather({x}, '{name}', axis={axis}, tiled={})", py(*tiled))
+                }
+                Coll::PsumScatter { name, dim, tiled, .. } => {
+                    format!("lax.psum_scatter({x}, '{name}', scatter_dimension={dim}, tiled={})", py(*tiled))
+                }
+                Coll::AllToAll { name, split, concat, tiled, .. } => {
+                    format!("lax.all_to_all({x}, '{name}', {split}, {concat}, tiled={})", py(*tiled))
+                }
+                Coll::Ppermute { name, perm } => format!("lax.ppermute({x}, '{name}', perm={perm:?})"),
+                Coll::AxisIndex { name, offset } => {
+                    format!("({x} * (lax.axis_index('{name}') + {offset}).astype(jnp.float64))")
+                }
+            }
+        }
     }
 }
 
@@ -174,6 +199,23 @@ fn update(op: MutOp, view: &View, t: &str, v: &str) -> String {
         MutOp::Copy => format!("{t}.at[{idx}].set({v})"),
     };
     match view {
+        // A copy into the whole value (or a transposed view of it) replaces
+        // it: the result is the value broadcast, batched only where the
+        // value is (xform's copy_ keeps no batch axis of the target there;
+        // JAX's `.at[...].set` would keep the target's, and refuse to write
+        // the result into an argument vmap does not batch).
+        View::Whole if op == MutOp::Copy => format!("jnp.broadcast_to({v}, jnp.shape({t}))"),
+        View::Permute(p) if op == MutOp::Copy => {
+            let mut inv = vec![0; p.len()];
+            for (i, &a) in p.iter().enumerate() {
+                inv[a] = i;
+            }
+            format!(
+                "jnp.transpose(jnp.broadcast_to({v}, jnp.shape(jnp.transpose({t}, {}))), {})",
+                tuple(p),
+                tuple(&inv)
+            )
+        }
         View::Whole => at("...".into()),
         View::Slice { axis, start, stop, step } => at(index(*axis, format!("slice({start}, {stop}, {step})"))),
         View::Select { axis, index: i } => at(index(*axis, i.to_string())),
@@ -218,10 +260,11 @@ pub fn source(case: &Case) -> String {
         let (p, n) = (k, k + 1);
         let body = match tf {
             Tf::Grad => format!("return jax.grad(scalar_aux(f{p}), has_aux=True)(xs)"),
-            Tf::Vmap { in_axes, out_axis, .. } => {
+            Tf::Vmap { in_axes, out_axis, name, .. } => {
                 let ax: Vec<String> = in_axes.iter().map(|a| a.map_or("None".into(), |a| a.to_string())).collect();
                 let ax = ax.join(", ");
-                format!("return jax.vmap(f{p}, in_axes=([{ax}],), out_axes=({out_axis}, [{ax}]))(xs)")
+                let name = name.as_ref().map_or(String::new(), |n| format!(", axis_name='{n}'"));
+                format!("return jax.vmap(f{p}, in_axes=([{ax}],), out_axes=({out_axis}, [{ax}]){name})(xs)")
             }
             Tf::Jvp => format!(
                 "y, t, a = jax.jvp(f{p}, (xs,), ([tangent(x) for x in xs],), has_aux=True)\n    return list(y) + list(t), a"
