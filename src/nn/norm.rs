@@ -352,6 +352,57 @@ impl BatchNorm {
     }
 }
 
+/// Checks what both forms of batch normalization take alike: statistics
+/// `[C]`, weight and bias `[C]`, momentum in `[0, 1]`, eps; returns `[C]`.
+#[track_caller]
+fn check_batch_norm_args(
+    op: &str,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    stats: &BatchNormStats,
+    momentum: f64,
+    eps: f64,
+) -> Shape {
+    let c = stats.mean.shape();
+    if c.rank() != 1 || stats.var.shape() != c {
+        Error::shape(op, "the running mean and variance must both be [C]", &[&c, &stats.var.shape()]).raise();
+    }
+    for (name, p) in [("weight", weight), ("bias", bias)] {
+        if let Some(p) = p {
+            if p.shape() != c {
+                Error::shape(op, format!("the {name} must be [C] like the running statistics"), &[&p.shape(), &c])
+                    .raise();
+            }
+        }
+    }
+    if !(0.0..=1.0).contains(&momentum) {
+        Error::invalid(op, format!("momentum must be in [0, 1], got {momentum}")).raise();
+    }
+    check_eps(op, eps);
+    c
+}
+
+/// Training's normalization of the deviations `d = x - mean` by the
+/// batch's biased variance `var` (both kept dims), and the running
+/// statistics updated with the batch's mean and unbiased variance over `n`
+/// values per channel (no gradient, as PyTorch's `no_grad` update).
+fn normalize_and_update(
+    d: Tensor,
+    mean: &Tensor,
+    var: &Tensor,
+    n: usize,
+    stats: &BatchNormStats,
+    momentum: f64,
+    eps: f64,
+) -> (Tensor, BatchNormStats) {
+    let y = d * (var + eps).rsqrt();
+    let c = stats.mean.dim(0) as isize;
+    let flat = |t: &Tensor| t.reshape(&[c]).stop_gradient();
+    let unbiased = flat(var) * (n as f64 / (n - 1) as f64);
+    let update = |old: &Tensor, new: Tensor| old * (1.0 - momentum) + new.cast(old.dtype()) * momentum;
+    (y, BatchNormStats { mean: update(&stats.mean, flat(mean)), var: update(&stats.var, unbiased) })
+}
+
 /// Functional batch normalization (`torch.nn.functional.batch_norm`) of
 /// `x: [N, C]` or `[N, C, *]` over every axis but the channel axis 1:
 ///
@@ -389,10 +440,7 @@ pub fn batch_norm(
 ) -> (Tensor, BatchNormStats) {
     let op = "BatchNorm";
     let s = x.shape();
-    let c = stats.mean.shape();
-    if c.rank() != 1 || stats.var.shape() != c {
-        Error::shape(op, "the running mean and variance must both be [C]", &[&c, &stats.var.shape()]).raise();
-    }
+    let c = check_batch_norm_args(op, weight, bias, stats, momentum, eps);
     if s.rank() < 2 || s[1] != c[0] {
         Error::shape(
             op,
@@ -404,18 +452,6 @@ pub fn batch_norm(
         )
         .raise();
     }
-    for (name, p) in [("weight", weight), ("bias", bias)] {
-        if let Some(p) = p {
-            if p.shape() != c {
-                Error::shape(op, format!("the {name} must be [C] like the running statistics"), &[&p.shape(), &c])
-                    .raise();
-            }
-        }
-    }
-    if !(0.0..=1.0).contains(&momentum) {
-        Error::invalid(op, format!("momentum must be in [0, 1], got {momentum}")).raise();
-    }
-    check_eps(op, eps);
     let dt = compute_dtype(op, x);
     let r = s.rank();
     let xc = x.cast(dt);
@@ -428,12 +464,7 @@ pub fn batch_norm(
         let mean = xc.mean_axes(&axes, true);
         let d = &xc - &mean;
         let var = (&d * &d).mean_axes(&axes, true);
-        let y = d * (&var + eps).rsqrt();
-        let flat = |t: &Tensor| t.reshape(&[c[0] as isize]).stop_gradient();
-        let unbiased = flat(&var) * (n as f64 / (n - 1) as f64);
-        let update = |old: &Tensor, new: Tensor| old * (1.0 - momentum) + new.cast(old.dtype()) * momentum;
-        let stats = BatchNormStats { mean: update(&stats.mean, flat(&mean)), var: update(&stats.var, unbiased) };
-        (y, stats)
+        normalize_and_update(d, &mean, &var, n, stats, momentum, eps)
     } else {
         let mean = per_channel(&stats.mean, r, dt);
         let var = per_channel(&stats.var, r, dt);
@@ -474,10 +505,7 @@ pub fn batch_norm_across(
     use crate::OrRaise;
     let op = "BatchNorm";
     let s = x.shape();
-    let c = stats.mean.shape();
-    if c.rank() != 1 || stats.var.shape() != c {
-        Error::shape(op, "the running mean and variance must both be [C]", &[&c, &stats.var.shape()]).raise();
-    }
+    let c = check_batch_norm_args(op, weight, bias, stats, momentum, eps);
     if s.rank() < 1 || s[0] != c[0] {
         Error::shape(
             op,
@@ -489,10 +517,6 @@ pub fn batch_norm_across(
         )
         .raise();
     }
-    if !(0.0..=1.0).contains(&momentum) {
-        Error::invalid(op, format!("momentum must be in [0, 1], got {momentum}")).raise();
-    }
-    check_eps(op, eps);
     let dt = compute_dtype(op, x);
     let r = s.rank();
     let xc = x.cast(dt);
@@ -507,12 +531,7 @@ pub fn batch_norm_across(
         let mean = pmean(&local_mean(&xc), axis_name).or_raise();
         let d = &xc - &mean;
         let var = pmean(&local_mean(&(&d * &d)), axis_name).or_raise();
-        let y = d * (&var + eps).rsqrt();
-        let flat = |t: &Tensor| t.reshape(&[c[0] as isize]).stop_gradient();
-        let unbiased = flat(&var) * (n as f64 / (n - 1) as f64);
-        let update = |old: &Tensor, new: Tensor| old * (1.0 - momentum) + new.cast(old.dtype()) * momentum;
-        let stats = BatchNormStats { mean: update(&stats.mean, flat(&mean)), var: update(&stats.var, unbiased) };
-        (y, stats)
+        normalize_and_update(d, &mean, &var, n, stats, momentum, eps)
     } else {
         let mean = per_channel(&stats.mean, r + 1, dt);
         let var = per_channel(&stats.var, r + 1, dt);
