@@ -123,12 +123,6 @@ impl Executable {
         self.traced_eqns
     }
 
-    /// True if it has a replay plan (its program holds no tracer of an
-    /// enclosing transform and no collective).
-    pub fn has_plan(&self) -> bool {
-        self.plan.is_some()
-    }
-
     /// True if it may be kept for later calls: it holds no tracer of an
     /// enclosing transform.
     pub fn cacheable(&self) -> bool {

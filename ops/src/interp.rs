@@ -367,13 +367,11 @@ fn owner(level: Level, inputs: &[Tensor]) -> Option<(Level, *const dyn Interpret
 
 /// [`owner`] for a primitive that may name axes (a collective, or control
 /// flow whose bodies hold one): the first level from `level` down that owns
-/// an input or binds one of the names (NOTE: [named axes]).
+/// an input or binds one of the names (NOTE: [named axes]). The names (a
+/// walk of a control primitive's bodies) are asked for only once the walk
+/// meets a level that binds a name: without named maps this is `owner`.
 #[cold]
 fn owner_named(level: Level, prim: &Prim, inputs: &[Tensor]) -> Option<(Level, *const dyn Interpreter)> {
-    let names = prim.axis_names();
-    if names.is_empty() {
-        return owner(level, inputs);
-    }
     let ids: SmallVec<[u64; 4]> = inputs
         .iter()
         .filter_map(|t| match &*t.value() {
@@ -381,18 +379,41 @@ fn owner_named(level: Level, prim: &Prim, inputs: &[Tensor]) -> Option<(Level, *
             Value::Array(_) => None,
         })
         .collect();
+    let mut names: Option<SmallVec<[AxisName; 2]>> = None;
     STACK.with(|s| {
         let s = s.borrow();
         let mut level = level;
         while level > 0 {
             let e = &s.entries[level - 1];
-            let binds = e.axis.as_ref().is_some_and(|(n, _)| names.iter().any(|m| m == n));
-            if binds || ids.contains(&e.tag.id) {
+            if ids.contains(&e.tag.id) {
                 return Some((level, e.interp));
+            }
+            if let Some((n, _)) = &e.axis {
+                if names.get_or_insert_with(|| prim.axis_names()).contains(n) {
+                    return Some((level, e.interp));
+                }
             }
             level = e.parent;
         }
         None
+    })
+}
+
+/// Calls `f` on each named axis bound from the current level down,
+/// innermost first, until it returns true.
+fn find_named_axis(mut f: impl FnMut(&AxisName, usize) -> bool) {
+    STACK.with(|s| {
+        let s = s.borrow();
+        let mut level = s.current;
+        while level > 0 {
+            let e = &s.entries[level - 1];
+            if let Some((n, size)) = &e.axis {
+                if f(n, *size) {
+                    return;
+                }
+            }
+            level = e.parent;
+        }
     })
 }
 
@@ -401,21 +422,14 @@ fn owner_named(level: Level, prim: &Prim, inputs: &[Tensor]) -> Option<(Level, *
 /// else by a device-mapped axis this thread runs a position of ([`DeviceAxis`],
 /// `pmap`) (NOTE: [named axes]); `None` where nothing binds it.
 pub fn axis_size(name: &str) -> Option<usize> {
-    let on_stack = STACK.with(|s| {
-        let s = s.borrow();
-        let mut level = s.current;
-        while level > 0 {
-            let e = &s.entries[level - 1];
-            if let Some((n, size)) = &e.axis {
-                if &**n == name {
-                    return Some(*size);
-                }
-            }
-            level = e.parent;
+    let mut found = None;
+    find_named_axis(|n, size| {
+        if &**n == name {
+            found = Some(size);
         }
-        None
+        found.is_some()
     });
-    on_stack.or_else(|| device_axis(name).map(|d| d.size))
+    found.or_else(|| device_axis(name).map(|d| d.size))
 }
 
 /// Hands values among the positions of a device-mapped axis (`pmap`'s
@@ -477,18 +491,10 @@ pub fn device_axis(name: &str) -> Option<DeviceAxis> {
 /// their sizes (what a staged program's collectives were shaped by: jit
 /// keys its cache with it).
 pub fn axis_env() -> SmallVec<[(AxisName, usize); 2]> {
-    let mut out: SmallVec<[(AxisName, usize); 2]> = STACK.with(|s| {
-        let s = s.borrow();
-        let mut out = SmallVec::new();
-        let mut level = s.current;
-        while level > 0 {
-            let e = &s.entries[level - 1];
-            if let Some(a) = &e.axis {
-                out.push(a.clone());
-            }
-            level = e.parent;
-        }
-        out
+    let mut out: SmallVec<[(AxisName, usize); 2]> = SmallVec::new();
+    find_named_axis(|n, size| {
+        out.push((n.clone(), size));
+        false
     });
     DEVICE_AXES.with(|d| out.extend(d.borrow().iter().rev().map(|a| (a.name.clone(), a.size))));
     out

@@ -54,5 +54,12 @@ fn main() {
     if n > 1 {
         assert!(e.unwrap_err().to_string().contains("different collectives"));
     }
+    // the process axis is bound on the thread that runs `run`: on a pmap
+    // device's thread a collective over it is an unbound name, not a hang
+    xform::set_cpu_device_count(2);
+    let pair = Tensor::stack(&[x.clone(), x.clone()], 0);
+    let e = procs
+        .run("p", || xform::try_pmap_call(&|x: &Tensor| psum(x, "p").or_raise(), &xform::PmapOptions::new(), &pair));
+    assert!(matches!(e.unwrap_err().kind, xform::ErrorKind::UnboundAxis { .. }));
     println!("rank {rank} of {n}: {} collectives across processes equal vmap's", fs.len());
 }

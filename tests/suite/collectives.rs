@@ -386,3 +386,16 @@ fn jacrev_and_hessian_through_collectives() {
     })(&xs);
     close(&g, &[9.0, 12.0, 15.0], 0.0);
 }
+
+/// ppermute of a value that does not vary along the axis: a full
+/// permutation leaves it (unbatched), a partial one zeroes the examples
+/// that receive nothing.
+#[test]
+fn ppermute_of_an_unvarying_value() {
+    let c = Tensor::scalar(2.0f64);
+    let opts = named("i").in_axes(None::<isize>).axis_size(3);
+    let full = vmap_with(|c: &Tensor| ppermute(c, "i", &[(0, 1), (1, 2), (2, 0)]).or_raise(), opts.clone())(&c);
+    close(&full, &[2.0; 3], 0.0);
+    let partial = vmap_with(|c: &Tensor| ppermute(c, "i", &[(0, 2)]).or_raise(), opts)(&c);
+    close(&partial, &[0.0, 0.0, 2.0], 0.0);
+}

@@ -137,3 +137,29 @@ fn pmap_under_transforms() {
     assert_eq!(gp.to_vec::<f64>(), gv.to_vec::<f64>());
     let _ = f;
 }
+
+/// Each device runs its shard on a thread of its own, in a rayon pool of
+/// its own (the machine's threads split among the devices).
+#[test]
+fn each_device_has_its_own_threads() {
+    setup();
+    let seen = std::sync::Mutex::new(Vec::new());
+    let x = Tensor::arange(0.0, 4.0, 1.0, DType::F64);
+    pmap_with(
+        |x: &Tensor| {
+            let name = std::thread::current().name().unwrap_or("").to_string();
+            seen.lock().unwrap().push((name, rayon::current_num_threads(), rayon::current_thread_index().is_some()));
+            x.clone()
+        },
+        PmapOptions::new(),
+    )(&x);
+    let mut seen = seen.into_inner().unwrap();
+    seen.sort();
+    let cores = std::thread::available_parallelism().map_or(1, |t| t.get());
+    assert_eq!(seen.len(), 4);
+    for (k, (name, threads, in_pool)) in seen.iter().enumerate() {
+        assert!(name.starts_with(&format!("xform-cpu-device-{k}-worker-")), "{name}");
+        assert_eq!(*threads, (cores / 4).max(1));
+        assert!(*in_pool);
+    }
+}

@@ -28,7 +28,7 @@
 //! supported: `pmap` runs on the CPU devices.
 
 use crate::tree::{Leaves, Tree};
-use crate::vmap::{resolve_axes, try_vmap_call, Axes, VmapOptions};
+use crate::vmap::{mapped_axes, resolve_axes, try_vmap_call, Axes, VmapOptions};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use xform_ops::interp::{with_device_axis, DeviceAxis, Exchange};
@@ -143,29 +143,7 @@ where
     if xform_ops::interp::stack_depth() > 0 || leaves.iter().any(Tensor::is_tracer) {
         return try_vmap_call(f, &vopts, x);
     }
-    let axes = resolve_axes("in_axes", &opts.in_axes, leaves.len(), || x.skeleton())?;
-    let mut mapped: Vec<Option<usize>> = Vec::with_capacity(leaves.len());
-    let mut size = None;
-    for (i, (l, a)) in leaves.iter().zip(&axes).enumerate() {
-        let Some(a) = a else {
-            mapped.push(None);
-            continue;
-        };
-        let r = l.rank() as isize;
-        let ax = if *a < 0 { a + r } else { *a };
-        if ax < 0 || ax >= r {
-            return Err(Error::batching(
-                "pmap",
-                format!("in_axes {a} is out of range for argument {} of shape {}", x.paths()[i], l.shape()),
-            ));
-        }
-        let n = l.shape()[ax as usize];
-        if size.is_some_and(|s| s != n) {
-            return Err(Error::batching("pmap", "inconsistent sizes along the mapped axes"));
-        }
-        size = Some(n);
-        mapped.push(Some(ax as usize));
-    }
+    let (mapped, size) = mapped_axes("pmap", x, &leaves, &opts.in_axes, None)?;
     let Some(n) = size else {
         return Err(Error::batching("pmap", "no argument is mapped (all in_axes are None)"));
     };
@@ -204,8 +182,6 @@ where
                         });
                         if r.is_ok() {
                             std::mem::forget(abort);
-                        } else {
-                            drop(abort);
                         }
                         r
                     })

@@ -20,7 +20,6 @@ use xform_ops::{
 /// The batching interpreter (one instance per vmap call).
 pub(crate) struct BatchInterp {
     tag: Tag,
-    size: usize,
     /// The axis batched over, as batch rules are told it (its name, where
     /// one was given, binds the collectives over it: NOTE: [named axes]).
     axis: BatchAxis,
@@ -41,7 +40,7 @@ struct Broadcast {
 impl BatchInterp {
     fn new(size: usize, name: Option<&str>) -> BatchInterp {
         let axis = BatchAxis { size, name: name.map(AxisName::from) };
-        BatchInterp { tag: Tag::fresh("vmap"), size, axis, last_broadcast: RefCell::new(None) }
+        BatchInterp { tag: Tag::fresh("vmap"), axis, last_broadcast: RefCell::new(None) }
     }
 
     fn wrap(&self, val: Tensor, bdim: Option<usize>) -> Tensor {
@@ -72,13 +71,13 @@ impl Interpreter for BatchInterp {
 
     fn describe(&self) -> Option<String> {
         Some(match &self.axis.name {
-            Some(n) => format!("vmap(size {}, axis_name '{n}')", self.size),
-            None => format!("vmap(size {})", self.size),
+            Some(n) => format!("vmap(size {}, axis_name '{n}')", self.axis.size),
+            None => format!("vmap(size {})", self.axis.size),
         })
     }
 
     fn named_axis(&self) -> Option<(AxisName, usize)> {
-        self.axis.name.clone().map(|n| (n, self.size))
+        self.axis.name.clone().map(|n| (n, self.axis.size))
     }
 
     fn process(&self, level: Level, prim: &Prim, inputs: &[Tensor]) -> Result<Outs> {
@@ -181,7 +180,7 @@ impl BatchInterp {
                 return Ok(b.batched.clone());
             }
         }
-        let batched = run_at_parent(level, || to_position(x, None, bdim, self.size))?;
+        let batched = run_at_parent(level, || to_position(x, None, bdim, self.axis.size))?;
         *self.last_broadcast.borrow_mut() = Some(Broadcast { _source: x.clone(), key, bdim, batched: batched.clone() });
         Ok(batched)
     }
@@ -453,10 +452,19 @@ pub fn vmap_axes<X: Tree, Y: Tree>(
     vmap_with(f, VmapOptions::new().in_axes(in_axes).out_axes(out_axes))
 }
 
-/// Calls `vmap_with(f, opts)` on `x`, returning errors instead of panicking.
-pub fn try_vmap_call<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &VmapOptions, x: &X) -> Result<Y> {
-    let leaves = x.leaves();
-    let axes = resolve_axes("in_axes", &opts.in_axes, leaves.len(), || x.skeleton())?;
+/// Each leaf's mapped axis (`in_axes` resolved against `x`'s leaves,
+/// negative axes counted from the end) and the size of the mapped axis:
+/// every mapped leaf's, which must agree with each other and with `given`
+/// (`None` where no leaf is mapped and none is given). Errors name `op`
+/// and the arguments' paths.
+pub(crate) fn mapped_axes<X: Tree>(
+    op: &str,
+    x: &X,
+    leaves: &Leaves,
+    in_axes: &Axes,
+    given: Option<usize>,
+) -> Result<(SmallVec<[Option<usize>; 4]>, Option<usize>)> {
+    let axes = resolve_axes("in_axes", in_axes, leaves.len(), || x.skeleton())?;
     let path = |i: usize| x.paths().swap_remove(i);
     let mut batch_axes: SmallVec<[Option<usize>; 4]> = SmallVec::new();
     let mut sizes: SmallVec<[(usize, usize); 4]> = SmallVec::new();
@@ -469,7 +477,7 @@ pub fn try_vmap_call<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &VmapOptions,
                 let n = if *a < 0 { a + r } else { *a };
                 if n < 0 || n >= r {
                     return Err(Error::batching(
-                        "vmap",
+                        op,
                         format!("in_axes {a} is out of range for argument {} of shape {shape} (rank {r})", path(i)),
                     ));
                 }
@@ -478,23 +486,30 @@ pub fn try_vmap_call<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &VmapOptions,
             }
         }
     }
-    let size = match (sizes.first(), opts.axis_size) {
-        (None, None) => {
-            return Err(Error::batching("vmap", "no argument is batched (all in_axes are None); give axis_size"));
-        }
-        (None, Some(s)) => s,
-        (Some((_, s)), given) => {
+    let size = match sizes.first() {
+        None => given,
+        Some((_, s)) => {
             let consistent = sizes.iter().all(|(_, n)| n == s) && given.is_none_or(|g| g == *s);
             if !consistent {
                 let list: Vec<String> = sizes.iter().map(|(p, n)| format!("{}: {n}", path(*p))).collect();
                 let extra = given.map_or(String::new(), |g| format!(", axis_size: {g}"));
                 return Err(Error::batching(
-                    "vmap",
+                    op,
                     format!("inconsistent batch sizes along the mapped axes ({}{extra})", list.join(", ")),
                 ));
             }
-            *s
+            Some(*s)
         }
+    };
+    Ok((batch_axes, size))
+}
+
+/// Calls `vmap_with(f, opts)` on `x`, returning errors instead of panicking.
+pub fn try_vmap_call<X: Tree, Y: Tree>(f: &impl Fn(&X) -> Y, opts: &VmapOptions, x: &X) -> Result<Y> {
+    let leaves = x.leaves();
+    let (batch_axes, size) = mapped_axes("vmap", x, &leaves, &opts.in_axes, opts.axis_size)?;
+    let Some(size) = size else {
+        return Err(Error::batching("vmap", "no argument is batched (all in_axes are None); give axis_size"));
     };
     if opts.chunk_size == Some(0) {
         return Err(Error::batching(

@@ -30,7 +30,7 @@ pub fn run(p: &Program) -> Result<Program> {
             e.inputs.iter().map(|a| r.peek_const(*a).filter(|t| !t.is_tracer()).cloned()).collect();
         let foldable = match &consts {
             // a collective is its map's to apply, wherever the program runs
-            Some(_) if e.prim.may_name_axes() && !e.prim.axis_names().is_empty() => false,
+            Some(_) if !e.prim.axis_names().is_empty() => false,
             Some(c) if !c.is_empty() => {
                 let in_elems: usize = c.iter().map(Tensor::numel).sum();
                 e.outputs.iter().all(|v| {

@@ -18,19 +18,6 @@ pub struct BatchAxis {
     pub name: Option<AxisName>,
 }
 
-impl BatchAxis {
-    /// An unnamed axis of `size` examples.
-    pub fn unnamed(size: usize) -> BatchAxis {
-        BatchAxis { size, name: None }
-    }
-
-    /// True if the axis is named `name`.
-    #[inline]
-    pub fn is_named(&self, name: &str) -> bool {
-        self.name.as_deref() == Some(name)
-    }
-}
-
 /// The batch size: the size of the first batched operand's batch dim.
 pub fn batch_size(ins: &[Tensor], bdims: &[Option<usize>]) -> Result<usize> {
     ins.iter()

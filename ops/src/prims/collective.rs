@@ -306,7 +306,7 @@ impl CollectiveOp {
         match self {
             CollectiveOp::Psum { axes } | CollectiveOp::Pmax { axes } | CollectiveOp::Pmin { axes } => {
                 if x.dtype == DType::Bool {
-                    return Err(Error::dtype(op, "operand must be numeric (psum converts bool to int32)", &[x.dtype]));
+                    return Err(Error::dtype(op, "operand must be numeric (lax::psum sums bool as int32)", &[x.dtype]));
                 }
                 for a in axes {
                     size(a)?;
@@ -543,24 +543,20 @@ impl CollectiveOp {
                     src[d] = s as i32;
                 }
                 let full = src.iter().all(|&s| s >= 0);
-                let Some(d) = b else {
-                    if full {
-                        return Ok((smallvec![x.clone()], smallvec![None]));
-                    }
-                    // receivers get x, the others zeros
-                    let mask: Vec<i32> = src.iter().map(|&s| i32::from(s >= 0)).collect();
-                    let m = lax::convert(&int_vector(mask, x)?, x.dtype())?;
-                    let xb = to_front(x, None, n)?;
-                    let m = lax::broadcast_in_dim(&m, &xb.shape(), &[0])?;
-                    return Ok((smallvec![lax::mul(&xb, &m)?], smallvec![Some(0)]));
+                let (x, d) = match b {
+                    Some(d) => (x.clone(), d),
+                    // a full permutation of equal values changes nothing
+                    None if full => return Ok((smallvec![x.clone()], smallvec![None])),
+                    None => (to_front(x, None, n)?, 0),
                 };
-                let idx = int_vector(src.iter().map(|&s| s.max(0)).collect(), x)?;
-                let y = lax::gather(x, &idx, d, 0)?;
+                let idx = int_vector(src.iter().map(|&s| s.max(0)).collect(), &x)?;
+                let y = lax::gather(&x, &idx, d, 0)?;
                 if full {
                     return Ok((smallvec![y], smallvec![Some(d)]));
                 }
+                // examples that receive nothing get zeros
                 let mask: Vec<i32> = src.iter().map(|&s| i32::from(s >= 0)).collect();
-                let m = lax::convert(&int_vector(mask, x)?, x.dtype())?;
+                let m = lax::convert(&int_vector(mask, &x)?, x.dtype())?;
                 let m = lax::broadcast_in_dim(&m, &y.shape(), &[d])?;
                 Ok((smallvec![lax::mul(&y, &m)?], smallvec![Some(d)]))
             }
@@ -576,7 +572,7 @@ impl CollectiveOp {
     /// what `vmap` does, bit for bit), and this position's part of the
     /// result is kept.
     fn across_devices(&self, ins: &[&Array], dev: &DeviceAxis) -> Result<Outs> {
-        let what = format!("{}{self:?}", self.name());
+        let what = format!("{self:?}");
         let all = dev.exchange.exchange(dev.index, &what, ins.first().map(|a| (*a).clone()))?;
         let axis = BatchAxis { size: dev.size, name: Some(dev.name.clone()) };
         let (outs, bdims) = if ins.is_empty() {
