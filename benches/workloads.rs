@@ -7,12 +7,20 @@
 //! its `jit(...)` modes). `XFORM_PROFILE_SECS=n` then repeats each jitted
 //! W1 small and dispatch call for `n` seconds after measuring it, alone, for
 //! a profiler (`perf record`) to see that mode without the others.
+//!
+//! W9 (data-parallel DP-SGD, `workloads/w9.rs`) runs only when named and
+//! needs the `mpi` feature: `XFORM_BENCH=W9 cargo bench --bench workloads
+//! --features mpi` times one process, and `XFORM_BENCH=W9 mpirun -np 2
+//! <the bench binary> --bench` two.
 
 use std::time::Instant;
 use xform::prelude::*;
 
 #[path = "workloads/w7.rs"]
 mod w7;
+#[cfg(feature = "mpi")]
+#[path = "workloads/w9.rs"]
+mod w9;
 
 mod measure {
     use std::time::{Duration, Instant};
@@ -610,6 +618,14 @@ fn main() {
     }
     if enabled("dispatch") {
         dispatch();
+    }
+    if std::env::var("XFORM_BENCH").is_ok_and(|v| v.split(',').any(|w| w.trim() == "W9")) {
+        // Only on request: it starts MPI (and `mpirun -np 2` runs its
+        // two-process mode).
+        #[cfg(feature = "mpi")]
+        w9::w9();
+        #[cfg(not(feature = "mpi"))]
+        eprintln!("W9 needs the mpi feature: cargo bench --bench workloads --features mpi");
     }
     // Only on request: it must run in a process of its own.
     if std::env::var("XFORM_BENCH").is_ok_and(|v| v.split(',').any(|w| w.trim() == "W1mem")) {

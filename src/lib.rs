@@ -48,7 +48,9 @@ pub use xform_transforms::{
     checkpoint, checkpoint_with, cond, custom_jvp, custom_vjp, fori_loop, scan, scan_with, switch, while_loop,
     while_loop_with, Bound, ScanOptions, ScanRemat, WhileOptions,
 };
-pub use xform_transforms::{cpu_device_count, pmap, pmap_with, set_cpu_device_count, try_pmap_call, PmapOptions};
+pub use xform_transforms::{
+    cpu_device_count, pmap, pmap_with, set_cpu_device_count, try_pmap_call, try_pmap_spanning, PmapOptions,
+};
 pub use xform_transforms::{
     functionalize, functionalize_with, grad, grad_argnums, grad_with_aux, hessian, hessian_argnums, hessian_with_aux,
     impl_tree, jacfwd, jacfwd_argnums, jacfwd_with, jacfwd_with_aux, jacrev, jacrev_argnums, jacrev_with,

@@ -446,6 +446,28 @@ pub trait Exchange: Send + Sync {
     /// before it got here (the others are released with an error rather
     /// than left waiting).
     fn exchange(&self, index: usize, what: &str, value: Option<crate::Array>) -> Result<Vec<Option<crate::Array>>>;
+
+    /// What a position is called in errors ("device", "rank").
+    fn noun(&self) -> &'static str {
+        "device"
+    }
+}
+
+/// How long a collective over a device-mapped axis waits for the other
+/// positions before it fails with an error naming those that did not
+/// arrive: the `XFORM_COLLECTIVE_TIMEOUT` environment variable (seconds,
+/// read once), else 300 s. `pmap`'s and the process group's options
+/// override it per call.
+pub fn default_collective_timeout() -> std::time::Duration {
+    static SECS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    let secs = *SECS.get_or_init(|| {
+        std::env::var("XFORM_COLLECTIVE_TIMEOUT")
+            .ok()
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .unwrap_or(300.0)
+    });
+    std::time::Duration::from_secs_f64(secs)
 }
 
 /// One position of a device-mapped axis that this thread runs (`pmap`

@@ -18,7 +18,11 @@ fn bits(t: &Tensor) -> Vec<u64> {
 }
 
 fn main() {
+    // before initialize, the group is a clear error
+    let e = xform::distributed::current().err().expect("no group before initialize");
+    assert!(e.to_string().contains("not initialized"), "{e}");
     let procs = xform::distributed::initialize().expect("MPI");
+    assert_eq!(xform::distributed::current().expect("the group").rank(), procs.rank());
     let (rank, n) = (procs.rank(), procs.size());
     let xs = Tensor::stack(&(0..n).map(value).collect::<Vec<_>>(), 0);
     let x = value(rank);
@@ -61,5 +65,97 @@ fn main() {
     let e = procs
         .run("p", || xform::try_pmap_call(&|x: &Tensor| psum(x, "p").or_raise(), &xform::PmapOptions::new(), &pair));
     assert!(matches!(e.unwrap_err().kind, xform::ErrorKind::UnboundAxis { .. }));
-    println!("rank {rank} of {n}: {} collectives across processes equal vmap's", fs.len());
+    spanning_pmap(&procs, &fs_spanning(n));
+    faults(&procs, &x);
+    println!("rank {rank} of {n}: {} collectives across processes equal vmap's; faults reported", fs.len());
+}
+
+/// Functions of one axis spanning every process's devices.
+fn fs_spanning(n: usize) -> Vec<(&'static str, Box<dyn Fn(&Tensor) -> Tensor + Sync>)> {
+    let total = 2 * n;
+    let shift: Vec<(usize, usize)> = (0..total).map(|k| (k, (k + 3) % total)).collect();
+    vec![
+        ("psum", Box::new(|x: &Tensor| psum(&x.sin(), "g").or_raise() * x)),
+        ("all_gather", Box::new(|x: &Tensor| all_gather(x, "g", 0, false).or_raise())),
+        ("ppermute", Box::new(move |x: &Tensor| ppermute(x, "g", &shift).or_raise())),
+        ("axis_index", Box::new(|x: &Tensor| x * axis_index("g").or_raise().cast(DType::F64))),
+        ("grad", Box::new(|x: &Tensor| grad(|x: &Tensor| (x - pmean(x, "g").or_raise()).powi(2).sum())(x))),
+    ]
+}
+
+/// One pmap axis over 2 CPU devices of every process (position
+/// `rank * 2 + device`) equals vmap over all the positions' values.
+fn spanning_pmap(procs: &xform::distributed::Processes, fs: &[(&str, Box<dyn Fn(&Tensor) -> Tensor + Sync>)]) {
+    let (rank, n) = (procs.rank(), procs.size());
+    xform::set_cpu_device_count(2);
+    let everyone = Tensor::stack(&(0..2 * n).map(value).collect::<Vec<_>>(), 0);
+    let mine = Tensor::stack(&[value(2 * rank), value(2 * rank + 1)], 0);
+    let opts = xform::PmapOptions::new().axis_name("g");
+    for (name, f) in fs {
+        let got = procs.try_pmap(&|x: &Tensor| f(x), &opts, &mine).expect(name);
+        let all = vmap_with(|x: &Tensor| f(x), VmapOptions::new().axis_name("g"))(&everyone);
+        let want = all.narrow(0, 2 * rank, 2);
+        assert_eq!(got.shape(), want.shape(), "spanning {name} on rank {rank}");
+        assert_eq!(bits(&got), bits(&want), "spanning {name} on rank {rank}: {got} vs {want}");
+    }
+}
+
+/// Bad input and failures across processes: errors naming the ranks, never
+/// a hang.
+fn faults(procs: &xform::distributed::Processes, x: &Tensor) {
+    let (rank, n) = (procs.rank(), procs.size());
+    if n < 2 {
+        return;
+    }
+    // operands of different shapes: every rank gets an error naming each's
+    let e = procs.try_run("p", || psum(&x.narrow(0, 0, 1 + rank), "p"));
+    let msg = e.unwrap_err().to_string();
+    assert!(msg.contains("different shapes or dtypes") && msg.contains("rank 1: f64[2]"), "{msg}");
+    // a rank that fails before a collective: the others' collective fails
+    // naming it and its error
+    let e = procs.try_run("p", || {
+        if rank == 1 {
+            return Err(xform::Error::invalid("user", "rank 1 gives up"));
+        }
+        psum(x, "p")
+    });
+    let msg = e.unwrap_err().to_string();
+    if rank == 0 {
+        assert!(msg.contains("rank 1 failed") && msg.contains("rank 1 gives up"), "{msg}");
+    }
+    // a rank that panics
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        xform::catch(|| {
+            procs.run("p", || {
+                if rank == 1 {
+                    panic!("rank 1 panics");
+                }
+                psum(x, "p").or_raise()
+            })
+        })
+    }));
+    if rank == 0 {
+        let msg = r.expect("rank 0 raises an xform error").unwrap_err().to_string();
+        assert!(msg.contains("rank 1 failed") && msg.contains("rank 1 panics"), "{msg}");
+    } else {
+        assert!(r.is_err(), "rank 1's panic is resumed");
+    }
+    // a rank that does not arrive in time: the others fail at the timeout
+    // naming it (the late rank then finds rank 0's contribution sent)
+    let before = procs.timeout();
+    procs.set_timeout(std::time::Duration::from_millis(300));
+    let e = procs.try_run("p", || {
+        if rank == 1 {
+            std::thread::sleep(std::time::Duration::from_millis(1500));
+        }
+        psum(x, "p")
+    });
+    if rank == 0 {
+        let msg = e.unwrap_err().to_string();
+        assert!(msg.contains("timed out after 0.3 s waiting for rank(s) 1"), "{msg}");
+    }
+    procs.set_timeout(before);
+    // and the group works again in the next run
+    let total = procs.run("p", || psum(&Tensor::scalar(1.0f64), "p").or_raise());
+    assert_eq!(total.item::<f64>(), n as f64);
 }

@@ -116,6 +116,28 @@ fn failures_release_every_device() {
     let g = |x: &Tensor| if x.item::<f64>() == 1.0 { pmax(x, "d").or_raise() } else { psum(x, "d").or_raise() };
     let e = try_pmap_call(&g, &PmapOptions::new().axis_name("d"), &x).unwrap_err();
     assert!(e.to_string().contains("different collectives"), "{e}");
+    // devices whose operands differ in shape: each device's is named
+    let h = |x: &Tensor| {
+        let k = x.item::<f64>() as usize;
+        psum(&Tensor::zeros([1 + k % 2], DType::F32), "d").or_raise()
+    };
+    let e = try_pmap_call(&h, &PmapOptions::new().axis_name("d"), &x).unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains("different shapes or dtypes") && msg.contains("device 1: f32[2]"), "{msg}");
+    // a device that does not arrive: the others fail at the timeout,
+    // naming it, instead of waiting forever
+    let slow = |x: &Tensor| {
+        if x.item::<f64>() == 3.0 {
+            std::thread::sleep(std::time::Duration::from_millis(600));
+        }
+        psum(x, "d").or_raise()
+    };
+    let opts = PmapOptions::new().axis_name("d").timeout(std::time::Duration::from_millis(100));
+    let t0 = std::time::Instant::now();
+    let e = try_pmap_call(&slow, &opts, &x).unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains("timed out after 0.1 s waiting for device(s) 3"), "{msg}");
+    assert!(t0.elapsed() < std::time::Duration::from_secs(5));
     // and the next pmap works
     let ok = pmap_with(|x: &Tensor| psum(x, "d").or_raise(), PmapOptions::new().axis_name("d"))(&x);
     assert_eq!(ok.to_vec::<f64>(), vec![6.0; 4]);

@@ -76,7 +76,9 @@ pub use per_example::{
     dp_clipped_grad, dp_clipped_grad_with, per_example_grad_norms, per_example_grad_norms_with, try_dp_clipped_grad,
     try_per_example_grad_norms, ClipSum, DpGrad, DpOptions, GradNorms, NormMethod,
 };
-pub use pmap::{cpu_device_count, pmap, pmap_with, set_cpu_device_count, try_pmap_call, PmapOptions};
+pub use pmap::{
+    cpu_device_count, pmap, pmap_with, set_cpu_device_count, try_pmap_call, try_pmap_spanning, PmapOptions,
+};
 pub use trace::trace;
 pub use tree::{Leaves, Prefix, Skeleton, Tree};
 pub use vmap::{try_vmap_call, vmap, vmap_axes, vmap_with, Axes, VmapOptions};

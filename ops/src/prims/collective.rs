@@ -581,8 +581,10 @@ impl CollectiveOp {
             let mut parts = Vec::with_capacity(all.len());
             for a in all {
                 let a = a.ok_or_else(|| Error::invalid(self.name(), "internal error: a position gave no operand"))?;
-                parts.push(lax::expand_dims(&Tensor::from_array(a), 0)?);
+                parts.push(Tensor::from_array(a));
             }
+            self.check_same_operands(&parts, dev)?;
+            let parts: Vec<Tensor> = parts.iter().map(|p| lax::expand_dims(p, 0)).collect::<Result<_>>()?;
             let stacked = lax::concatenate(&parts, 0)?;
             self.batch_own(&[stacked], &[Some(0)], &axis)?
         };
@@ -599,6 +601,30 @@ impl CollectiveOp {
             });
         }
         Ok(mine)
+    }
+}
+
+impl CollectiveOp {
+    /// Every position of a device-mapped axis must give an operand of one
+    /// shape and dtype (as the examples of a vmap have): a mismatch is
+    /// reported with each position's, the same error at every position.
+    fn check_same_operands(&self, parts: &[Tensor], dev: &DeviceAxis) -> Result<()> {
+        let first = &parts[0];
+        if parts.iter().all(|p| p.dtype() == first.dtype() && p.shape() == first.shape()) {
+            return Ok(());
+        }
+        let each: Vec<String> =
+            parts.iter().enumerate().map(|(k, p)| format!("{} {k}: {}", dev.exchange.noun(), p.aval())).collect();
+        Err(Error::invalid(
+            self.name(),
+            format!(
+                "over axis '{}', the {}s gave operands of different shapes or dtypes ({}): every {} must give the same",
+                dev.name,
+                dev.exchange.noun(),
+                each.join(", "),
+                dev.exchange.noun()
+            ),
+        ))
     }
 }
 
