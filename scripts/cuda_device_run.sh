@@ -80,6 +80,26 @@ if [ -z "$cudnn_dir" ] && ldconfig -p 2>/dev/null | grep -q 'libcudnn\.so\.9 '; 
 elif [ -n "$cudnn_dir" ]; then
     export LD_LIBRARY_PATH="$cudnn_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
+# NCCL for pmap over GPUs: the first directory holding libnccl.so.2 (the
+# loader's path, a pip-installed nvidia-nccl wheel of any python3, torch's
+# among them, /usr/lib). cudarc loads it as libnccl.so: a link is made here.
+nccl_dir=""
+for d in ${ld_path//:/ } \
+    $(python3 -c 'import nvidia.nccl as m, os; print(" ".join(os.path.join(p, "lib") for p in m.__path__))' 2>/dev/null) \
+    /usr/local/cuda/lib64 /usr/local/cuda-*/lib64 /usr/lib/x86_64-linux-gnu; do
+    if [ -e "$d/libnccl.so.2" ]; then
+        nccl_dir="$d"
+        break
+    fi
+done
+nccl_skip=()
+if [ -n "$nccl_dir" ]; then
+    mkdir -p "$here/nccl-link"
+    ln -sf "$nccl_dir/libnccl.so.2" "$here/nccl-link/libnccl.so"
+    export LD_LIBRARY_PATH="$here/nccl-link:$nccl_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+else
+    nccl_skip=(--skip cuda_pmap_through_nccl)
+fi
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
 phases=("$@")
 [ ${#phases[@]} -eq 0 ] && phases=(cuda)
@@ -87,6 +107,7 @@ echo "== GPU"
 nvidia-smi -L 2>/dev/null || echo "(nvidia-smi not found)"
 echo "== $(ls "$XFORM_CUDA_PTX_CACHE" 2>/dev/null | wc -l) precompiled kernels in $XFORM_CUDA_PTX_CACHE"
 echo "== cuDNN: ${cudnn_dir:-not found (the convolution runs its generated kernel)}"
+echo "== NCCL: ${nccl_dir:-not found: the pmap-over-GPUs test is SKIPPED (not run, not passed)}"
 status=0
 run() {
     echo "== $*"
@@ -100,11 +121,18 @@ for phase in "${phases[@]}"; do
         cuda)
             # The device tests are #[ignore]d in a plain run (no GPU there):
             # include them, so a missing device fails instead of passing.
-            run "$here/bin/suite" cuda --include-ignored --skip cuda::nvrtc --nocapture
+            run "$here/bin/suite" cuda --include-ignored --skip cuda::nvrtc "${nccl_skip[@]}" --nocapture
             # The kernels crate's device tests are #[ignore]d too.
             for t in "$here"/bin/unit-*; do
-                [ -x "$t" ] && run "$t" cuda --include-ignored --skip nvrtc --skip cudnn_library
+                [ -x "$t" ] && run "$t" cuda --include-ignored --skip nvrtc --skip cudnn_library --skip nccl_library
             done
+            if [ -n "$nccl_dir" ]; then
+                for t in "$here"/bin/unit-*; do
+                    [ -x "$t" ] && run "$t" nccl_library --include-ignored
+                done
+            else
+                echo "== SKIPPED (no NCCL on this machine): cuda_pmap_through_nccl_equals_vmap, nccl_library_loads_with_every_symbol"
+            fi
             if [ -n "$cudnn_dir" ]; then
                 for t in "$here"/bin/unit-*; do
                     [ -x "$t" ] && run "$t" cudnn_library --include-ignored

@@ -30,8 +30,10 @@
 //! error; ranks that give operands of different shapes or dtypes, or run
 //! different collectives, all get an error naming each rank's. After a
 //! timeout or a failed rank the group of that `run` is broken: its later
-//! collectives fail at once (a later `run` starts afresh). GPUs through
-//! NCCL are not yet built. The MPI library is linked when the `mpi`
+//! collectives fail at once (a later `run` starts afresh). With the `cuda`
+//! feature, [`Processes::use_gpu`] joins each process's GPU to an NCCL
+//! group (NCCL's unique id sent through MPI), and collectives over the
+//! process axis on GPU operands then travel GPU to GPU. The MPI library is linked when the `mpi`
 //! feature is built: a process started where Open MPI is not installed
 //! stops before `main` with the loader's message naming `libmpi.so`
 //! (install Open MPI: `apt-get install openmpi-bin libopenmpi-dev`).
@@ -55,7 +57,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use xform_ops::interp::{with_device_axis, DeviceAxis, Exchange};
-use xform_ops::{Array, DType};
+use xform_ops::{Array, DType, GroupMember};
 use xform_transforms::{try_pmap_spanning, PmapOptions};
 
 /// This process's view of `MPI_COMM_WORLD`: its rank, the number of
@@ -76,6 +78,9 @@ struct World {
     /// carry a tag of its own, so a failed group's stray messages never
     /// reach a later one.
     groups: AtomicU64,
+    /// This process's GPU in the NCCL group of every process
+    /// ([`Processes::use_gpu`]).
+    gpu: Mutex<Option<GroupMember>>,
     _universe: mpi::environment::Universe,
 }
 
@@ -126,6 +131,7 @@ pub fn initialize() -> Result<Processes> {
         size,
         timeout: Mutex::new(xform_ops::interp::default_collective_timeout()),
         groups: AtomicU64::new(0),
+        gpu: Mutex::new(None),
         _universe: universe,
     });
     *CURRENT.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::downgrade(&world));
@@ -168,6 +174,44 @@ impl Processes {
     /// The collectives' timeout ([`Processes::set_timeout`]).
     pub fn timeout(&self) -> Duration {
         *self.world.timeout.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Joins this process's GPU `cuda:ordinal` to an NCCL group of every
+    /// process (the bootstrap: rank 0 makes NCCL's unique id and sends it
+    /// through MPI): afterwards a collective over the process axis whose
+    /// operand lives on that GPU agrees on it through MPI (with the
+    /// timeout, failure notices and mismatch errors) and gathers the
+    /// operands through NCCL, GPU to GPU. Every process calls it.
+    ///
+    /// # Errors
+    /// CUDA support not built, NCCL or the device missing, another rank's
+    /// failure.
+    pub fn use_gpu(&self, ordinal: usize) -> Result<()> {
+        let op = "distributed::use_gpu";
+        self.world.check_thread(op)?;
+        let group = self.group();
+        let what = "the NCCL unique id from rank 0";
+        // rank 0's id, or its error, reaches every rank
+        let mine = if self.rank() == 0 {
+            match GroupMember::unique_id() {
+                Ok(id) => message(what, &id),
+                Err(e) => framed("failed", &e.to_string(), &[]),
+            }
+        } else {
+            message(what, &[])
+        };
+        let own = unframe(&mine).map(|(_, _, p)| p.to_vec()).unwrap_or_default();
+        let r = group.round(what, mine).and_then(|all| {
+            let id = match &all[0] {
+                Some(theirs) => theirs.payload().to_vec(),
+                None if own.is_empty() => return Err(Error::device(op, "NCCL could not make a unique id on rank 0")),
+                None => own,
+            };
+            GroupMember::from_rank(ordinal, self.rank(), self.size(), &id)
+        });
+        group.finish();
+        *self.world.gpu.lock().unwrap_or_else(|e| e.into_inner()) = Some(r?);
+        Ok(())
     }
 
     /// A fresh group of exchanges (a tag of its own).
@@ -658,6 +702,17 @@ impl MpiExchange {
 impl Exchange for MpiExchange {
     fn exchange(&self, index: usize, what: &str, value: Option<Array>) -> Result<Vec<Option<Array>>> {
         debug_assert_eq!(index, self.world.rank);
+        if let Some(a) = value.as_ref().filter(|a| matches!(a.device(), xform_ops::Device::Cuda(_))) {
+            let gpu = self.world.gpu.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(member) = gpu.as_ref().filter(|m| m.device() == a.device()) {
+                // agree on the collective and the operand through MPI
+                // (NCCL has no timeout), then gather GPU to GPU
+                let described = format!("{what} of {}{}", a.dtype.short_name(), a.shape());
+                self.round(&described, message(&described, &[]))?;
+                let all = Tensor::from_array(member.all_gather(a)?);
+                return (0..self.world.size).map(|k| Ok(all.select(0, k as isize).array())).collect();
+            }
+        }
         // no operand (axis_index) is an empty payload
         let mut msg = message(what, &[]);
         if let Some(a) = &value {

@@ -264,6 +264,111 @@ impl Array {
 
 /// The CUDA backend: the kernels of `xform_kernels::cuda` on each array's
 /// device (its ordinal).
+/// One member of a group of devices that exchange arrays directly (an
+/// NCCL communicator between CUDA devices, of one process or of several):
+/// what `pmap` over GPUs and the process group's GPU collectives gather
+/// operands through. Without the `cuda` feature none can be made.
+pub struct GroupMember {
+    #[cfg(feature = "cuda")]
+    inner: xform_kernels::cuda::nccl::NcclMember,
+    #[cfg(not(feature = "cuda"))]
+    _none: std::convert::Infallible,
+}
+
+#[cfg(not(feature = "cuda"))]
+fn no_cuda<T>(op: &str) -> Result<T> {
+    Err(Error::device(op, "CUDA support was not built: enable the `cuda` feature of xform"))
+}
+
+impl GroupMember {
+    /// Whether NCCL can be loaded (the error names the library and how to
+    /// install it).
+    ///
+    /// # Errors
+    /// CUDA support not built, or NCCL missing.
+    pub fn available() -> Result<()> {
+        #[cfg(feature = "cuda")]
+        return xform_kernels::cuda::nccl::nccl_available().map_err(|e| Error::device("nccl", e.to_string()));
+        #[cfg(not(feature = "cuda"))]
+        no_cuda("nccl")
+    }
+
+    /// One group over CUDA devices `0..n` of this process; member `k`
+    /// drives `cuda:k`.
+    ///
+    /// # Errors
+    /// CUDA support not built, NCCL or a device missing, NCCL failing.
+    pub fn cuda_devices(n: usize) -> Result<Vec<GroupMember>> {
+        #[cfg(feature = "cuda")]
+        {
+            let ordinals: Vec<usize> = (0..n).collect();
+            let members = xform_kernels::cuda::nccl::NcclMember::for_devices(&ordinals)
+                .map_err(|e| Error::device("pmap", e.to_string()))?;
+            Ok(members.into_iter().map(|inner| GroupMember { inner }).collect())
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = n;
+            no_cuda("pmap")
+        }
+    }
+
+    /// A unique id naming a new group of several processes (one process
+    /// makes it and sends it to the others).
+    ///
+    /// # Errors
+    /// CUDA support not built, NCCL missing or failing.
+    pub fn unique_id() -> Result<Vec<u8>> {
+        #[cfg(feature = "cuda")]
+        return xform_kernels::cuda::nccl::NcclMember::unique_id().map_err(|e| Error::device("nccl", e.to_string()));
+        #[cfg(not(feature = "cuda"))]
+        no_cuda("nccl")
+    }
+
+    /// This process's member, rank `rank` of `world`, driving `cuda:ordinal`,
+    /// of the group `id` names.
+    ///
+    /// # Errors
+    /// CUDA support not built, a malformed id, NCCL or the device missing.
+    pub fn from_rank(ordinal: usize, rank: usize, world: usize, id: &[u8]) -> Result<GroupMember> {
+        #[cfg(feature = "cuda")]
+        {
+            let inner = xform_kernels::cuda::nccl::NcclMember::from_rank(ordinal, rank, world, id)
+                .map_err(|e| Error::device("nccl", e.to_string()))?;
+            Ok(GroupMember { inner })
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = (ordinal, rank, world, id);
+            no_cuda("nccl")
+        }
+    }
+
+    /// The device this member drives.
+    pub fn device(&self) -> Device {
+        #[cfg(feature = "cuda")]
+        return Device::Cuda(self.inner.ordinal());
+        #[cfg(not(feature = "cuda"))]
+        match self._none {}
+    }
+
+    /// Every member's `a` (the same shape and dtype at every member, which
+    /// the caller agreed on first: NCCL cannot time out) stacked along a new
+    /// leading axis, in rank order, on this member's device.
+    ///
+    /// # Errors
+    /// `a` on another device, or NCCL failing.
+    pub fn all_gather(&self, a: &Array) -> Result<Array> {
+        #[cfg(feature = "cuda")]
+        return cuda::all_gather_nccl(a, &self.inner);
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = a;
+            match self._none {}
+        }
+    }
+}
+
 #[cfg(feature = "cuda")]
 mod cuda {
     use super::*;
@@ -339,6 +444,24 @@ mod cuda {
     ) -> Result<Array> {
         let buf = with_bufs(op, arrays, launch)?;
         Ok(wrap(buf, shape, dtype, ordinal(arrays[0])))
+    }
+
+    /// `a` gathered from every member of `member`'s communicator:
+    /// `[members, ...shape]` on its device.
+    pub(super) fn all_gather_nccl(a: &Array, member: &xform_kernels::cuda::nccl::NcclMember) -> Result<Array> {
+        let op = "all_gather (NCCL)";
+        if a.device() != Device::Cuda(member.ordinal()) {
+            return Err(Error::device(
+                op,
+                format!("the operand is on {}, the member drives cuda:{}", a.device(), member.ordinal()),
+            ));
+        }
+        // fresh contiguous storage from element 0
+        let a = a.contiguous_copy()?;
+        let out = with_bufs(op, &[&a], |ins| member.all_gather(ins[0].0))?;
+        let mut dims = vec![member.world_size()];
+        dims.extend_from_slice(a.shape().dims());
+        Ok(wrap(out, Shape::from(dims), a.dtype, member.ordinal()))
     }
 
     fn map_array(name: &str, m: &MapOp, arrays: &[&Array], out: DType) -> Result<Array> {

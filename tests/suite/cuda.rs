@@ -603,4 +603,29 @@ mod device {
         let status = take.entries()[0].plan.cuda_graph.clone().unwrap();
         assert!(status.starts_with("not captured: "), "{status}");
     }
+
+    /// pmap over the GPUs (collectives through NCCL) equals vmap of the
+    /// same name: on one GPU always, and over every GPU of the machine
+    /// when it has several (an all-reduce, a gather and a gradient).
+    #[test]
+    #[ignore = "needs a CUDA device and NCCL; run scripts/cuda_device_run.sh"]
+    fn cuda_pmap_through_nccl_equals_vmap() {
+        use xform::lax::{all_gather, psum};
+        use xform::{try_pmap_call, vmap_with, OrRaise, PmapOptions, VmapOptions};
+        require_device();
+        let f = |x: &Tensor| {
+            let s = psum(&x.sin(), "d").or_raise();
+            let g = grad(|x: &Tensor| (x * psum(x, "d").or_raise()).sum())(x);
+            (s * x + g, all_gather(x, "d", 0, false).or_raise())
+        };
+        for n in [1, cuda::device_count()] {
+            let xs = xform::Key::new(n as u64).normal([n, 5], DType::F64);
+            let opts = PmapOptions::new().axis_name("d").cuda();
+            let (a, b) = try_pmap_call(&f, &opts, &xs).expect("pmap over the GPUs");
+            let (va, vb) = vmap_with(f, VmapOptions::new().axis_name("d"))(&xs);
+            close("pmap psum/grad", &a.to_vec_f64(), &va.to_vec_f64(), 1e-12).unwrap();
+            close("pmap all_gather", &b.to_vec_f64(), &vb.to_vec_f64(), 1e-12).unwrap();
+            assert_eq!(a.device(), Device::Cpu, "the outputs are joined where the input lives");
+        }
+    }
 }

@@ -185,3 +185,22 @@ fn each_device_has_its_own_threads() {
         assert!(*in_pool);
     }
 }
+
+/// `pmap` over GPUs where there are none (or no NCCL, or no `cuda`
+/// feature): a clear error naming what is missing, never a hang or abort.
+#[test]
+fn pmap_over_missing_gpus_is_a_clear_error() {
+    // (on a GPU machine the device tests run pmap over the GPUs instead)
+    #[cfg(feature = "cuda")]
+    if xform::core::kernels::cuda::is_available() {
+        return;
+    }
+    let x = Tensor::arange(0.0, 2.0, 1.0, DType::F64);
+    let opts = PmapOptions::new().axis_name("d").cuda();
+    let e = try_pmap_call(&|x: &Tensor| psum(x, "d").or_raise(), &opts, &x).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("enable the `cuda` feature") || msg.contains("libnccl.so") || msg.contains("no CUDA device"),
+        "{msg}"
+    );
+}

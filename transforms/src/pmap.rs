@@ -23,9 +23,14 @@
 //! thread (the same numbers, without device parallelism), since a
 //! transform's tracers belong to its thread; JAX stages pmap as a
 //! primitive instead. Collectives inside `f` over the names of maps
-//! enclosing the `pmap` call are unbound on the device threads. CUDA
-//! devices (one shard per GPU, collectives through NCCL) are not yet
-//! supported: `pmap` runs on the CPU devices.
+//! enclosing the `pmap` call are unbound on the device threads.
+//!
+//! `PmapOptions::cuda()` maps over GPUs instead (the `cuda` feature): one
+//! shard per device `cuda:0..n`, each on a thread of its own; a
+//! collective agrees on its operand through the same barrier (its timeout
+//! and mismatch errors, which NCCL lacks) and then gathers the operands
+//! through NCCL on every GPU, where the same batch rule runs. NCCL is
+//! loaded at run time: its absence is an error naming it.
 
 use crate::tree::{Leaves, Tree};
 use crate::vmap::{mapped_axes, resolve_axes, try_vmap_call, Axes, VmapOptions};
@@ -33,7 +38,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use xform_ops::interp::{with_device_axis, DeviceAxis, Exchange};
-use xform_ops::{catch, lax, Array, AxisName, Error, OrRaise, Result, Tensor};
+use xform_ops::{catch, lax, Array, AxisName, Device, Error, GroupMember, OrRaise, Result, Tensor};
 
 static CPU_DEVICES: AtomicUsize = AtomicUsize::new(0);
 
@@ -71,6 +76,12 @@ pub struct PmapOptions {
     /// naming those that did not arrive (default:
     /// `XFORM_COLLECTIVE_TIMEOUT` seconds, else 300 s).
     pub timeout: Option<Duration>,
+    /// Map over CUDA devices `cuda:0..n` instead of CPU devices: each
+    /// shard is copied to its GPU, runs there on a thread of its own, and
+    /// collectives gather operands through NCCL (needs the `cuda` feature
+    /// and NCCL at run time; the outputs are joined on the first input
+    /// leaf's device).
+    pub cuda: bool,
 }
 
 impl PmapOptions {
@@ -96,6 +107,11 @@ impl PmapOptions {
     /// Uses at most `n` devices.
     pub fn devices(mut self, n: usize) -> PmapOptions {
         self.devices = Some(n);
+        self
+    }
+    /// Maps over CUDA devices, collectives through NCCL.
+    pub fn cuda(mut self) -> PmapOptions {
+        self.cuda = true;
         self
     }
     /// Sets the collectives' timeout.
@@ -200,16 +216,6 @@ where
     let Some(n) = size else {
         return Err(Error::batching("pmap", "no argument is mapped (all in_axes are None)"));
     };
-    let devices = opts.devices.unwrap_or_else(cpu_device_count);
-    if n == 0 || n > devices {
-        return Err(Error::batching(
-            "pmap",
-            format!(
-                "the mapped axis has {n} positions but there are {devices} CPU device(s): it needs 1 to {devices} \
-                 (set_cpu_device_count or XFORM_CPU_DEVICES exposes more)"
-            ),
-        ));
-    }
     let name: AxisName = opts.axis_name.as_deref().unwrap_or("").into();
     let timeout = opts.timeout.unwrap_or_else(xform_ops::interp::default_collective_timeout);
     let (base, total) = outer.map_or((0, n), |o| (o.index * n, o.size * n));
@@ -220,28 +226,55 @@ where
         }
         None => (None, None),
     };
-    let exchange = Arc::new(ThreadExchange::new(n, base, timeout, funnel));
-    let pools = device_pools(n);
+    let barrier = Arc::new(ThreadExchange::new(n, base, timeout, funnel));
+    // where the positions run: CPU devices each in a pool of its own, or
+    // GPUs whose collectives agree through the barrier and gather through
+    // NCCL
+    let (placement, exchange): (Placement, Arc<dyn Exchange>) = if opts.cuda {
+        if outer.is_some() {
+            return Err(Error::invalid(
+                "pmap",
+                "a pmap over CUDA devices spanning processes is not built: map this process's GPUs and reduce over \
+                 the processes with Processes::run",
+            ));
+        }
+        GroupMember::available()?;
+        let group = cuda_group(n)?;
+        let home = leaves.first().map_or(Device::Cpu, |l| l.device());
+        let exchange = Arc::new(CudaExchange { barrier: barrier.clone(), group: group.members.clone() });
+        (Placement::Cuda { home, _group: group }, exchange)
+    } else {
+        let devices = opts.devices.unwrap_or_else(cpu_device_count);
+        if n == 0 || n > devices {
+            return Err(Error::batching(
+                "pmap",
+                format!(
+                    "the mapped axis has {n} positions but there are {devices} CPU device(s): it needs 1 to \
+                     {devices} (set_cpu_device_count or XFORM_CPU_DEVICES exposes more)"
+                ),
+            ));
+        }
+        (Placement::Cpu(device_pools(n)), barrier.clone())
+    };
     let results: Vec<std::thread::Result<Result<(Y, Leaves)>>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..n)
             .map(|k| {
-                let (leaves, mapped, exchange, name, pool) =
-                    (&leaves, &mapped, exchange.clone(), name.clone(), &pools[k]);
+                let (leaves, mapped, barrier, exchange, name, placement) =
+                    (&leaves, &mapped, &barrier, exchange.clone(), name.clone(), &placement);
                 std::thread::Builder::new()
-                    .name(format!("xform-cpu-device-{k}"))
+                    .name(format!("xform-{}-device-{k}", placement.kind()))
                     .stack_size(DEVICE_STACK)
                     .spawn_scoped(scope, move || {
                         // a failure at this position releases the others;
                         // the calling thread learns that it is done
-                        let done = DoneOnDrop(&exchange);
-                        let abort = AbortOnDrop(&exchange);
-                        let r = pool.install(|| {
+                        let done = DoneOnDrop(barrier);
+                        let abort = AbortOnDrop(barrier);
+                        let r = placement.run(k, || {
                             catch(|| {
-                                let shard = shard_of(leaves, mapped, k).or_raise();
-                                let axis =
-                                    DeviceAxis { name, index: base + k, size: total, exchange: exchange.clone() };
+                                let shard = placement.shard(shard_of(leaves, mapped, k).or_raise(), k).or_raise();
+                                let axis = DeviceAxis { name, index: base + k, size: total, exchange };
                                 let y = with_device_axis(axis, || f(&x.with_leaves(shard)));
-                                let outs = y.leaves();
+                                let outs = placement.home(y.leaves()).or_raise();
                                 (y, outs)
                             })
                         });
@@ -255,7 +288,7 @@ where
             })
             .collect();
         if let (Some(outer), Some(rx)) = (outer, &requests) {
-            serve_outer(&exchange, rx, outer, n);
+            serve_outer(&barrier, rx, outer, n);
         }
         handles.into_iter().map(|h| h.join()).collect()
     });
@@ -292,6 +325,108 @@ where
     }
     let (y, _) = outs.swap_remove(0);
     Ok(y.with_leaves(joined))
+}
+
+/// Where a pmap's positions run.
+enum Placement {
+    /// CPU devices, each with a rayon pool of its own.
+    Cpu(DevicePools),
+    /// GPUs `cuda:0..n`; outputs go back to `home`, the input's device.
+    Cuda { home: Device, _group: CudaGroup },
+}
+
+impl Placement {
+    fn kind(&self) -> &'static str {
+        match self {
+            Placement::Cpu(_) => "cpu",
+            Placement::Cuda { .. } => "cuda",
+        }
+    }
+
+    /// Runs position `k`'s work (in its pool, on the CPU).
+    fn run<R: Send>(&self, k: usize, f: impl FnOnce() -> R + Send) -> R {
+        match self {
+            Placement::Cpu(pools) => pools[k].install(f),
+            Placement::Cuda { .. } => f(),
+        }
+    }
+
+    /// Position `k`'s arguments on its device.
+    fn shard(&self, shard: Leaves, k: usize) -> Result<Leaves> {
+        match self {
+            Placement::Cpu(_) => Ok(shard),
+            Placement::Cuda { .. } => shard.iter().map(|l| l.try_to_device(Device::Cuda(k))).collect(),
+        }
+    }
+
+    /// A position's outputs where they are joined.
+    fn home(&self, outs: Leaves) -> Result<Leaves> {
+        match self {
+            Placement::Cpu(_) => Ok(outs),
+            Placement::Cuda { home, .. } => outs.iter().map(|l| l.try_to_device(*home)).collect(),
+        }
+    }
+}
+
+/// A CUDA pmap's group of NCCL members, held by one call at a time (calls
+/// on one communicator may not overlap); idle groups are kept, since
+/// making one is a collective initialization.
+struct CudaGroup {
+    n: usize,
+    members: Arc<Vec<Mutex<GroupMember>>>,
+}
+
+type IdleGroups = Mutex<Vec<(usize, Arc<Vec<Mutex<GroupMember>>>)>>;
+static IDLE_GROUPS: IdleGroups = Mutex::new(Vec::new());
+
+fn cuda_group(n: usize) -> Result<CudaGroup> {
+    let mut idle = IDLE_GROUPS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(i) = idle.iter().position(|(m, _)| *m == n) {
+        let (_, members) = idle.swap_remove(i);
+        return Ok(CudaGroup { n, members });
+    }
+    drop(idle);
+    let members = GroupMember::cuda_devices(n)?.into_iter().map(Mutex::new).collect();
+    Ok(CudaGroup { n, members: Arc::new(members) })
+}
+
+impl Drop for CudaGroup {
+    fn drop(&mut self) {
+        IDLE_GROUPS.lock().unwrap_or_else(|e| e.into_inner()).push((self.n, self.members.clone()));
+    }
+}
+
+/// The exchange of a CUDA pmap: the positions first agree on the
+/// collective and its operand's shape and dtype through the barrier
+/// (which times out naming a device that does not arrive, and refuses a
+/// mismatch: NCCL can do neither), then gather the operands through NCCL.
+struct CudaExchange {
+    barrier: Arc<ThreadExchange>,
+    group: Arc<Vec<Mutex<GroupMember>>>,
+}
+
+impl Exchange for CudaExchange {
+    fn exchange(&self, index: usize, what: &str, value: Option<Array>) -> Result<Vec<Option<Array>>> {
+        let n = self.group.len();
+        let described = match &value {
+            Some(a) => format!("{what} of {}{}", a.dtype.short_name(), a.shape()),
+            None => what.to_string(),
+        };
+        self.barrier.exchange(index, &described, None)?;
+        let Some(a) = value else {
+            return Ok(vec![None; n]);
+        };
+        let member = self.group[index].lock().unwrap_or_else(|e| e.into_inner());
+        let all = Tensor::from_array(member.all_gather(&a)?);
+        (0..n)
+            .map(|k| {
+                let part = lax::slice_axis(&all, 0, k, k + 1)?;
+                let mut shape = part.shape();
+                shape.0.remove(0);
+                Ok(lax::reshape(&part, &shape)?.array())
+            })
+            .collect()
+    }
 }
 
 /// What the devices of a spanning pmap ask of the calling thread.

@@ -12,14 +12,14 @@ use std::sync::Arc;
 /// element (the driver refuses empty ones); `len` is the logical length.
 pub struct DeviceVec<T> {
     pub(super) slice: CudaSlice<T>,
-    len: usize,
+    pub(super) len: usize,
     device: Arc<CudaDevice>,
 }
 
 impl<T: DeviceRepr> DeviceVec<T> {
     /// `len` uninitialized elements on `device` (every kernel that
     /// allocates one writes all of it before anything reads it).
-    fn alloc(device: &Arc<CudaDevice>, len: usize) -> Result<DeviceVec<T>> {
+    pub(super) fn alloc(device: &Arc<CudaDevice>, len: usize) -> Result<DeviceVec<T>> {
         let bytes = len as u128 * std::mem::size_of::<T>() as u128;
         let oom = || CudaError::OutOfMemory { ordinal: device.ordinal(), bytes };
         // The driver call multiplies len by the element size unchecked.

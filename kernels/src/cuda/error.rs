@@ -53,6 +53,8 @@ pub enum CudaError {
         /// The bytes requested.
         bytes: u128,
     },
+    /// NCCL's library (libnccl) could not be loaded.
+    NcclMissing,
     /// The operation has no CUDA kernel for these operands.
     Unsupported {
         /// What is not supported.
@@ -94,6 +96,12 @@ impl fmt::Display for CudaError {
             CudaError::OutOfMemory { ordinal, bytes } => {
                 write!(f, "out of memory: cannot allocate {bytes} bytes on cuda:{ordinal}")
             }
+            CudaError::NcclMissing => f.write_str(
+                "NCCL (libnccl.so, NCCL 2) could not be loaded, and collectives between CUDA devices need it: \
+                 install it (the distribution's libnccl2 and libnccl-dev packages, or `pip install \
+                 nvidia-nccl-cu13` with a link libnccl.so -> libnccl.so.2 in site-packages/nvidia/nccl/lib, \
+                 which goes on LD_LIBRARY_PATH)",
+            ),
             CudaError::Unsupported { message } => write!(f, "not supported on CUDA: {message}"),
         }
     }

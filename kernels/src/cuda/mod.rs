@@ -8,7 +8,8 @@
 //! panicking. [`source`] generates the kernels, [`exec`] launches them,
 //! [`compile`] runs NVRTC (see it for the header, architecture and PTX
 //! cache settings), and [`cudnn`] loads cuDNN for the convolution (its
-//! absence is not an error: the generated kernel runs instead).
+//! absence is not an error: the generated kernel runs instead). [`nccl`]
+//! gathers buffers across devices and processes (pmap's collectives).
 
 mod buffer;
 pub mod compile;
@@ -20,6 +21,7 @@ mod device;
 mod error;
 pub mod exec;
 pub mod graph;
+pub mod nccl;
 /// The kernel sources (compiled without the feature too; see [`crate::cuda_source`]).
 pub use crate::cuda_source as source;
 
