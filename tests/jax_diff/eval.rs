@@ -280,7 +280,8 @@ pub fn collective(op: &Coll, x: &Tensor) -> Tensor {
             lax::all_to_all(x, name, *split as isize, *concat as isize, *tiled)
         }
         Coll::Ppermute { name, perm } => lax::ppermute(x, name, perm),
-        Coll::AxisIndex { name, offset } => lax::axis_index(name).map(|i| x * (i + *offset as i32).cast(DType::F64)),
+        Coll::AxisIndex { names, offset } => lax::axis_index(names.iter().map(String::as_str).collect::<Vec<_>>())
+            .map(|i| x * (i + *offset as i32).cast(DType::F64)),
     }
     .or_raise()
 }
@@ -564,8 +565,8 @@ pub fn rust(e: &Expr) -> String {
                     format!("lax::all_to_all(&{x}, {name:?}, {split}, {concat}, {tiled}).unwrap()")
                 }
                 Coll::Ppermute { name, perm } => format!("lax::ppermute(&{x}, {name:?}, &{perm:?}).unwrap()"),
-                Coll::AxisIndex { name, offset } => {
-                    format!("({x} * (lax::axis_index({name:?}).unwrap() + {offset}i32).cast(DType::F64))")
+                Coll::AxisIndex { names, offset } => {
+                    format!("({x} * (lax::axis_index({names:?}).unwrap() + {offset}i32).cast(DType::F64))")
                 }
             }
         }

@@ -181,8 +181,10 @@ pub fn python(e: &Expr) -> String {
                     format!("lax.all_to_all({x}, '{name}', {split}, {concat}, tiled={})", py(*tiled))
                 }
                 Coll::Ppermute { name, perm } => format!("lax.ppermute({x}, '{name}', perm={perm:?})"),
-                Coll::AxisIndex { name, offset } => {
-                    format!("({x} * (lax.axis_index('{name}') + {offset}).astype(jnp.float64))")
+                Coll::AxisIndex { names, offset } => {
+                    let names: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();
+                    let names = if names.len() == 1 { names[0].clone() } else { format!("({},)", names.join(", ")) };
+                    format!("({x} * (lax.axis_index({names}) + {offset}).astype(jnp.float64))")
                 }
             }
         }

@@ -141,6 +141,20 @@ fn nested_names() {
         named("i"),
     )(&x);
     assert_eq!(lin.to_vec::<i32>(), vec![0, 1, 2, 3, 4, 5]);
+    // the same index from axis_index over both names (JAX's tuple form;
+    // the first name the slowest), and the reverse order
+    let both = |names: [&'static str; 2]| {
+        vmap_with(
+            move |r: &Tensor| {
+                vmap_with(move |e: &Tensor| axis_index(names).or_raise() + e.zeros_like().cast(DType::I32), named("j"))(
+                    r,
+                )
+            },
+            named("i"),
+        )(&x)
+    };
+    assert_eq!(both(["i", "j"]).to_vec::<i32>(), vec![0, 1, 2, 3, 4, 5]);
+    assert_eq!(both(["j", "i"]).to_vec::<i32>(), vec![0, 2, 4, 1, 3, 5]);
     // an unnamed map between: the collective reaches the outer name
     let mid = vmap_with(|r: &Tensor| vmap(|e: &Tensor| psum(e, "i").or_raise())(r), named("i"))(&x);
     close(&mid, &[3.0, 5.0, 7.0, 3.0, 5.0, 7.0], 0.0);

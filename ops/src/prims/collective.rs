@@ -243,9 +243,24 @@ pub fn ppermute(x: &Tensor, axis_name: &str, perm: &[(usize, usize)]) -> Result<
 }
 
 /// This position's index along the named axis, an int32 scalar
-/// (`jax.lax.axis_index`).
-pub fn axis_index(axis_name: &str) -> Result<Tensor> {
-    bind1(&CollectiveOp::AxisIndex { axis_name: axis_name.into() }.into(), &[])
+/// (`jax.lax.axis_index`). Over several names, the index into their
+/// product, the first name the slowest (`axis_index(["i", "j"])` is
+/// `i * size(j) + j`, as JAX linearizes a tuple of names).
+pub fn axis_index(axes: impl IntoAxisNames) -> Result<Tensor> {
+    let names = named("axis_index", axes)?;
+    let mut index: Option<Tensor> = None;
+    for name in &names {
+        let own = bind1(&CollectiveOp::AxisIndex { axis_name: name.clone() }.into(), &[])?;
+        index = Some(match index {
+            None => own,
+            Some(outer) => {
+                let size = axis_size(name).ok_or_else(|| unbound_axis("axis_index", name))?;
+                let scaled = lax::mul(&outer, &lax::full_like(&outer, size as f64)?)?;
+                lax::add(&scaled, &own)?
+            }
+        });
+    }
+    index.ok_or_else(|| Error::invalid("axis_index", "axis_index needs at least one axis name"))
 }
 
 /// The size of the named axis (`jax.lax.axis_size`, `psum(1, name)`).
