@@ -587,6 +587,10 @@ impl CollectiveOp {
     /// what `vmap` does, bit for bit), and this position's part of the
     /// result is kept.
     fn across_devices(&self, ins: &[&Array], dev: &DeviceAxis) -> Result<Outs> {
+        // a position knows its index: nothing to exchange
+        if let CollectiveOp::AxisIndex { .. } = self {
+            return Ok(smallvec![lax::convert(&Tensor::scalar(dev.index as f64), crate::DType::I32)?]);
+        }
         let what = format!("{self:?}");
         let all = dev.exchange.exchange(dev.index, &what, ins.first().map(|a| (*a).clone()))?;
         let axis = BatchAxis { size: dev.size, name: Some(dev.name.clone()) };
