@@ -81,6 +81,11 @@ struct World {
     /// This process's GPU in the NCCL group of every process
     /// ([`Processes::use_gpu`]).
     gpu: Mutex<Option<GroupMember>>,
+    /// Sends not yet known to be complete, with their buffers: reaped by
+    /// every later send, waited for (briefly) when MPI is finalized. A
+    /// group's end does not wait for them: its messages reach the other
+    /// ranks whenever they receive them.
+    pending: Mutex<Vec<PendingSend>>,
     _universe: mpi::environment::Universe,
 }
 
@@ -132,6 +137,7 @@ pub fn initialize() -> Result<Processes> {
         timeout: Mutex::new(xform_ops::interp::default_collective_timeout()),
         groups: AtomicU64::new(0),
         gpu: Mutex::new(None),
+        pending: Mutex::new(Vec::new()),
         _universe: universe,
     });
     *CURRENT.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::downgrade(&world));
@@ -222,7 +228,7 @@ impl Processes {
             // MPI guarantees tags up to 32767
             tag: 1 + (n % 32_000) as i32,
             timeout: self.timeout(),
-            state: Mutex::new(GroupState { pending: Vec::new(), broken: None, peers_know: false }),
+            state: Mutex::new(GroupState { broken: None, peers_know: false }),
         })
     }
 
@@ -479,8 +485,6 @@ struct MpiExchange {
 }
 
 struct GroupState {
-    /// Sends not yet known to be complete, with their buffer.
-    pending: Vec<PendingSend>,
     /// Why the group can no longer exchange (a rank failed or timed out).
     broken: Option<String>,
     /// The last exchange failed alike at every rank (different
@@ -497,9 +501,11 @@ struct PendingSend {
     buffer: *mut [u8],
 }
 
-// SAFETY: the requests are only tested from the thread allowed to call
-// MPI (every path checks `World::check_thread` first) under the group's
-// mutex; the buffer is owned by the pending send alone.
+// SAFETY: the requests are only tested under the world's `pending` mutex,
+// from the thread allowed to call MPI (every path checks
+// `World::check_thread` first) or when the world is dropped (its last
+// handle, on that thread in a program that follows MPI's funneled use);
+// the buffer is owned by the pending send alone.
 unsafe impl Send for PendingSend {}
 
 impl PendingSend {
@@ -549,11 +555,11 @@ impl MpiExchange {
             .map(|k| comm.process_at_rank(k as i32).immediate_send_with_tag(StaticScope, shared, self.tag))
             .collect();
         let mut send = PendingSend { requests, buffer: ptr };
-        let mut state = self.state();
+        let mut pending = self.world.pending.lock().unwrap_or_else(|e| e.into_inner());
+        pending.retain_mut(|p| !p.complete());
         if !send.complete() {
-            state.pending.push(send);
+            pending.push(send);
         }
-        state.pending.retain_mut(|p| !p.complete());
     }
 
     /// One round: `mine` to every rank and every other rank's message, in
@@ -665,34 +671,37 @@ impl MpiExchange {
         self.send_all(&comm, framed("failed", error, &[]));
     }
 
-    /// The group's end after success: its sends complete (the other ranks
-    /// receive them) within the timeout, else are given up.
+    /// The group's end after success: completed sends are reaped (the
+    /// others stay pending: the other ranks receive them when they get
+    /// there, and the next exchange or finalization reaps them).
     fn finish(&self) {
-        self.drain(self.timeout);
+        if self.world.check_thread("distributed").is_ok() {
+            let _comm = self.world.comm.lock().unwrap_or_else(|e| e.into_inner());
+            self.world.pending.lock().unwrap_or_else(|e| e.into_inner()).retain_mut(|p| !p.complete());
+        }
     }
 
-    /// The group's end after a failure: the other ranks are told, and the
-    /// sends get a short grace.
+    /// The group's end after a failure: the other ranks are told.
     fn fail(&self, error: &str) {
         self.notify_failure(error);
-        self.drain(Duration::from_millis(200));
+        self.finish();
     }
+}
 
-    fn drain(&self, grace: Duration) {
-        if self.world.check_thread("distributed").is_err() {
-            return;
-        }
-        let deadline = Instant::now() + grace;
-        let _comm = self.world.comm.lock().unwrap_or_else(|e| e.into_inner());
-        let mut state = self.state();
+impl Drop for World {
+    /// Before MPI is finalized: the pending sends get a short while to
+    /// complete (another rank may still be receiving), then are given up.
+    fn drop(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let pending = self.pending.get_mut().unwrap_or_else(|e| e.into_inner());
         loop {
-            state.pending.retain_mut(|p| !p.complete());
-            if state.pending.is_empty() || Instant::now() >= deadline {
+            pending.retain_mut(|p| !p.complete());
+            if pending.is_empty() || Instant::now() >= deadline {
                 break;
             }
-            std::thread::sleep(Duration::from_micros(100));
+            std::thread::sleep(Duration::from_millis(1));
         }
-        for p in state.pending.drain(..) {
+        for p in pending.drain(..) {
             p.abandon();
         }
     }
