@@ -197,25 +197,32 @@ impl Processes {
         self.world.check_thread(op)?;
         let group = self.group();
         let what = "the NCCL unique id from rank 0";
-        // rank 0's id, or its error, reaches every rank
-        let mine = if self.rank() == 0 {
-            match GroupMember::unique_id() {
-                Ok(id) => message(what, &id),
-                Err(e) => framed("failed", &e.to_string(), &[]),
-            }
-        } else {
-            message(what, &[])
+        // every rank checks NCCL first and rank 0 makes the id; a failure
+        // anywhere reaches every rank before any enters NCCL's blocking
+        // initialization
+        let ready =
+            GroupMember::available()
+                .and_then(|()| if self.rank() == 0 { GroupMember::unique_id() } else { Ok(Vec::new()) });
+        let (mine, local) = match ready {
+            Ok(id) => (message(what, &id), None),
+            Err(e) => (framed("failed", &e.to_string(), &[]), Some(e)),
         };
         let own = unframe(&mine).map(|(_, _, p)| p.to_vec()).unwrap_or_default();
         let r = group.round(what, mine).and_then(|all| {
+            if let Some(e) = local {
+                return Err(e);
+            }
             let id = match &all[0] {
                 Some(theirs) => theirs.payload().to_vec(),
-                None if own.is_empty() => return Err(Error::device(op, "NCCL could not make a unique id on rank 0")),
                 None => own,
             };
             GroupMember::from_rank(ordinal, self.rank(), self.size(), &id)
         });
-        group.finish();
+        if r.is_err() {
+            group.fail("joining the NCCL group failed");
+        } else {
+            group.finish();
+        }
         *self.world.gpu.lock().unwrap_or_else(|e| e.into_inner()) = Some(r?);
         Ok(())
     }
@@ -250,6 +257,7 @@ impl Processes {
     /// `f`'s error, or a collective's (another rank failed, a timeout,
     /// mismatched operands).
     pub fn try_run<R>(&self, axis_name: &str, f: impl FnOnce() -> Result<R>) -> Result<R> {
+        self.world.check_thread("distributed::try_run")?;
         self.run_group(axis_name, |group| {
             let r = f();
             if let Err(e) = &r {
@@ -260,6 +268,11 @@ impl Processes {
     }
 
     fn run_group<R>(&self, axis_name: &str, f: impl FnOnce(&MpiExchange) -> R) -> R {
+        // before a group (and its tag) is taken: from another thread the
+        // ranks' group counts would drift apart
+        if let Err(e) = self.world.check_thread("distributed::run") {
+            e.raise()
+        }
         let group = self.group();
         let axis =
             DeviceAxis { name: axis_name.into(), index: self.rank(), size: self.size(), exchange: group.clone() };
@@ -344,10 +357,25 @@ impl Processes {
         }
         let group = self.group();
         let what = format!("broadcast from rank {root}");
-        let mine = if self.rank() == root { crate::safetensors::to_bytes(tree)? } else { Vec::new() };
-        let r = group.round(&what, message(&what, &mine)).and_then(|all| match &all[root] {
+        // the root's serialization error reaches every rank
+        let (mine, local) = if self.rank() == root {
+            match crate::safetensors::to_bytes(tree) {
+                Ok(bytes) => (bytes, None),
+                Err(e) => (Vec::new(), Some(e)),
+            }
+        } else {
+            (Vec::new(), None)
+        };
+        let frame = match &local {
+            Some(e) => framed("failed", &e.to_string(), &[]),
+            None => message(&what, &mine),
+        };
+        let r = group.round(&what, frame).and_then(|all| match &all[root] {
             Some(theirs) => crate::safetensors::from_bytes(theirs.payload(), tree),
-            None => crate::safetensors::from_bytes(&mine, tree),
+            None => match local {
+                Some(e) => Err(e),
+                None => crate::safetensors::from_bytes(&mine, tree),
+            },
         });
         group.finish();
         r
@@ -575,6 +603,14 @@ impl MpiExchange {
         }
         let comm = self.world.comm.lock().unwrap_or_else(|e| e.into_inner());
         let (me, n) = (self.world.rank, self.world.size);
+        // MPI counts a message's elements in an i32: a larger one is told
+        // to the others as this rank's failure
+        let too_big = (mine.len() > i32::MAX as usize)
+            .then(|| format!("{what}: a message of {} bytes is past MPI's limit of 2^31 - 1 bytes", mine.len()));
+        let mine = match &too_big {
+            Some(e) => framed("failed", &format!("rank {me}: {e}"), &[]),
+            None => mine,
+        };
         self.send_all(&comm, mine);
         let mut got: Vec<Option<Vec<u8>>> = vec![None; n];
         let deadline = Instant::now() + self.timeout;
@@ -602,9 +638,13 @@ impl MpiExchange {
                      runs other collectives; Processes::set_timeout or XFORM_COLLECTIVE_TIMEOUT sets the limit)",
                     self.timeout.as_secs_f64()
                 );
-                let mut state = self.state();
-                state.broken = Some(format!("rank {me}: {why}"));
-                state.peers_know = false;
+                {
+                    let mut state = self.state();
+                    state.broken = Some(format!("rank {me}: {why}"));
+                    state.peers_know = true;
+                }
+                // the late ranks learn of it at their next round
+                self.send_all(&comm, framed("failed", &format!("rank {me}: {why}"), &[]));
                 return Err(Error::invalid(op, why));
             }
             // spin briefly, then back off to sleeping (other processes and
@@ -644,6 +684,11 @@ impl MpiExchange {
             state.broken = Some(why.clone());
             state.peers_know = true;
             return Err(Error::invalid(op, format!("{what}: {why}")));
+        }
+        if let Some(e) = too_big {
+            state.broken = Some(e.clone());
+            state.peers_know = true;
+            return Err(Error::invalid(op, e));
         }
         if let Some(e) = other {
             state.peers_know = true;

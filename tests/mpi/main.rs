@@ -147,14 +147,31 @@ fn faults(procs: &xform::distributed::Processes, x: &Tensor) {
     let e = procs.try_run("p", || {
         if rank == 1 {
             std::thread::sleep(std::time::Duration::from_millis(1500));
+            // the round rank 0 gave up on completes here (its operand was
+            // sent); at the next, rank 1 learns that rank 0 timed out
+            psum(x, "p")?;
         }
         psum(x, "p")
     });
+    let msg = e.unwrap_err().to_string();
     if rank == 0 {
-        let msg = e.unwrap_err().to_string();
         assert!(msg.contains("timed out after 0.3 s waiting for rank(s) 1"), "{msg}");
+    } else {
+        assert!(msg.contains("rank 0 failed") && msg.contains("timed out"), "{msg}");
     }
     procs.set_timeout(before);
+    // a collective that fails among one process's devices in a spanning
+    // pmap (its devices run different collectives) fails on every process
+    // at that round, rather than pairing its next round with the others'
+    xform::set_cpu_device_count(2);
+    let pair = Tensor::stack(&[x.clone(), x.clone()], 0);
+    let f = |v: &Tensor| {
+        let k = axis_index("g").or_raise().item::<i32>();
+        if k == 3 { pmax(v, "g") } else { psum(v, "g") }.or_raise()
+    };
+    let e = procs.try_pmap(&f, &xform::PmapOptions::new().axis_name("g"), &pair);
+    let msg = e.unwrap_err().to_string();
+    assert!(msg.contains("different collectives"), "{msg}");
     // and the group works again in the next run
     let total = procs.run("p", || psum(&Tensor::scalar(1.0f64), "p").or_raise());
     assert_eq!(total.item::<f64>(), n as f64);

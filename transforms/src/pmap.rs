@@ -433,6 +433,9 @@ impl Exchange for CudaExchange {
 enum Funnel {
     /// Exchange this collective's local operands with the other processes.
     Round(String, Vec<Option<Array>>),
+    /// This collective failed among this process's devices: the other
+    /// processes are told in its round.
+    Failed(String, Error),
     /// A device's thread is done.
     Done,
 }
@@ -445,10 +448,38 @@ fn serve_outer(exchange: &ThreadExchange, requests: &mpsc::Receiver<Funnel>, out
     while done < n {
         match requests.recv() {
             Ok(Funnel::Done) => done += 1,
-            Ok(Funnel::Round(what, values)) => exchange.deliver(across_processes(outer, &what, values, n)),
+            Ok(Funnel::Round(what, values)) => {
+                // a panic here must still end the round, or the devices
+                // (and so this pmap) would wait forever
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    across_processes(outer, &what, values, n)
+                }))
+                .unwrap_or_else(|panic| {
+                    let text = panic
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_else(|| "a panic".to_string());
+                    Err(Error::invalid("pmap", format!("the exchange with the other processes panicked: {text}")))
+                });
+                exchange.deliver(r)
+            }
+            Ok(Funnel::Failed(what, e)) => {
+                // the other processes take part in this round too: they
+                // learn of the failure instead of pairing this process's
+                // next round with theirs
+                let _ = outer.exchange.exchange(outer.index, &failed_round(&what, &e), None);
+                exchange.deliver(Err(e))
+            }
             Err(_) => break,
         }
     }
+}
+
+/// The description of a round that failed in this process: it differs
+/// from every other process's, which then all fail at this round.
+fn failed_round(what: &str, e: &Error) -> String {
+    format!("{what} [failed among this process's devices: {e}]")
 }
 
 /// One collective's operands of this process's devices exchanged with the
@@ -463,15 +494,22 @@ fn across_processes(
     let mine: Vec<Tensor> = values.into_iter().flatten().map(Tensor::from_array).collect();
     // the device count is part of what every process must agree on
     let what = format!("{what} on {n} device(s) per {}", outer.exchange.noun());
-    let stacked = if mine.is_empty() {
-        None
-    } else {
+    let stacked = || -> Result<Option<Array>> {
+        if mine.is_empty() {
+            return Ok(None);
+        }
         let parts: Vec<Tensor> = mine.iter().map(|t| lax::expand_dims(t, 0)).collect::<Result<_>>()?;
-        Some(
-            lax::concatenate(&parts, 0)?
-                .array()
-                .ok_or_else(|| Error::invalid("pmap", "internal error: a traced operand"))?,
-        )
+        let all = lax::concatenate(&parts, 0)?;
+        all.array().map(Some).ok_or_else(|| Error::invalid("pmap", "internal error: a traced operand"))
+    };
+    let stacked = match stacked() {
+        Ok(s) => s,
+        Err(e) => {
+            // (operands of different shapes on this process's devices) the
+            // other processes still get this round, marked failed
+            let _ = outer.exchange.exchange(outer.index, &failed_round(&what, &e), None);
+            return Err(e);
+        }
     };
     let all = outer.exchange.exchange(outer.index, &what, stacked)?;
     let mut out = Vec::with_capacity(all.len() * n);
@@ -712,16 +750,29 @@ impl Exchange for ThreadExchange {
             let mismatch = s.what.iter().flatten().find(|w| w.as_str() != what).cloned();
             let values = s.values.clone();
             match (mismatch, &self.funnel) {
-                (Some(other), _) => {
-                    s.result = Some(Err(Error::invalid(
+                (Some(other), funnel) => {
+                    let e = Error::invalid(
                         "pmap",
                         format!(
                             "the devices ran different collectives at one step ({what} on one, {other} on \
                              another): every device must run the same sequence of collectives"
                         ),
-                    )));
-                    s.generation += 1;
-                    self.turn.notify_all();
+                    );
+                    match funnel {
+                        None => {
+                            s.result = Some(Err(e));
+                            s.generation += 1;
+                            self.turn.notify_all();
+                        }
+                        // the calling thread tells the other processes
+                        Some(tx) => {
+                            let tx = tx.lock().unwrap_or_else(|e| e.into_inner());
+                            if tx.send(Funnel::Failed(what.to_string(), e)).is_err() {
+                                s.aborted = true;
+                                self.turn.notify_all();
+                            }
+                        }
+                    }
                 }
                 (None, None) => {
                     s.result = Some(Ok(Arc::new(values)));

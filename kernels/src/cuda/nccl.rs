@@ -9,7 +9,11 @@
 //! NCCL has no timeout: a member that never calls blocks the others. The
 //! callers agree on each call first (the collective, dtype and shape)
 //! through an exchange that does time out (pmap's barrier, or MPI), so a
-//! mismatch or a failed member is an error before NCCL is called.
+//! mismatch or a member that failed earlier is an error before NCCL is
+//! called. Not covered yet: a member failing between that agreement and
+//! its NCCL call (its staging copy running out of memory, say) leaves the
+//! others blocked in NCCL; NCCL's non-blocking communicators with
+//! `ncclCommGetAsyncError` polling and `ncclCommAbort` would cover it.
 
 use super::buffer::{CudaBuffer, DeviceVec};
 use super::device::{device, CudaDevice};
