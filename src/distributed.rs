@@ -203,15 +203,12 @@ impl Processes {
         let ready =
             GroupMember::available()
                 .and_then(|()| if self.rank() == 0 { GroupMember::unique_id() } else { Ok(Vec::new()) });
-        let (mine, local) = match ready {
-            Ok(id) => (message(what, &id), None),
-            Err(e) => (framed("failed", &e.to_string(), &[]), Some(e)),
+        let (frame, ready) = match ready {
+            Ok(id) => (message(what, &id), Ok(id)),
+            Err(e) => (framed("failed", &e.to_string(), &[]), Err(e)),
         };
-        let own = unframe(&mine).map(|(_, _, p)| p.to_vec()).unwrap_or_default();
-        let r = group.round(what, mine).and_then(|all| {
-            if let Some(e) = local {
-                return Err(e);
-            }
+        let r = group.round(what, frame).and_then(|all| {
+            let own = ready?;
             let id = match &all[0] {
                 Some(theirs) => theirs.payload().to_vec(),
                 None => own,
@@ -291,7 +288,7 @@ impl Processes {
                 e.raise()
             }
             Err(panic) => {
-                group.fail(&panic_message(&*panic));
+                group.fail(&xform_ops::panic_text(&*panic));
                 std::panic::resume_unwind(panic)
             }
         }
@@ -328,7 +325,7 @@ impl Processes {
                 Err(e)
             }
             Err(panic) => {
-                group.fail(&panic_message(&*panic));
+                group.fail(&xform_ops::panic_text(&*panic));
                 std::panic::resume_unwind(panic)
             }
         }
@@ -380,14 +377,6 @@ impl Processes {
         group.finish();
         r
     }
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "a panic".to_string())
 }
 
 /// A message of a round: a header (its length, then `status` and `what`

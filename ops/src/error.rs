@@ -368,6 +368,16 @@ thread_local! {
 /// Unwind payload of an error raised inside `catch`.
 struct CaughtError;
 
+/// The message of a panic's payload (a `panic!` with a string), for
+/// reporting a panic that is not an xform error.
+pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "a panic".to_string())
+}
+
 /// Runs `f`, turning an xform error raised inside it into `Err`.
 ///
 /// This is the `Result` path for code written with the panicking API:

@@ -459,15 +459,15 @@ pub trait Exchange: Send + Sync {
 /// read once), else 300 s. `pmap`'s and the process group's options
 /// override it per call.
 pub fn default_collective_timeout() -> std::time::Duration {
-    static SECS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
-    let secs = *SECS.get_or_init(|| {
-        std::env::var("XFORM_COLLECTIVE_TIMEOUT")
-            .ok()
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|s| s.is_finite() && *s > 0.0)
-            .unwrap_or(300.0)
-    });
-    std::time::Duration::from_secs_f64(secs)
+    static TIMEOUT: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
+    *TIMEOUT.get_or_init(|| collective_timeout_from(std::env::var("XFORM_COLLECTIVE_TIMEOUT").ok().as_deref()))
+}
+
+/// The timeout `XFORM_COLLECTIVE_TIMEOUT`'s value gives: positive finite
+/// seconds, else (unset or not such a number) 300 s.
+fn collective_timeout_from(var: Option<&str>) -> std::time::Duration {
+    let secs = var.and_then(|v| v.trim().parse::<f64>().ok()).filter(|s| s.is_finite() && *s > 0.0);
+    std::time::Duration::from_secs_f64(secs.unwrap_or(300.0))
 }
 
 /// One position of a device-mapped axis that this thread runs (`pmap`
@@ -665,5 +665,21 @@ fn out_of_memory(prim: &Prim, arrays: &[&crate::Array], device: crate::Device, b
     match largest {
         Some(out) => Error::out_of_memory(prim.name(), &out.shape, out.dtype, device, bytes),
         None => Error::new(prim.name(), ErrorKind::OutOfMemory { shape: None, dtype: None, device, bytes }),
+    }
+}
+
+#[cfg(test)]
+mod collective_timeout_tests {
+    use super::collective_timeout_from;
+    use std::time::Duration;
+
+    #[test]
+    fn the_environment_sets_the_timeout_in_seconds() {
+        assert_eq!(collective_timeout_from(None), Duration::from_secs(300));
+        assert_eq!(collective_timeout_from(Some("2.5")), Duration::from_millis(2500));
+        assert_eq!(collective_timeout_from(Some(" 60 ")), Duration::from_secs(60));
+        for bad in ["", "soon", "0", "-1", "inf", "NaN"] {
+            assert_eq!(collective_timeout_from(Some(bad)), Duration::from_secs(300), "{bad:?}");
+        }
     }
 }

@@ -146,6 +146,14 @@ pub fn slice_axis(x: &Tensor, axis: usize, start: usize, limit: usize) -> Result
     slice(x, &s, &l, &smallvec::SmallVec::<[usize; 4]>::from_elem(1, shape.rank()))
 }
 
+/// Position `k` of `axis`, the axis removed (one example of a stack).
+pub fn index_axis(x: &Tensor, axis: usize, k: usize) -> Result<Tensor> {
+    let part = slice_axis(x, axis, k, k + 1)?;
+    let mut shape = part.shape();
+    shape.0.remove(axis);
+    reshape(&part, &shape)
+}
+
 /// Pad with the scalar `value`.
 pub fn pad(x: &Tensor, value: &Tensor, low: &[i64], high: &[i64], interior: &[usize]) -> Result<Tensor> {
     bind1(

@@ -33,7 +33,7 @@ mod value_cell;
 
 pub use array::{default_device, set_default_device, Array, Aval, AvalRef, Device};
 pub use backend::GroupMember;
-pub use error::{catch, raise, Error, ErrorKind, OrRaise, Result};
+pub use error::{catch, panic_text, raise, Error, ErrorKind, OrRaise, Result};
 pub use interp::{bind, bind1, AxisName, Interpreter, Level, Outs, Tag};
 pub use methods::{Idx, Scalar};
 pub use prim::{DotDims, LinearArg, Prim};

@@ -458,10 +458,7 @@ fn reshape_source(s: &[usize], m: &mut Mix) -> Vec<usize> {
             f.push(d);
         }
     }
-    for i in (1..f.len()).rev() {
-        let j = m.int(0, i);
-        f.swap(i, j);
-    }
+    shuffle(&mut f, m);
     let rank = m.int(if f.is_empty() { 0 } else { 1 }, 3);
     let mut out = vec![1usize; rank];
     for (k, p) in f.into_iter().enumerate() {
@@ -478,11 +475,16 @@ fn reshape_source(s: &[usize], m: &mut Mix) -> Vec<usize> {
 
 fn perm(n: usize, m: &mut Mix) -> Vec<usize> {
     let mut p: Vec<usize> = (0..n).collect();
-    for i in (1..n).rev() {
-        let j = m.int(0, i);
-        p.swap(i, j);
-    }
+    shuffle(&mut p, m);
     p
+}
+
+/// Shuffles `v` in place (Fisher-Yates over the mix).
+fn shuffle<T>(v: &mut [T], m: &mut Mix) {
+    for i in (1..v.len()).rev() {
+        let j = m.int(0, i);
+        v.swap(i, j);
+    }
 }
 
 /// A leaf of `shape`: an input of exactly that shape. Leaves of one shape
@@ -984,10 +986,7 @@ fn collective(
         8 => {
             let p = perm(n, m);
             let mut pairs: Vec<(usize, usize)> = (0..n).map(|k| (k, p[k])).collect();
-            for i in (1..pairs.len()).rev() {
-                let j = m.int(0, i);
-                pairs.swap(i, j);
-            }
+            shuffle(&mut pairs, m);
             let op = Coll::Ppermute { name, perm: pairs };
             sub(s.to_vec()).prop_map(move |x| coll(op.clone(), x)).boxed()
         }
@@ -999,10 +998,7 @@ fn collective(
                     names.push(a.clone());
                 }
             }
-            for i in (1..names.len()).rev() {
-                let j = m.int(0, i);
-                names.swap(i, j);
-            }
+            shuffle(&mut names, m);
             let op = Coll::AxisIndex { names, offset: m.int(0, 1) };
             sub(s.to_vec()).prop_map(move |x| coll(op.clone(), x)).boxed()
         }
@@ -1016,10 +1012,7 @@ fn collective(
             if !names.contains(&name) {
                 names.push(name);
             }
-            for i in (1..names.len()).rev() {
-                let j = m.int(0, i);
-                names.swap(i, j);
-            }
+            shuffle(&mut names, m);
             let op = Coll::Reduce { op, names };
             sub(s.to_vec()).prop_map(move |x| coll(op.clone(), x)).boxed()
         }

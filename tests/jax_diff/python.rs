@@ -165,12 +165,7 @@ pub fn python(e: &Expr) -> String {
             let x = python(x);
             let py = |b: bool| if b { "True" } else { "False" };
             match op {
-                // one name as a string, several as a tuple
-                Coll::Reduce { names, .. } => {
-                    let names: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();
-                    let names = if names.len() == 1 { names[0].clone() } else { format!("({},)", names.join(", ")) };
-                    format!("lax.{}({x}, {names})", op.name())
-                }
+                Coll::Reduce { names, .. } => format!("lax.{}({x}, {})", op.name(), axis_names(names)),
                 Coll::AllGather { name, axis, tiled, .. } => {
                     format!("lax.all_gather({x}, '{name}', axis={axis}, tiled={})", py(*tiled))
                 }
@@ -182,9 +177,7 @@ pub fn python(e: &Expr) -> String {
                 }
                 Coll::Ppermute { name, perm } => format!("lax.ppermute({x}, '{name}', perm={perm:?})"),
                 Coll::AxisIndex { names, offset } => {
-                    let names: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();
-                    let names = if names.len() == 1 { names[0].clone() } else { format!("({},)", names.join(", ")) };
-                    format!("({x} * (lax.axis_index({names}) + {offset}).astype(jnp.float64))")
+                    format!("({x} * (lax.axis_index({}) + {offset}).astype(jnp.float64))", axis_names(names))
                 }
             }
         }
@@ -208,10 +201,7 @@ fn update(op: MutOp, view: &View, t: &str, v: &str) -> String {
         // the result into an argument vmap does not batch).
         View::Whole if op == MutOp::Copy => format!("jnp.broadcast_to({v}, jnp.shape({t}))"),
         View::Permute(p) if op == MutOp::Copy => {
-            let mut inv = vec![0; p.len()];
-            for (i, &a) in p.iter().enumerate() {
-                inv[a] = i;
-            }
+            let inv = inverse(p);
             format!(
                 "jnp.transpose(jnp.broadcast_to({v}, jnp.shape(jnp.transpose({t}, {}))), {})",
                 tuple(p),
@@ -222,10 +212,7 @@ fn update(op: MutOp, view: &View, t: &str, v: &str) -> String {
         View::Slice { axis, start, stop, step } => at(index(*axis, format!("slice({start}, {stop}, {step})"))),
         View::Select { axis, index: i } => at(index(*axis, i.to_string())),
         View::Permute(p) => {
-            let mut inv = vec![0; p.len()];
-            for (i, &a) in p.iter().enumerate() {
-                inv[a] = i;
-            }
+            let inv = inverse(p);
             format!(
                 "jnp.transpose(jnp.transpose({t}, {}).at[...].{}, {})",
                 tuple(p),
@@ -322,4 +309,23 @@ pub fn reproducer(case: &Case) -> String {
     }
     s += "]\nfor y in run(xs):\n    print(y.shape, np.asarray(y).reshape(-1).tolist())\n";
     s
+}
+
+/// Axis names as JAX takes them: one as a string, several as a tuple.
+fn axis_names(names: &[String]) -> String {
+    let quoted: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();
+    if quoted.len() == 1 {
+        quoted[0].clone()
+    } else {
+        format!("({},)", quoted.join(", "))
+    }
+}
+
+/// The inverse of a permutation.
+fn inverse(p: &[usize]) -> Vec<usize> {
+    let mut inv = vec![0; p.len()];
+    for (i, &a) in p.iter().enumerate() {
+        inv[a] = i;
+    }
+    inv
 }

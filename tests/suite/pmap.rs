@@ -204,3 +204,30 @@ fn pmap_over_missing_gpus_is_a_clear_error() {
         "{msg}"
     );
 }
+
+/// Two pmap calls at once (from two threads) each hold devices' pools of
+/// their own: a device blocked in a collective keeps its pool's worker,
+/// so shared pools could leave each call waiting on the other's devices.
+#[test]
+fn concurrent_pmaps_do_not_share_devices() {
+    setup();
+    let x = Tensor::arange(0.0, 4.0, 1.0, DType::F64);
+    let opts = PmapOptions::new().axis_name("d").timeout(std::time::Duration::from_secs(20));
+    let f = |x: &Tensor| {
+        // the last device arrives late, so the others wait in the barrier
+        if x.item::<f64>() == 3.0 {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        psum(x, "d").or_raise()
+    };
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                for _ in 0..10 {
+                    let y = try_pmap_call(&f, &opts, &x).expect("concurrent pmaps both finish");
+                    assert_eq!(y.to_vec::<f64>(), vec![6.0; 4]);
+                }
+            });
+        }
+    });
+}

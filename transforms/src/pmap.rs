@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use xform_ops::interp::{with_device_axis, DeviceAxis, Exchange};
-use xform_ops::{catch, lax, Array, AxisName, Device, Error, GroupMember, OrRaise, Result, Tensor};
+use xform_ops::{catch, lax, panic_text, Array, AxisName, Device, Error, GroupMember, OrRaise, Result, Tensor};
 
 static CPU_DEVICES: AtomicUsize = AtomicUsize::new(0);
 
@@ -194,28 +194,31 @@ where
     Y: Tree + Send,
 {
     let leaves = x.leaves();
-    let vopts = VmapOptions {
-        in_axes: opts.in_axes.clone(),
-        out_axes: opts.out_axes.clone(),
-        axis_name: opts.axis_name.clone(),
-        ..VmapOptions::default()
-    };
     // tracers belong to their transform's thread: under a transform, pmap
     // is vmap of the same name (the same numbers, on this thread)
-    if outer.is_none() && (xform_ops::interp::stack_depth() > 0 || leaves.iter().any(Tensor::is_tracer)) {
+    if xform_ops::interp::stack_depth() > 0 || leaves.iter().any(Tensor::is_tracer) {
+        if outer.is_some() {
+            return Err(Error::invalid(
+                "pmap",
+                "a pmap spanning processes runs outside every transform (the other processes cannot join a \
+                 trace): put the transforms inside the mapped function",
+            ));
+        }
+        let vopts = VmapOptions {
+            in_axes: opts.in_axes.clone(),
+            out_axes: opts.out_axes.clone(),
+            axis_name: opts.axis_name.clone(),
+            ..VmapOptions::default()
+        };
         return try_vmap_call(f, &vopts, x);
-    }
-    if outer.is_some() && (xform_ops::interp::stack_depth() > 0 || leaves.iter().any(Tensor::is_tracer)) {
-        return Err(Error::invalid(
-            "pmap",
-            "a pmap spanning processes runs outside every transform (the other processes cannot join a trace): \
-             put the transforms inside the mapped function",
-        ));
     }
     let (mapped, size) = mapped_axes("pmap", x, &leaves, &opts.in_axes, None)?;
     let Some(n) = size else {
         return Err(Error::batching("pmap", "no argument is mapped (all in_axes are None)"));
     };
+    if n == 0 {
+        return Err(Error::batching("pmap", "the mapped axis has no positions: it needs at least 1"));
+    }
     let name: AxisName = opts.axis_name.as_deref().unwrap_or("").into();
     let timeout = opts.timeout.unwrap_or_else(xform_ops::interp::default_collective_timeout);
     let (base, total) = outer.map_or((0, n), |o| (o.index * n, o.size * n));
@@ -241,11 +244,11 @@ where
         GroupMember::available()?;
         let group = cuda_group(n)?;
         let home = leaves.first().map_or(Device::Cpu, |l| l.device());
-        let exchange = Arc::new(CudaExchange { barrier: barrier.clone(), group: group.members.clone() });
+        let exchange = Arc::new(CudaExchange { barrier: barrier.clone(), group: (*group).clone() });
         (Placement::Cuda { home, _group: group }, exchange)
     } else {
         let devices = opts.devices.unwrap_or_else(cpu_device_count);
-        if n == 0 || n > devices {
+        if n > devices {
             return Err(Error::batching(
                 "pmap",
                 format!(
@@ -254,7 +257,7 @@ where
                 ),
             ));
         }
-        (Placement::Cpu(device_pools(n)), barrier.clone())
+        (Placement::Cpu(device_pools(n)?), barrier.clone())
     };
     let results: Vec<std::thread::Result<Result<(Y, Leaves)>>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..n)
@@ -368,32 +371,17 @@ impl Placement {
     }
 }
 
-/// A CUDA pmap's group of NCCL members, held by one call at a time (calls
-/// on one communicator may not overlap); idle groups are kept, since
-/// making one is a collective initialization.
-struct CudaGroup {
-    n: usize,
-    members: Arc<Vec<Mutex<GroupMember>>>,
-}
+/// A CUDA pmap's NCCL members, one per GPU (held by one call at a time:
+/// calls on one communicator may not overlap; making one is a collective
+/// initialization, so idle groups are kept).
+type CudaGroup = Checkout<Arc<Vec<Mutex<GroupMember>>>>;
 
-type IdleGroups = Mutex<Vec<(usize, Arc<Vec<Mutex<GroupMember>>>)>>;
-static IDLE_GROUPS: IdleGroups = Mutex::new(Vec::new());
+static IDLE_GROUPS: Idle<Arc<Vec<Mutex<GroupMember>>>> = Mutex::new(Vec::new());
 
 fn cuda_group(n: usize) -> Result<CudaGroup> {
-    let mut idle = IDLE_GROUPS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(i) = idle.iter().position(|(m, _)| *m == n) {
-        let (_, members) = idle.swap_remove(i);
-        return Ok(CudaGroup { n, members });
-    }
-    drop(idle);
-    let members = GroupMember::cuda_devices(n)?.into_iter().map(Mutex::new).collect();
-    Ok(CudaGroup { n, members: Arc::new(members) })
-}
-
-impl Drop for CudaGroup {
-    fn drop(&mut self) {
-        IDLE_GROUPS.lock().unwrap_or_else(|e| e.into_inner()).push((self.n, self.members.clone()));
-    }
+    Checkout::take(&IDLE_GROUPS, n, || {
+        Ok(Arc::new(GroupMember::cuda_devices(n)?.into_iter().map(Mutex::new).collect()))
+    })
 }
 
 /// The exchange of a CUDA pmap: the positions first agree on the
@@ -418,14 +406,7 @@ impl Exchange for CudaExchange {
         };
         let member = self.group[index].lock().unwrap_or_else(|e| e.into_inner());
         let all = Tensor::from_array(member.all_gather(&a)?);
-        (0..n)
-            .map(|k| {
-                let part = lax::slice_axis(&all, 0, k, k + 1)?;
-                let mut shape = part.shape();
-                shape.0.remove(0);
-                Ok(lax::reshape(&part, &shape)?.array())
-            })
-            .collect()
+        (0..n).map(|k| Ok(lax::index_axis(&all, 0, k)?.array())).collect()
     }
 }
 
@@ -455,11 +436,7 @@ fn serve_outer(exchange: &ThreadExchange, requests: &mpsc::Receiver<Funnel>, out
                     across_processes(outer, &what, values, n)
                 }))
                 .unwrap_or_else(|panic| {
-                    let text = panic
-                        .downcast_ref::<String>()
-                        .cloned()
-                        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                        .unwrap_or_else(|| "a panic".to_string());
+                    let text = panic_text(&*panic);
                     Err(Error::invalid("pmap", format!("the exchange with the other processes panicked: {text}")))
                 });
                 exchange.deliver(r)
@@ -519,10 +496,7 @@ fn across_processes(
             Some(b) => {
                 let b = Tensor::from_array(b);
                 for k in 0..n {
-                    let part = lax::slice_axis(&b, 0, k, k + 1)?;
-                    let mut shape = part.shape();
-                    shape.0.remove(0);
-                    out.push(lax::reshape(&part, &shape)?.array());
+                    out.push(lax::index_axis(&b, 0, k)?.array());
                 }
             }
         }
@@ -539,65 +513,79 @@ fn shard_of(leaves: &Leaves, mapped: &[Option<usize>], k: usize) -> Result<Leave
     let mut out = Leaves::new();
     for (l, m) in leaves.iter().zip(mapped) {
         out.push(match m {
-            Some(a) => {
-                let part = lax::slice_axis(l, *a, k, k + 1)?;
-                let mut shape = part.shape();
-                shape.0.remove(*a);
-                lax::copy(&lax::reshape(&part, &shape)?)?
-            }
+            Some(a) => lax::copy(&lax::index_axis(l, *a, k)?)?,
             None => lax::copy(l)?,
         });
     }
     Ok(out)
 }
 
-/// One rayon pool per device, the machine's threads split among `n`
-/// devices (at least one each). A call holds its pools until it returns:
-/// two pmap calls at once (from two threads) never share a pool, since a
-/// device blocked in a collective holds its pool's worker, which the
-/// other call's device would wait for. Idle sets are kept for reuse.
-struct DevicePools {
+/// Per-device resources made for `n` devices, kept between calls and held
+/// by one call at a time (see [`Checkout`]).
+type Idle<T> = Mutex<Vec<(usize, T)>>;
+
+/// A set of per-device resources for `n` devices taken out of `idle` for
+/// one call and put back when it returns: two calls at once never share
+/// one (a device blocked in a collective holds its pool's worker, which
+/// the other call's device would wait for; NCCL calls on one communicator
+/// may not overlap).
+struct Checkout<T: 'static> {
     n: usize,
-    pools: Option<Vec<rayon::ThreadPool>>,
+    item: Option<T>,
+    idle: &'static Idle<T>,
 }
 
-static IDLE_POOLS: Mutex<Vec<(usize, Vec<rayon::ThreadPool>)>> = Mutex::new(Vec::new());
-
-fn device_pools(n: usize) -> DevicePools {
-    let mut idle = IDLE_POOLS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(i) = idle.iter().position(|(m, _)| *m == n) {
-        let (_, pools) = idle.swap_remove(i);
-        return DevicePools { n, pools: Some(pools) };
-    }
-    drop(idle);
-    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
-    let each = (threads / n).max(1);
-    let pools: Vec<rayon::ThreadPool> = (0..n)
-        .map(|k| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(each)
-                .stack_size(DEVICE_STACK)
-                .thread_name(move |t| format!("xform-cpu-device-{k}-worker-{t}"))
-                .build()
-                .expect("a device's thread pool")
-        })
-        .collect();
-    DevicePools { n, pools: Some(pools) }
-}
-
-impl std::ops::Index<usize> for DevicePools {
-    type Output = rayon::ThreadPool;
-    fn index(&self, k: usize) -> &rayon::ThreadPool {
-        &self.pools.as_ref().expect("pools held until dropped")[k]
+impl<T> Checkout<T> {
+    /// An idle set for `n` devices, else a new one from `make`.
+    fn take(idle: &'static Idle<T>, n: usize, make: impl FnOnce() -> Result<T>) -> Result<Checkout<T>> {
+        let kept = {
+            let mut sets = idle.lock().unwrap_or_else(|e| e.into_inner());
+            sets.iter().position(|(m, _)| *m == n).map(|i| sets.swap_remove(i).1)
+        };
+        let item = match kept {
+            Some(item) => item,
+            None => make()?,
+        };
+        Ok(Checkout { n, item: Some(item), idle })
     }
 }
 
-impl Drop for DevicePools {
+impl<T> std::ops::Deref for Checkout<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        self.item.as_ref().expect("held until dropped")
+    }
+}
+
+impl<T> Drop for Checkout<T> {
     fn drop(&mut self) {
-        if let Some(pools) = self.pools.take() {
-            IDLE_POOLS.lock().unwrap_or_else(|e| e.into_inner()).push((self.n, pools));
+        if let Some(item) = self.item.take() {
+            self.idle.lock().unwrap_or_else(|e| e.into_inner()).push((self.n, item));
         }
     }
+}
+
+/// One rayon pool per device, the machine's threads split among the
+/// devices (at least one each).
+type DevicePools = Checkout<Vec<rayon::ThreadPool>>;
+
+static IDLE_POOLS: Idle<Vec<rayon::ThreadPool>> = Mutex::new(Vec::new());
+
+fn device_pools(n: usize) -> Result<DevicePools> {
+    Checkout::take(&IDLE_POOLS, n, || {
+        let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+        let each = (threads / n).max(1);
+        (0..n)
+            .map(|k| {
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(each)
+                    .stack_size(DEVICE_STACK)
+                    .thread_name(move |t| format!("xform-cpu-device-{k}-worker-{t}"))
+                    .build()
+                    .map_err(|e| Error::invalid("pmap", format!("cannot start device {k}'s threads: {e}")))
+            })
+            .collect()
+    })
 }
 
 const ABORTED: &str = "another device of this pmap failed first";

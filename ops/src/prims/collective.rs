@@ -611,12 +611,7 @@ impl CollectiveOp {
         for (o, b) in outs.into_iter().zip(bdims) {
             mine.push(match b {
                 None => o,
-                Some(d) => {
-                    let part = lax::slice_axis(&o, d, dev.index, dev.index + 1)?;
-                    let mut shape = part.shape();
-                    shape.0.remove(d);
-                    lax::reshape(&part, &shape)?
-                }
+                Some(d) => lax::index_axis(&o, d, dev.index)?,
             });
         }
         Ok(mine)
