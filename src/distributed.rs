@@ -490,6 +490,14 @@ fn decode(bytes: &[u8]) -> Option<Tensor> {
     }
 }
 
+/// What a rank sends in a round.
+enum Outgoing {
+    /// The same message to every other rank.
+    Same(Vec<u8>),
+    /// Message `k` to rank `k` (this rank's own is not sent).
+    Each(Vec<Vec<u8>>),
+}
+
 /// One group of exchanges across the processes (a `run`, a spanning
 /// `pmap`, a `broadcast`): point-to-point messages under the group's tag,
 /// sent without blocking and received by polling, so that a wait can
@@ -564,11 +572,17 @@ impl MpiExchange {
 
     /// Sends `bytes` to every other rank without waiting for them.
     fn send_all(&self, comm: &SimpleCommunicator, bytes: Vec<u8>) {
+        let others = (0..self.world.size).filter(|&k| k != self.world.rank).collect();
+        self.send(comm, bytes, others);
+    }
+
+    /// Sends `bytes` to the ranks `to` without waiting for them.
+    fn send(&self, comm: &SimpleCommunicator, bytes: Vec<u8>, to: Vec<usize>) {
         let buffer: &'static mut [u8] = Box::leak(bytes.into_boxed_slice());
         let ptr: *mut [u8] = buffer;
         let shared: &'static [u8] = buffer;
-        let requests = (0..self.world.size)
-            .filter(|&k| k != self.world.rank)
+        let requests = to
+            .into_iter()
             .map(|k| comm.process_at_rank(k as i32).immediate_send_with_tag(StaticScope, shared, self.tag))
             .collect();
         let mut send = PendingSend { requests, buffer: ptr };
@@ -582,6 +596,16 @@ impl MpiExchange {
     /// One round: `mine` to every rank and every other rank's message, in
     /// rank order (`None` at this rank's place).
     fn round(&self, what: &str, mine: Vec<u8>) -> Result<Vec<Option<Received>>> {
+        self.round_of(what, Outgoing::Same(mine))
+    }
+
+    /// One round in which each rank gets its own message (`each[k]` to
+    /// rank `k`; this rank's own is not sent).
+    fn round_each(&self, what: &str, each: Vec<Vec<u8>>) -> Result<Vec<Option<Received>>> {
+        self.round_of(what, Outgoing::Each(each))
+    }
+
+    fn round_of(&self, what: &str, outgoing: Outgoing) -> Result<Vec<Option<Received>>> {
         let op = "distributed";
         self.world.check_thread(op)?;
         if let Some(why) = &self.state().broken {
@@ -594,13 +618,23 @@ impl MpiExchange {
         let (me, n) = (self.world.rank, self.world.size);
         // MPI counts a message's elements in an i32: a larger one is told
         // to the others as this rank's failure
-        let too_big = (mine.len() > i32::MAX as usize)
-            .then(|| format!("{what}: a message of {} bytes is past MPI's limit of 2^31 - 1 bytes", mine.len()));
-        let mine = match &too_big {
-            Some(e) => framed("failed", &format!("rank {me}: {e}"), &[]),
-            None => mine,
+        let largest = match &outgoing {
+            Outgoing::Same(m) => m.len(),
+            Outgoing::Each(each) => {
+                each.iter().enumerate().filter(|(k, _)| *k != me).map(|(_, m)| m.len()).max().unwrap_or(0)
+            }
         };
-        self.send_all(&comm, mine);
+        let too_big = (largest > i32::MAX as usize)
+            .then(|| format!("{what}: a message of {largest} bytes is past MPI's limit of 2^31 - 1 bytes"));
+        match (&too_big, outgoing) {
+            (Some(e), _) => self.send_all(&comm, framed("failed", &format!("rank {me}: {e}"), &[])),
+            (None, Outgoing::Same(mine)) => self.send_all(&comm, mine),
+            (None, Outgoing::Each(each)) => {
+                for (k, m) in each.into_iter().enumerate().filter(|(k, _)| *k != me) {
+                    self.send(&comm, m, vec![k]);
+                }
+            }
+        }
         let mut got: Vec<Option<Vec<u8>>> = vec![None; n];
         let deadline = Instant::now() + self.timeout;
         let mut idle = 0u32;
@@ -637,12 +671,13 @@ impl MpiExchange {
                 return Err(Error::invalid(op, why));
             }
             // spin briefly, then back off to sleeping (other processes and
-            // this process's device threads may share the cores)
+            // this process's device threads may share the cores), at most
+            // 200 µs at a time: a round's latency is part of every step
             idle = if progressed { 0 } else { idle + 1 };
             if idle < 64 {
                 std::thread::yield_now();
             } else {
-                std::thread::sleep(Duration::from_micros(50 * u64::from((idle / 64).min(20))));
+                std::thread::sleep(Duration::from_micros(50 * u64::from((idle / 64).min(4))));
             }
         }
         drop(comm);
@@ -770,6 +805,40 @@ impl Exchange for MpiExchange {
                 Some(r) => Some(decode(r.payload()).and_then(|t| t.array()).ok_or_else(|| {
                     Error::invalid("distributed", format!("{what}: rank {k} sent an operand that cannot be read"))
                 })?),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Each rank gets only its own part (a message per rank), unless the
+    /// parts live on a GPU of this process's NCCL group (then they are
+    /// gathered GPU to GPU).
+    fn exchange_each(&self, index: usize, what: &str, parts: Vec<Array>) -> Result<Vec<Array>> {
+        if parts.iter().any(|a| matches!(a.device(), xform_ops::Device::Cuda(_))) {
+            return xform_ops::interp::exchange_each_by_gather(self, index, what, parts);
+        }
+        let me = self.world.rank;
+        let mut own = None;
+        let mut each = Vec::with_capacity(parts.len());
+        for (k, a) in parts.into_iter().enumerate() {
+            let mut msg = message(what, &[]);
+            if k == me {
+                own = Some(a);
+            } else {
+                encode(&Tensor::from_array(a), &mut msg)?;
+            }
+            each.push(msg);
+        }
+        let all = self.round_each(what, each)?;
+        let mut out = Vec::with_capacity(all.len());
+        for (k, r) in all.into_iter().enumerate() {
+            out.push(match r {
+                None => {
+                    own.take().ok_or_else(|| Error::invalid("distributed", format!("{what}: no part for rank {k}")))?
+                }
+                Some(r) => decode(r.payload()).and_then(|t| t.array()).ok_or_else(|| {
+                    Error::invalid("distributed", format!("{what}: rank {k} sent a part that cannot be read"))
+                })?,
             });
         }
         Ok(out)

@@ -1,5 +1,5 @@
 //! Scalar special functions for elementwise primitives (digamma,
-//! polygamma, erfinv, lgamma, erfc with erfcx and `ln(erfc)`) on the CPU,
+//! polygamma, erfinv and XLA's erfinv, lgamma, erfc with erfcx and `ln(erfc)`) on the CPU,
 //! and [`cuda_helpers`], the CUDA C device source of the same digamma /
 //! polygamma algorithms.
 //!
@@ -20,7 +20,9 @@ use std::f64::consts::PI;
 use std::fmt::Write;
 
 mod erfc;
+mod erfinv_xla;
 pub use erfc::{erfc, erfc_f32, erfcx, log_erfc};
+pub use erfinv_xla::{erfinv_xla, erfinv_xla_f32, fma_emulated, LOG1P_DEN, LOG1P_NUM, LOG1P_SMALL};
 
 /// `B_2k / (2k)` for k = 1..=8: digamma's asymptotic series
 /// ψ(x) ~ ln x - 1/(2x) - Σ B_2k / (2k x^2k).

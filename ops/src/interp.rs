@@ -447,10 +447,45 @@ pub trait Exchange: Send + Sync {
     /// than left waiting).
     fn exchange(&self, index: usize, what: &str, value: Option<crate::Array>) -> Result<Vec<Option<crate::Array>>>;
 
+    /// Gives position `index`'s `parts[k]` to position `k` alone and returns
+    /// the part each position gave this one, in position order: what a
+    /// reduce-scatter or an all-to-all needs, each position receiving only
+    /// what it keeps. The parts of one call have one shape and dtype. By
+    /// default ([`exchange_each_by_gather`]) every part goes to every
+    /// position, stacked, through [`Exchange::exchange`]; an exchange
+    /// between processes sends each its own.
+    fn exchange_each(&self, index: usize, what: &str, parts: Vec<crate::Array>) -> Result<Vec<crate::Array>> {
+        exchange_each_by_gather(self, index, what, parts)
+    }
+
     /// What a position is called in errors ("device", "rank").
     fn noun(&self) -> &'static str {
         "device"
     }
+}
+
+/// [`Exchange::exchange_each`] through [`Exchange::exchange`]: this
+/// position's parts stacked along a new leading axis and given to every
+/// position, each keeping its own row of every position's stack.
+pub fn exchange_each_by_gather<E: Exchange + ?Sized>(
+    ex: &E,
+    index: usize,
+    what: &str,
+    parts: Vec<crate::Array>,
+) -> Result<Vec<crate::Array>> {
+    let rows: Vec<Tensor> =
+        parts.into_iter().map(|p| crate::lax::expand_dims(&Tensor::from_array(p), 0)).collect::<Result<_>>()?;
+    let lost =
+        |k: usize| Error::invalid("collective", format!("{what}: internal error: {} {k} gave no parts", ex.noun()));
+    let stacked = crate::lax::concatenate(&rows, 0)?.array().ok_or_else(|| lost(index))?;
+    let all = ex.exchange(index, what, Some(stacked))?;
+    all.into_iter()
+        .enumerate()
+        .map(|(k, a)| {
+            let a = a.ok_or_else(|| lost(k))?;
+            crate::lax::index_axis(&Tensor::from_array(a), 0, index)?.array().ok_or_else(|| lost(k))
+        })
+        .collect()
 }
 
 /// How long a collective over a device-mapped axis waits for the other

@@ -29,6 +29,7 @@
 //! up. `split(n)` takes `m = 2n` words as `n` pairs. `fold_in` is the same
 //! in both layouts (the counter pair `(0, data)`).
 
+#[cfg(test)]
 mod erfinv;
 mod randint;
 
@@ -396,8 +397,9 @@ impl Key {
 
     /// Standard normal floats of `shape` (JAX's `jax.random.normal`):
     /// `sqrt(2) * erfinv(u)` with `u` uniform in `(-1, 1)`. The uniforms
-    /// are JAX's bit for bit; erfinv follows XLA's polynomials (see
-    /// `random/erfinv.rs` for how close). f16 and bf16 take erfinv in f32.
+    /// are JAX's bit for bit; erfinv is XLA's expansion of it
+    /// ([`lax::erf_inv_xla`]: JAX's f64 normals bit for bit, f32 ones within
+    /// 2 ulps). f16 and bf16 take erfinv in f32.
     #[track_caller]
     pub fn normal(&self, shape: impl Into<Shape>, dtype: DType) -> Tensor {
         self.try_normal(shape, dtype).or_raise()
@@ -416,8 +418,8 @@ impl Key {
         };
         let u = self.uniform_in("normal", &shape, lo, 1.0, dtype)?;
         let e = match dtype {
-            DType::F32 | DType::F64 => erfinv::erf_inv(&u)?,
-            _ => lax::convert(&erfinv::erf_inv(&lax::convert(&u, DType::F32)?)?, dtype)?,
+            DType::F32 | DType::F64 => lax::erf_inv_xla(&u)?,
+            _ => lax::convert(&lax::erf_inv_xla(&lax::convert(&u, DType::F32)?)?, dtype)?,
         };
         lax::mul_scalar(&e, std::f64::consts::SQRT_2)
     }

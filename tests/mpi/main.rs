@@ -6,11 +6,16 @@
 //! value from its key): the process axis's result must equal that `vmap`'s
 //! row for this rank, bit for bit.
 
-use xform::lax::{all_gather, axis_index, pmax, pmean, ppermute, psum, psum_scatter};
+use xform::lax::{all_gather, all_to_all, axis_index, pmax, pmean, ppermute, psum, psum_scatter};
 use xform::prelude::*;
 
 fn value(rank: usize) -> Tensor {
     Key::new(rank as u64).normal([4], DType::F64)
+}
+
+/// `n` different rows made from `x`: a chunk per rank.
+fn rows(x: &Tensor, n: usize) -> Tensor {
+    Tensor::stack(&(0..n).map(|k| (x * (k as f64 + 1.0)).sin()).collect::<Vec<_>>(), 0)
 }
 
 fn bits(t: &Tensor) -> Vec<u64> {
@@ -38,6 +43,14 @@ fn main() {
                 psum_scatter(&x.reshape(&[1, 4]).broadcast_to([n, 4]), "p", 0, false).or_raise()
             }),
         ),
+        // each rank sends every other only the chunk it keeps
+        ("psum_scatter rows", Box::new(move |x: &Tensor| psum_scatter(&rows(x, n), "p", 0, false).or_raise())),
+        (
+            "psum_scatter tiled",
+            Box::new(move |x: &Tensor| psum_scatter(&rows(x, n).reshape(&[-1]), "p", 0, true).or_raise()),
+        ),
+        ("all_to_all", Box::new(move |x: &Tensor| all_to_all(&rows(x, n), "p", 0, 1, false).or_raise())),
+        ("all_to_all tiled", Box::new(move |x: &Tensor| all_to_all(&rows(x, n), "p", 0, 1, true).or_raise())),
         ("ppermute", Box::new(move |x: &Tensor| ppermute(x, "p", &shift).or_raise())),
         ("axis_index", Box::new(|x: &Tensor| x * axis_index("p").or_raise().cast(DType::F64))),
         ("grad", Box::new(|x: &Tensor| grad(|x: &Tensor| (x - pmean(x, "p").or_raise()).powi(2).sum())(x))),

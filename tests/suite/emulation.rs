@@ -137,6 +137,7 @@ pub fn check_for(prim: &Prim, out: DType, terms: usize) -> Check {
             | UnaryOp::Cbrt
             | UnaryOp::Erf
             | UnaryOp::ErfInv
+            | UnaryOp::ErfInvXla
             | UnaryOp::Lgamma
             | UnaryOp::Digamma
             | UnaryOp::Polygamma(_)

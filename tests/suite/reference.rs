@@ -235,7 +235,7 @@ fn unary(op: UnaryOp, x: f64, d: DType) -> f64 {
         UnaryOp::Acosh => x.acosh(),
         UnaryOp::Atanh => x.atanh(),
         UnaryOp::Cbrt => x.cbrt(),
-        UnaryOp::ErfInv => erf_inv(x),
+        UnaryOp::ErfInv | UnaryOp::ErfInvXla => erf_inv(x),
         UnaryOp::Lgamma => lgamma(x),
         UnaryOp::Digamma => digamma(x),
         UnaryOp::Polygamma(n) => polygamma(n, x),

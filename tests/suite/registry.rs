@@ -174,6 +174,8 @@ pub fn edge_points() -> Vec<EdgePoint> {
         p(un(UnaryOp::Exp2), &[0.0], &[ln2], &[&[ln2 * ln2]], ""),
         p(un(UnaryOp::ErfInv), &[0.0], &[std::f64::consts::PI.sqrt() / 2.0], &[&[0.0]], ""),
         p(un(UnaryOp::ErfInv), &[1.0], &[inf], &[&[inf]], ""),
+        p(un(UnaryOp::ErfInvXla), &[0.0], &[std::f64::consts::PI.sqrt() / 2.0], &[&[0.0]], ""),
+        p(un(UnaryOp::ErfInvXla), &[1.0], &[inf], &[&[inf]], ""),
         p(un(UnaryOp::Lgamma), &[1.0], &[-EULER], &[&[ZETA2]], ""),
         p(un(UnaryOp::Lgamma), &[0.0], &[f64::NAN], &[&[inf]], ""),
         p(un(UnaryOp::Digamma), &[1.0], &[ZETA2], &[&[-2.0 * ZETA3]], ""),

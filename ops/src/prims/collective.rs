@@ -591,6 +591,9 @@ impl CollectiveOp {
         if let CollectiveOp::AxisIndex { .. } = self {
             return Ok(smallvec![lax::convert(&Tensor::scalar(dev.index as f64), crate::DType::I32)?]);
         }
+        if let Some(y) = self.scattered_across_devices(ins, dev)? {
+            return Ok(smallvec![y]);
+        }
         let what = format!("{self:?}");
         let all = dev.exchange.exchange(dev.index, &what, ins.first().map(|a| (*a).clone()))?;
         let axis = BatchAxis { size: dev.size, name: Some(dev.name.clone()) };
@@ -619,6 +622,53 @@ impl CollectiveOp {
 }
 
 impl CollectiveOp {
+    /// A reduce-scatter or an all-to-all over a device-mapped axis (`None`
+    /// for the other collectives): each position sends every other only
+    /// the chunk that one keeps (chunk `k` of the scattered or split axis
+    /// to position `k`: for two positions half the bytes of gathering
+    /// every operand), and computes its result from the chunks it got as
+    /// the batch rule would (the same sums in the same order: still
+    /// `vmap`'s result bit for bit).
+    fn scattered_across_devices(&self, ins: &[&Array], dev: &DeviceAxis) -> Result<Option<Tensor>> {
+        let (s, tiled) = match self {
+            CollectiveOp::PsumScatter { scatter_dimension, tiled, .. } => (*scatter_dimension, *tiled),
+            CollectiveOp::AllToAll { split_axis, tiled, .. } => (*split_axis, *tiled),
+            _ => return Ok(None),
+        };
+        let n = dev.size;
+        // the per-position shape rule with this axis's size (a tiled
+        // axis must be a multiple of it) before anything is cut
+        let own = &*dev.name;
+        self.result(&[ins[0].aval_ref()], &|name| if name == own { Some(n) } else { axis_size(name) })?;
+        let x = Tensor::from_array(ins[0].clone());
+        let lost = || Error::invalid(self.name(), "internal error: a chunk is not concrete");
+        let mut parts = Vec::with_capacity(n);
+        for k in 0..n {
+            let chunk = if tiled {
+                let c = x.shape()[s] / n;
+                lax::slice_axis(&x, s, k * c, (k + 1) * c)?
+            } else {
+                lax::index_axis(&x, s, k)?
+            };
+            parts.push(chunk.array().ok_or_else(lost)?);
+        }
+        let got = dev.exchange.exchange_each(dev.index, &format!("{self:?}"), parts)?;
+        let got: Vec<Tensor> = got.into_iter().map(Tensor::from_array).collect();
+        self.check_same_operands(&got, dev)?;
+        let stack_at = |a: usize| -> Result<Tensor> {
+            let rows: Vec<Tensor> = got.iter().map(|g| lax::expand_dims(g, a)).collect::<Result<_>>()?;
+            lax::concatenate(&rows, a)
+        };
+        let y = match self {
+            // the batch rule's sum over the stacked positions
+            CollectiveOp::PsumScatter { .. } => lax::reduce_sum(&stack_at(0)?, &[0])?,
+            CollectiveOp::AllToAll { concat_axis: c, .. } if tiled => lax::concatenate(&got, *c)?,
+            CollectiveOp::AllToAll { concat_axis: c, .. } => stack_at(*c)?,
+            _ => unreachable!("matched above"),
+        };
+        Ok(Some(y))
+    }
+
     /// Every position of a device-mapped axis must give an operand of one
     /// shape and dtype (as the examples of a vmap have): a mismatch is
     /// reported with each position's, the same error at every position.

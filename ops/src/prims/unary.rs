@@ -436,6 +436,25 @@ unary_table! {
         sample: Dom::Real(-0.9, 0.9),
         jax: "jax.lax.erf_inv({x})",
     }
+    /// The inverse error function as XLA expands it (what
+    /// `jax.lax.erf_inv` and `jax.random.normal` run; bit for bit in f64 on
+    /// the CPU, see `special::erfinv_xla`): the inverse CDF of
+    /// [`Key::normal`](crate::random::Key::normal), so that xform's normal
+    /// samples are JAX's. Less accurate than `erf_inv` within about 1e-8 of
+    /// ±1 (`x²` rounds there, as in XLA). On CUDA it is CUDA's `erfinv`.
+    ErfInvXla => erf_inv_xla "erf_inv_xla" {
+        cost: 8,
+        float: |x| x.via(special::erfinv_xla_f32, special::erfinv_xla), cuda: |c| c.call("erfinv"),
+        // as erf_inv's
+        jvp: |t, x, y| Ok(Some(lax::mul(
+            &lax::full_like(x, PI.sqrt() / 2.0)?,
+            &lax::mul(t, &lax::exp(&lax::mul(y, y)?)?)?,
+        )?)),
+        linear: false,
+        method: none,
+        sample: Dom::Real(-0.9, 0.9),
+        jax: "jax.lax.erf_inv({x})",
+    }
     /// `ln |Gamma(x)|` (+inf at the poles 0, -1, -2, ...).
     Lgamma => lgamma "lgamma" {
         cost: 8,

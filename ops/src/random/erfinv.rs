@@ -1,25 +1,17 @@
-//! The inverse error function behind [`Key::normal`](super::Key::normal),
-//! composed from `lax` primitives so it runs under every transform. It
-//! follows XLA's expansion (the one `jax.random.normal` runs): M. Giles'
-//! polynomials in `w = -log1p(-x²)` ("Approximating the erfinv function",
-//! GPU Computing Gems, 2011), a degree-8 pair for f32 split at w = 5 and a
-//! degree-22/18/16 triple for f64 split at w = 6.25 and 16, evaluated by
-//! Horner's rule, with ±1 mapped to ±inf.
-//!
-//! How close to JAX: XLA on CPU contracts every Horner step into a fused
-//! multiply-add, and its `log1p` is a Cephes rational below sqrt(2) - 1
-//! and `log(1 + a)` above. Both are reproduced here (the FMAs exactly, see
-//! [`horner`]), and XLA's f64 `log` is the C library's, so f64 erfinv (and
-//! f64 normals) equal JAX's bit for bit. XLA's f32 `log` is its own
-//! approximation, not the C library's, so an f32 erfinv whose argument
-//! takes the `log(1 + a)` branch (|x| > 0.64) can differ by 1 or 2 ulps
-//! (about 0.5% of f32 normals).
+//! XLA's expansion of the inverse error function written in `lax`
+//! operations, step for step as XLA's CPU code rounds (every Horner step a
+//! fused multiply-add, emulated exactly; Cephes' `log1p`): the reference
+//! that the `erf_inv_xla` primitive's scalar kernel
+//! (`xform_kernels::special::erfinv_xla`) must equal bit for bit. The
+//! normal sampler once ran this composition (about 100 passes over the
+//! samples); it now runs the one-pass primitive.
 
 use crate::error::Result;
 use crate::lax;
 use crate::tensor::Tensor;
 use xform_kernels::special::{
-    ERFINV_F32_CENTRAL, ERFINV_F32_TAIL, ERFINV_F64_CENTRAL, ERFINV_F64_MID, ERFINV_F64_TAIL,
+    ERFINV_F32_CENTRAL, ERFINV_F32_TAIL, ERFINV_F64_CENTRAL, ERFINV_F64_MID, ERFINV_F64_TAIL, LOG1P_DEN, LOG1P_NUM,
+    LOG1P_SMALL,
 };
 use xform_kernels::DType;
 
@@ -88,33 +80,6 @@ fn horner(x: &Tensor, n: usize, coef: impl Fn(usize) -> Result<Tensor>) -> Resul
     Ok(p)
 }
 
-/// Cephes' rational approximation of log1p on |a| < sqrt(2) - 1, as XLA
-/// writes it: numerator and denominator by Horner's rule (highest first).
-#[allow(clippy::excessive_precision)]
-const LOG1P_NUM: [f64; 7] = [
-    4.5270000862445199635215e-5,
-    4.9854102823193375972212e-1,
-    6.5787325942061044846969e0,
-    2.9911919328553073277375e1,
-    6.0949667980987787057556e1,
-    5.7112963590585538103336e1,
-    2.0039553499201281259648e1,
-];
-#[allow(clippy::excessive_precision)]
-const LOG1P_DEN: [f64; 7] = [
-    1.0,
-    1.5062909083469192043167e1,
-    8.3047565967967209469434e1,
-    2.2176239823732856465394e2,
-    3.0909872225312059774938e2,
-    2.1642788614495947685003e2,
-    6.0118660497603843919306e1,
-];
-
-/// Where XLA's `log1p` switches to `log(1 + a)`: sqrt(2) - 1.
-#[allow(clippy::excessive_precision)]
-const LOG1P_SMALL: f64 = 0.41421356237309504880;
-
 /// XLA's `log1p`: the Cephes rational for |a| < sqrt(2) - 1 (with fused
 /// Horner steps), else `log(1 + a)`. With the C library's `log` this is
 /// XLA's f64 `log1p` exactly; XLA's f32 `log` is its own approximation.
@@ -133,7 +98,7 @@ fn log1p(a: &Tensor) -> Result<Tensor> {
 }
 
 /// erfinv of an f32 or f64 tensor, elementwise.
-pub(super) fn erf_inv(x: &Tensor) -> Result<Tensor> {
+fn erf_inv(x: &Tensor) -> Result<Tensor> {
     let dtype = x.dtype();
     // w = -log1p(-x * x)
     let w = lax::neg(&log1p(&lax::neg(&lax::mul(x, x)?)?)?)?;
@@ -163,4 +128,49 @@ pub(super) fn erf_inv(x: &Tensor) -> Result<Tensor> {
     // erfinv(±1) = ±inf, where the polynomial is indeterminate.
     let edge = lax::eq(&lax::abs(x)?, &lax::full_like(x, 1.0)?)?;
     lax::select(&edge, &lax::mul(x, &lax::full_like(x, f64::INFINITY)?)?, &r)
+}
+
+/// The primitive's kernel against the composition, bit for bit: uniform
+/// samples as the sampler draws them, points across every branch, and the
+/// edges (±0, ±1, past ±1, NaN).
+#[test]
+fn erf_inv_xla_kernel_equals_the_lax_expansion() {
+    use crate::random::Key;
+    let edges = [
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        1.5,
+        -2.0,
+        f64::NAN,
+        0.4,
+        0.64,
+        0.9,
+        0.99,
+        0.999_999,
+        -0.999_999_999,
+        1e-30,
+        0.414_213_56,
+    ];
+    for dtype in [DType::F32, DType::F64] {
+        let lo = if dtype == DType::F32 { -1.0 + 2f64.powi(-24) } else { -1.0 + 2f64.powi(-53) };
+        let u = Key::new(7).uniform_range([200_000], lo, 1.0, dtype);
+        // values near ±1 reach the tails (w past 5, 6.25 and 16)
+        let tails =
+            lax::sub(&lax::full_like(&u, 1.0).unwrap(), &lax::mul_scalar(&lax::abs(&u).unwrap(), 1e-9).unwrap())
+                .unwrap();
+        let edge = lax::convert(&Tensor::from_vec(edges.to_vec(), [edges.len()]), dtype).unwrap();
+        for x in [u, tails, edge] {
+            let want = erf_inv(&x).unwrap();
+            let got = lax::erf_inv_xla(&x).unwrap();
+            let (w, g) = (lax::convert(&want, DType::F64).unwrap(), lax::convert(&got, DType::F64).unwrap());
+            for (i, (a, b)) in w.to_vec::<f64>().iter().zip(g.to_vec::<f64>()).enumerate() {
+                assert!(
+                    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                    "{dtype:?} element {i}: {a:e} vs {b:e}"
+                );
+            }
+        }
+    }
 }
