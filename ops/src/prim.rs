@@ -25,6 +25,7 @@ pub use crate::prims::collective::{CollectiveKind, CollectiveOp};
 pub use crate::prims::compare::CompareOp;
 pub use crate::prims::control::{Body, ControlKind, ControlOp, RematPolicy};
 pub use crate::prims::conv::{ConvDims, ConvKind, ConvOp, ConvOptions, ConvParams};
+pub use crate::prims::decomp::{DecompKind, DecompOp, TriangularSpec};
 pub use crate::prims::elementwise::{ElementwiseKind, ElementwiseOp};
 pub use crate::prims::indexing::{IndexKind, IndexOp};
 pub use crate::prims::linalg::{DotDims, LinalgKind, LinalgOp};
@@ -254,6 +255,8 @@ families! {
     Index(IndexOp),
     /// dot_general (`prims/linalg.rs`).
     Linalg(LinalgOp),
+    /// Matrix factorizations and triangular solves (`prims/decomp.rs`).
+    Decomp(DecompOp),
     /// conv_general_dilated (`prims/conv.rs`).
     Conv(ConvOp),
     /// Random bits (`prims/random.rs`).

@@ -16,6 +16,7 @@ const FAMILY_ENUMS: &[&str] = &[
     "ShapeOp",
     "IndexOp",
     "LinalgOp",
+    "DecompOp",
     "CollectiveOp",
     "ConvOp",
     "RandomOp",

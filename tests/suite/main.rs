@@ -4,6 +4,7 @@
 mod harness;
 mod reference;
 mod reference_conv;
+mod reference_decomp;
 mod registry;
 
 mod accountant;

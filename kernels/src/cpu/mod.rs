@@ -12,6 +12,7 @@ pub mod conv;
 #[cfg(test)]
 mod conv_tests;
 mod conv_wide;
+pub mod decomp;
 pub mod elementwise;
 pub mod indexing;
 pub mod matmul;

@@ -18,6 +18,7 @@ pub mod compare;
 pub mod control;
 pub mod conv;
 pub mod cuda_c;
+pub mod decomp;
 pub mod elementwise;
 pub mod factor;
 pub mod indexing;

@@ -89,6 +89,11 @@ pub enum Dom {
     /// Start indices: `[-n - 2, n + 2]` (exercising the wrap of negative
     /// starts and the clamp on both sides).
     Start(usize),
+    /// Square matrices over the last two axes, entries in `[-1, 1)` and a
+    /// diagonal of `n + 1 + [0, 1)`: diagonally dominant with a positive
+    /// diagonal, so well conditioned, and positive definite once
+    /// symmetrized (a factorization's and a solve's operands).
+    DiagDominant,
     /// The `n` points `lo + (k + 1/2) (hi - lo) / n` in random order: no
     /// ties, neighbours `(hi - lo) / n` apart (max and min stay put under
     /// finite differences).
@@ -132,6 +137,16 @@ pub fn values(seed: u64, shape: &[usize], dtype: DType, dom: Dom) -> Tensor {
             Dom::Bits => g.u64() as u32 as f64,
             Dom::Index(m) => g.int(0, 2 * m - 1) as f64 - m as f64,
             Dom::Start(m) => g.int(0, 2 * m + 4) as f64 - m as f64 - 2.0,
+            Dom::DiagDominant => {
+                let c = shape.last().copied().unwrap_or(1);
+                let r = if shape.len() >= 2 { shape[shape.len() - 2] } else { 1 };
+                let u = g.f64();
+                if (i % c) == (i / c) % r.max(1) && r == c {
+                    c as f64 + 1.0 + u
+                } else {
+                    2.0 * u - 1.0
+                }
+            }
             Dom::Distinct(lo, hi) => {
                 let v = lo + (hi - lo) * (order[i] as f64 + 0.5) / n as f64;
                 if dtype.is_int() {

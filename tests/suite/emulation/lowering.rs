@@ -157,5 +157,7 @@ pub fn lower(prim: &Prim, ins: &[Array], outs: &[Aval]) -> Option<Result<Lowered
         }
         // collectives are applied by the maps binding their names, never lowered
         Prim::Conv(_) | Prim::Control(_) | Prim::Collective(_) => None,
+        // no kernels of their own: a device factors on the host
+        Prim::Decomp(_) => None,
     }
 }

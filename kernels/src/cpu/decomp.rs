@@ -1,0 +1,204 @@
+//! Matrix factorizations and triangular solves over stacks of contiguous
+//! row-major matrices, through faer: the CPU side of the decomposition
+//! primitives. Each function takes `batch` matrices back to back and
+//! returns a fresh buffer. The matrices of a stack are independent: they
+//! run in parallel over the stack, each with faer's sequential kernels
+//! (never rayon inside rayon); a single matrix gets faer's parallelism.
+
+use super::Par;
+use faer::dyn_stack::{MemBuffer, MemStack};
+use faer::linalg::cholesky::llt::factor::{cholesky_in_place, cholesky_in_place_scratch};
+use faer::linalg::triangular_solve as tri;
+use faer::{MatMut, MatRef};
+use rayon::prelude::*;
+
+/// An element faer factorizes: f32 or f64.
+pub trait DecompElem: faer::traits::RealField + Copy + Send + Sync + 'static {
+    /// Not a number, for the factors of a matrix that has none.
+    const NAN: Self;
+    /// Zero, above a lower factor's diagonal.
+    const ZERO: Self;
+    /// One.
+    const ONE: Self;
+}
+impl DecompElem for f32 {
+    const NAN: f32 = f32::NAN;
+    const ZERO: f32 = 0.0;
+    const ONE: f32 = 1.0;
+}
+impl DecompElem for f64 {
+    const NAN: f64 = f64::NAN;
+    const ZERO: f64 = 0.0;
+    const ONE: f64 = 1.0;
+}
+
+/// Runs `f` on each `len`-element chunk of `out` with its index: in
+/// parallel over the chunks when asked and there are several, and with
+/// faer's own parallelism for a single matrix.
+fn each_matrix<T: Send>(out: &mut [T], len: usize, par: Par, f: impl Fn(usize, &mut [T], faer::Par) + Sync) {
+    if len == 0 || out.is_empty() {
+        return;
+    }
+    let batch = out.len() / len;
+    match par {
+        Par::Rayon if batch > 1 => out.par_chunks_mut(len).enumerate().for_each(|(i, m)| f(i, m, faer::Par::Seq)),
+        Par::Rayon => f(0, out, faer::Par::rayon(0)),
+        Par::Seq => out.chunks_mut(len).enumerate().for_each(|(i, m)| f(i, m, faer::Par::Seq)),
+    }
+}
+
+/// The lower Cholesky factors `L` of `batch` matrices `A` (`n x n`), of
+/// their symmetrized `(A + Aᵀ) / 2` (`L Lᵀ = (A + Aᵀ) / 2`, as
+/// `jax.numpy.linalg.cholesky`), with zeros above the diagonal. A matrix
+/// that is not positive definite (a pivot that is not positive, or NaN)
+/// gets NaN in every element of its factor, as JAX's does on the CPU.
+pub fn cholesky<T: DecompElem>(a: &[T], batch: usize, n: usize, par: Par) -> Vec<T> {
+    debug_assert_eq!(a.len(), batch * n * n);
+    let mut out = a.to_vec();
+    each_matrix(&mut out, n * n, par, |_, m, inner| {
+        // the lower triangle of (A + Aᵀ) / 2, which faer reads
+        for i in 0..n {
+            for j in 0..i {
+                m[i * n + j] = (m[i * n + j] + m[j * n + i]) / (T::ONE + T::ONE);
+            }
+        }
+        let req = cholesky_in_place_scratch::<T>(n, inner, Default::default());
+        let mut buf = MemBuffer::new(req);
+        let ok = cholesky_in_place(
+            MatMut::from_row_major_slice_mut(m, n, n),
+            Default::default(),
+            inner,
+            MemStack::new(&mut buf),
+            Default::default(),
+        )
+        .is_ok();
+        if !ok {
+            m.fill(T::NAN);
+            return;
+        }
+        for i in 0..n {
+            for v in &mut m[i * n + i + 1..(i + 1) * n] {
+                *v = T::ZERO;
+            }
+        }
+    });
+    out
+}
+
+/// Which system [`triangular_solve`] solves (`jax.lax.linalg.triangular_solve`'s
+/// parameters, real matrices).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TriangularSpec {
+    /// `op(A) X = B` (true) or `X op(A) = B` (false).
+    pub left_side: bool,
+    /// `A` is lower (true) or upper triangular; the other triangle is not read.
+    pub lower: bool,
+    /// `op(A) = Aᵀ` (true) or `A`.
+    pub transpose_a: bool,
+    /// The diagonal of `A` is taken as ones (not read).
+    pub unit_diagonal: bool,
+}
+
+/// Solves `batch` triangular systems: `A_i` is `k x k` (k = m for a left
+/// side, n for a right side) and `B_i` is `m x n`; the solutions `X_i`
+/// (`m x n`) back to back. A zero on a read diagonal divides by zero (inf
+/// or NaN in the solution, as LAPACK's `trsm`).
+pub fn triangular_solve<T: DecompElem>(
+    a: &[T],
+    b: &[T],
+    batch: usize,
+    m: usize,
+    n: usize,
+    spec: TriangularSpec,
+    par: Par,
+) -> Vec<T> {
+    let k = if spec.left_side { m } else { n };
+    debug_assert_eq!(a.len(), batch * k * k);
+    debug_assert_eq!(b.len(), batch * m * n);
+    let mut out = b.to_vec();
+    // X op(A) = B is op(A)ᵀ Xᵀ = Bᵀ: the matrix solved with is transposed
+    // once for op and once more for a right side
+    let transposed = spec.transpose_a != !spec.left_side;
+    let lower = spec.lower != transposed;
+    each_matrix(&mut out, m * n, par, |i, x, inner| {
+        let a = MatRef::from_row_major_slice(&a[i * k * k..(i + 1) * k * k], k, k);
+        let a = if transposed { a.transpose() } else { a };
+        let x = MatMut::from_row_major_slice_mut(x, m, n);
+        let x = if spec.left_side { x } else { x.transpose_mut() };
+        match (lower, spec.unit_diagonal) {
+            (true, false) => tri::solve_lower_triangular_in_place(a, x, inner),
+            (true, true) => tri::solve_unit_lower_triangular_in_place(a, x, inner),
+            (false, false) => tri::solve_upper_triangular_in_place(a, x, inner),
+            (false, true) => tri::solve_unit_upper_triangular_in_place(a, x, inner),
+        }
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `A X` for row-major `A` (m x k) and `X` (k x n).
+    fn mm(a: &[f64], x: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
+        let mut y = vec![0.0; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                y[i * n + j] = (0..k).map(|p| a[i * k + p] * x[p * n + j]).sum();
+            }
+        }
+        y
+    }
+
+    fn t(a: &[f64], r: usize, c: usize) -> Vec<f64> {
+        (0..c * r).map(|q| a[(q % r) * c + q / r]).collect()
+    }
+
+    #[test]
+    fn cholesky_factors_and_refuses_indefinite() {
+        // [[4, 2], [2, 3]] = L Lᵀ with L = [[2, 0], [1, sqrt 2]], here
+        // symmetrized from [[4, 3], [1, 3]]
+        let a = [4.0, 3.0, 1.0, 3.0, 1.0, 2.0, 2.0, 1.0];
+        let l = cholesky(&a, 2, 2, Par::Seq);
+        assert_eq!(&l[..3], &[2.0, 0.0, 1.0]);
+        assert!((l[3] - 2f64.sqrt()).abs() < 1e-15);
+        // [[1, 2], [2, 1]] is indefinite: NaN everywhere
+        assert!(l[4..].iter().all(|v| v.is_nan()), "{l:?}");
+        assert!(cholesky::<f32>(&[], 0, 3, Par::Rayon).is_empty());
+    }
+
+    #[test]
+    fn triangular_solve_every_form() {
+        let (m, n) = (3, 2);
+        let a3 = [2.0, 0.5, -1.0, 0.3, 3.0, 0.7, -0.4, 1.1, 4.0];
+        let a2 = [2.0, 0.5, 0.3, 3.0];
+        let b = [1.0, -2.0, 0.5, 3.0, -1.5, 2.5];
+        for left_side in [true, false] {
+            for lower in [true, false] {
+                for transpose_a in [true, false] {
+                    for unit_diagonal in [true, false] {
+                        let spec = TriangularSpec { left_side, lower, transpose_a, unit_diagonal };
+                        let (a, k) = if left_side { (&a3[..], m) } else { (&a2[..], n) };
+                        // the triangle that is read, with the diagonal
+                        let tri: Vec<f64> = (0..k * k)
+                            .map(|q| {
+                                let (i, j) = (q / k, q % k);
+                                match () {
+                                    _ if i == j && unit_diagonal => 1.0,
+                                    _ if i == j || (lower && i > j) || (!lower && i < j) => a[q],
+                                    _ => 0.0,
+                                }
+                            })
+                            .collect();
+                        let op = if transpose_a { t(&tri, k, k) } else { tri };
+                        let x = triangular_solve(a, &b, 1, m, n, spec, Par::Seq);
+                        let back = if left_side { mm(&op, &x, m, m, n) } else { mm(&x, &op, m, n, n) };
+                        for (u, v) in back.iter().zip(&b) {
+                            assert!((u - v).abs() < 1e-13, "{spec:?}: {back:?} vs {b:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
