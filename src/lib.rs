@@ -30,6 +30,7 @@ pub mod data;
 #[cfg(feature = "mpi")]
 pub mod distributed;
 pub mod dp;
+pub mod linalg;
 pub mod nn;
 pub mod safetensors;
 pub mod testing;

@@ -26,6 +26,7 @@ mod gaps;
 mod jit;
 mod jit_edges;
 mod limits;
+mod linalg;
 mod methods;
 mod mutation;
 mod nn;

@@ -7,8 +7,8 @@ mod control;
 mod window;
 
 use xform::core::prim::{
-    ArgOp, BinaryOp, CompareOp, ConvOp, DecompOp, ElementwiseOp, IndexOp, LinalgOp, RandomOp, ReduceOp, Reduction, ShapeOp,
-    UnaryOp,
+    ArgOp, BinaryOp, CompareOp, ConvOp, DecompOp, ElementwiseOp, IndexOp, LinalgOp, RandomOp, ReduceOp, Reduction,
+    ShapeOp, UnaryOp,
 };
 use xform::{DType, Prim, Tensor};
 
@@ -700,7 +700,10 @@ pub fn apply(prim: &Prim, ins: &[Nd], dtypes: &[DType]) -> Vec<Nd> {
         }
         Prim::Conv(ConvOp::ConvGeneralDilated(p)) => one(super::reference_conv::conv(p, &ins[0], &ins[1])),
         Prim::Decomp(DecompOp::Cholesky) => one(super::reference_decomp::cholesky(&ins[0])),
-        Prim::Decomp(DecompOp::TriangularSolve(s)) => one(super::reference_decomp::triangular_solve(s, &ins[0], &ins[1])),
+        Prim::Decomp(DecompOp::TriangularSolve(s)) => {
+            one(super::reference_decomp::triangular_solve(s, &ins[0], &ins[1]))
+        }
+        Prim::Decomp(DecompOp::Lu) => super::reference_decomp::lu(&ins[0]),
         Prim::Random(RandomOp::Threefry2x32) => {
             let n = ins[0].data.len();
             let (mut y0, mut y1) = (Vec::with_capacity(n), Vec::with_capacity(n));

@@ -10,7 +10,7 @@ use xform::core::prim::TriangularSpec;
 fn stack(x: &Nd) -> (usize, usize, usize) {
     let k = x.shape.len();
     let (r, c) = (x.shape[k - 2], x.shape[k - 1]);
-    (if r * c == 0 { 0 } else { x.data.len() / (r * c) }, r, c)
+    (x.data.len().checked_div(r * c).unwrap_or(0), r, c)
 }
 
 pub fn cholesky(x: &Nd) -> Nd {
@@ -33,7 +33,9 @@ pub fn cholesky(x: &Nd) -> Nd {
             }
         }
         if !ok {
-            l.fill(f64::NAN);
+            for i in 0..n {
+                l[i * n..=i * n + i].fill(f64::NAN);
+            }
         }
     }
     Nd::new(x.shape.clone(), out)
@@ -78,4 +80,39 @@ pub fn triangular_solve(s: &TriangularSpec, a: &Nd, b: &Nd) -> Nd {
         }
     }
     Nd::new(b.shape.clone(), out)
+}
+
+/// Doolittle's elimination with partial pivoting (the first entry of
+/// largest magnitude; a zero pivot's column left as it is), in f64: the
+/// factors, the row swaps and the permutation, as `lax::lu` gives them.
+pub fn lu(a: &Nd) -> Vec<Nd> {
+    let (count, m, n) = stack(a);
+    let k = m.min(n);
+    let lead = &a.shape[..a.shape.len() - 2];
+    let (mut f, mut piv, mut perm) = (a.data.clone(), Vec::new(), Vec::new());
+    for q in 0..count {
+        let x = &mut f[q * m * n..(q + 1) * m * n];
+        let mut p: Vec<usize> = (0..m).collect();
+        for j in 0..k {
+            let best = (j..m).fold(j, |b, i| if x[i * n + j].abs() > x[b * n + j].abs() { i } else { b });
+            piv.push(best as f64);
+            p.swap(j, best);
+            if x[best * n + j] != 0.0 {
+                for c in 0..n {
+                    x.swap(best * n + c, j * n + c);
+                }
+                for i in j + 1..m {
+                    x[i * n + j] /= x[j * n + j];
+                }
+            }
+            for i in j + 1..m {
+                for c in j + 1..n {
+                    x[i * n + c] -= x[i * n + j] * x[j * n + c];
+                }
+            }
+        }
+        perm.extend(p.iter().map(|&v| v as f64));
+    }
+    let with = |last: usize| lead.iter().copied().chain([last]).collect::<Vec<_>>();
+    vec![Nd::new(a.shape.clone(), f), Nd::new(with(k), piv), Nd::new(with(m), perm)]
 }

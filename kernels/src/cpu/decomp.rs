@@ -20,16 +20,24 @@ pub trait DecompElem: faer::traits::RealField + Copy + Send + Sync + 'static {
     const ZERO: Self;
     /// One.
     const ONE: Self;
+    /// `|x|`.
+    fn magnitude(self) -> Self;
 }
 impl DecompElem for f32 {
     const NAN: f32 = f32::NAN;
     const ZERO: f32 = 0.0;
     const ONE: f32 = 1.0;
+    fn magnitude(self) -> f32 {
+        self.abs()
+    }
 }
 impl DecompElem for f64 {
     const NAN: f64 = f64::NAN;
     const ZERO: f64 = 0.0;
     const ONE: f64 = 1.0;
+    fn magnitude(self) -> f64 {
+        self.abs()
+    }
 }
 
 /// Runs `f` on each `len`-element chunk of `out` with its index: in
@@ -51,7 +59,8 @@ fn each_matrix<T: Send>(out: &mut [T], len: usize, par: Par, f: impl Fn(usize, &
 /// their symmetrized `(A + Aᵀ) / 2` (`L Lᵀ = (A + Aᵀ) / 2`, as
 /// `jax.numpy.linalg.cholesky`), with zeros above the diagonal. A matrix
 /// that is not positive definite (a pivot that is not positive, or NaN)
-/// gets NaN in every element of its factor, as JAX's does on the CPU.
+/// gets NaN in every element of its factor's lower triangle (zeros above),
+/// as `jnp.linalg.cholesky` on the CPU.
 pub fn cholesky<T: DecompElem>(a: &[T], batch: usize, n: usize, par: Par) -> Vec<T> {
     debug_assert_eq!(a.len(), batch * n * n);
     let mut out = a.to_vec();
@@ -72,11 +81,10 @@ pub fn cholesky<T: DecompElem>(a: &[T], batch: usize, n: usize, par: Par) -> Vec
             Default::default(),
         )
         .is_ok();
-        if !ok {
-            m.fill(T::NAN);
-            return;
-        }
         for i in 0..n {
+            if !ok {
+                m[i * n..=i * n + i].fill(T::NAN);
+            }
             for v in &mut m[i * n + i + 1..(i + 1) * n] {
                 *v = T::ZERO;
             }
@@ -118,7 +126,7 @@ pub fn triangular_solve<T: DecompElem>(
     let mut out = b.to_vec();
     // X op(A) = B is op(A)ᵀ Xᵀ = Bᵀ: the matrix solved with is transposed
     // once for op and once more for a right side
-    let transposed = spec.transpose_a != !spec.left_side;
+    let transposed = spec.transpose_a == spec.left_side;
     let lower = spec.lower != transposed;
     each_matrix(&mut out, m * n, par, |i, x, inner| {
         let a = MatRef::from_row_major_slice(&a[i * k * k..(i + 1) * k * k], k, k);
@@ -133,6 +141,84 @@ pub fn triangular_solve<T: DecompElem>(
         }
     });
     out
+}
+
+/// The LU factorization with partial pivoting of `batch` matrices `m x n`
+/// (LAPACK's `getrf`, as `jax.lax.linalg.lu`): `P A = L U` with `L` unit
+/// lower triangular (`m x k`, k = min(m, n)) and `U` upper (`k x n`), both
+/// in one `m x n` matrix; the row swaps `pivots` (`k` per matrix: row `j`
+/// was swapped with row `pivots[j]`, in turn) and the permutation they
+/// make (`m` per matrix: row `i` of `P A` is row `permutation[i]` of `A`).
+///
+/// Written here rather than through faer so that a singular matrix gets
+/// LAPACK's factors: a column without a nonzero pivot is left as it is
+/// (faer divides by the zero pivot, and the NaN spreads). The pivot is
+/// the first entry of largest magnitude, as LAPACK's `idamax`; the column
+/// below it is scaled by its reciprocal, as `getf2`. Unblocked: meant for
+/// the small and medium matrices of a stack.
+pub fn lu<T: DecompElem>(a: &[T], batch: usize, m: usize, n: usize, par: Par) -> (Vec<T>, Vec<i32>, Vec<i32>) {
+    debug_assert_eq!(a.len(), batch * m * n);
+    let k = m.min(n);
+    let mut out = a.to_vec();
+    let mut pivots = vec![0i32; batch * k];
+    let mut perms = vec![0i32; batch * m];
+    let one = |x: &mut [T], piv: &mut [i32], perm: &mut [i32]| {
+        for j in 0..k {
+            let mut p = j;
+            let mut best = x[j * n + j].magnitude();
+            for i in j + 1..m {
+                let v = x[i * n + j].magnitude();
+                if v > best {
+                    best = v;
+                    p = i;
+                }
+            }
+            piv[j] = p as i32;
+            if x[p * n + j] != T::ZERO {
+                if p != j {
+                    for c in 0..n {
+                        x.swap(p * n + c, j * n + c);
+                    }
+                }
+                let inv = T::ONE / x[j * n + j];
+                for i in j + 1..m {
+                    x[i * n + j] *= inv;
+                }
+            }
+            for i in j + 1..m {
+                let l = x[i * n + j];
+                if l != T::ZERO {
+                    for c in j + 1..n {
+                        x[i * n + c] -= l * x[j * n + c];
+                    }
+                }
+            }
+        }
+        for (i, v) in perm.iter_mut().enumerate() {
+            *v = i as i32;
+        }
+        for (j, &p) in piv.iter().enumerate() {
+            perm.swap(j, p as usize);
+        }
+    };
+    if batch == 0 || m == 0 {
+        return (out, pivots, perms);
+    }
+    if k == 0 {
+        // no columns (or rows) to pivot: the identity permutation
+        perms.chunks_mut(m).for_each(|p| one(&mut [], &mut [], p));
+        return (out, pivots, perms);
+    }
+    let chunks = out.chunks_mut(m * n).zip(pivots.chunks_mut(k)).zip(perms.chunks_mut(m));
+    match par {
+        Par::Rayon if batch > 1 => out
+            .par_chunks_mut(m * n)
+            .zip(pivots.par_chunks_mut(k))
+            .zip(perms.par_chunks_mut(m))
+            .for_each(|((x, piv), perm)| one(x, piv, perm)),
+        _ => chunks.for_each(|((x, piv), perm)| one(x, piv, perm)),
+    }
+    (out, pivots, perms)
 }
 
 #[cfg(test)]
@@ -162,9 +248,50 @@ mod tests {
         let l = cholesky(&a, 2, 2, Par::Seq);
         assert_eq!(&l[..3], &[2.0, 0.0, 1.0]);
         assert!((l[3] - 2f64.sqrt()).abs() < 1e-15);
-        // [[1, 2], [2, 1]] is indefinite: NaN everywhere
-        assert!(l[4..].iter().all(|v| v.is_nan()), "{l:?}");
+        // [[1, 2], [2, 1]] is indefinite: NaN below and on the diagonal
+        // (jnp.linalg.cholesky gives [[nan, 0], [nan, nan]])
+        assert!(l[4].is_nan() && l[5] == 0.0 && l[6].is_nan() && l[7].is_nan(), "{l:?}");
         assert!(cholesky::<f32>(&[], 0, 3, Par::Rayon).is_empty());
+    }
+
+    #[test]
+    fn lu_as_lapack() {
+        // scipy.linalg.lu_factor([[1, 2], [3, 4]]) (LAPACK dgetrf):
+        // lu = [[3, 4], [1/3, 2/3]], piv = [1, 1]
+        let (f, piv, perm) = lu(&[1.0f64, 2.0, 3.0, 4.0], 1, 2, 2, Par::Seq);
+        assert_eq!(piv, vec![1, 1]);
+        assert_eq!(perm, vec![1, 0]);
+        assert_eq!(f[..2], [3.0, 4.0]);
+        assert!((f[2] - 1.0 / 3.0).abs() < 1e-16 && (f[3] - 2.0 / 3.0).abs() < 1e-15, "{f:?}");
+        // a zero column: no division by the zero pivot (LAPACK leaves it)
+        let (f, piv, _) = lu(&[0.0f64, 1.0, 0.0, 2.0], 1, 2, 2, Par::Seq);
+        assert_eq!(piv, vec![0, 1]);
+        assert!(f.iter().all(|v| v.is_finite()), "{f:?}");
+        // rectangular, P A = L U
+        let a = [1.0f64, 4.0, 2.0, 5.0, 3.0, 6.0, 0.5, -1.0];
+        for (m, n) in [(4, 2), (2, 4)] {
+            let (f, _, perm) = lu(&a, 1, m, n, Par::Rayon);
+            let k = m.min(n);
+            let l: Vec<f64> = (0..m * k)
+                .map(|q| {
+                    let (i, j) = (q / k, q % k);
+                    if i == j {
+                        1.0
+                    } else if i > j {
+                        f[i * n + j]
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            let u: Vec<f64> = (0..k * n).map(|q| if q / n <= q % n { f[q] } else { 0.0 }).collect();
+            let prod = mm(&l, &u, m, k, n);
+            for i in 0..m {
+                for j in 0..n {
+                    assert!((prod[i * n + j] - a[perm[i] as usize * n + j]).abs() < 1e-14, "{m}x{n}");
+                }
+            }
+        }
     }
 
     #[test]

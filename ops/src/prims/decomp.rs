@@ -15,8 +15,8 @@
 //!
 //! What a matrix without a factor gives (decided once, as JAX on the
 //! CPU): `cholesky` of a matrix that is not positive definite is NaN in
-//! every element of that matrix's factor (the others of the stack are
-//! unaffected); a triangular solve with a zero on the diagonal divides by
+//! the lower triangle of that matrix's factor, zeros above (the others of
+//! the stack are unaffected); a triangular solve with a zero on the diagonal divides by
 //! it (inf or NaN in the solution, as LAPACK's `trsm`). Neither panics or
 //! errs: the shapes and dtypes are the only errors.
 //!
@@ -53,6 +53,9 @@ crate::family_enum! {
         Cholesky,
         /// `X` with `op(A) X = B` or `X op(A) = B` for a triangular `A`.
         TriangularSolve(TriangularSpec),
+        /// The LU factorization with partial pivoting: the factors in one
+        /// matrix, the row swaps and the permutation they make.
+        Lu,
     }
 }
 
@@ -67,7 +70,7 @@ impl From<DecompOp> for Prim {
 /// The lower Cholesky factor `L` of each matrix of `x` (`[..., n, n]`):
 /// `L Lᵀ = (A + Aᵀ) / 2`, zeros above the diagonal
 /// (`jax.numpy.linalg.cholesky`). A matrix that is not positive definite
-/// gets NaN in every element of its factor.
+/// gets NaN in its factor's lower triangle.
 pub fn cholesky(x: &Tensor) -> Result<Tensor> {
     bind1(&DecompOp::Cholesky.into(), std::slice::from_ref(x))
 }
@@ -82,6 +85,21 @@ pub fn triangular_solve(a: &Tensor, b: &Tensor, spec: TriangularSpec) -> Result<
     bind1(&DecompOp::TriangularSolve(spec).into(), &[a.clone(), b.clone()])
 }
 
+/// The LU factorization with partial pivoting of each matrix of `a`
+/// (`[..., m, n]`; `jax.lax.linalg.lu`): `(lu, pivots, permutation)` with
+/// `a[permutation] = L U`, `L` the unit lower triangle of `lu`'s first
+/// `k = min(m, n)` columns and `U` the upper triangle of its first `k`
+/// rows; `pivots` (i32 `[..., k]`) are LAPACK's row swaps, `permutation`
+/// (i32 `[..., m]`) their product. A singular matrix factors (a zero on
+/// `U`'s diagonal), as LAPACK's `getrf`.
+pub fn lu(a: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+    let mut outs = crate::interp::bind(&DecompOp::Lu.into(), std::slice::from_ref(a))?;
+    let perm = outs.pop().expect("three results");
+    let piv = outs.pop().expect("three results");
+    let f = outs.pop().expect("three results");
+    Ok((f, piv, perm))
+}
+
 // ---- shape ------------------------------------------------------------------
 
 /// `[..., n, n]` of f32 or f64: the batch axes and `n`.
@@ -90,7 +108,7 @@ fn square<'a>(op: &str, what: &str, a: &'a AvalRef<'_>) -> Result<(&'a [usize], 
     let d = a.shape.dims();
     let r = d.len();
     if r < 2 || d[r - 1] != d[r - 2] {
-        return Err(Error::shape(op, &format!("{what} must be square matrices [..., n, n]"), &[a.shape]));
+        return Err(Error::shape(op, format!("{what} must be square matrices [..., n, n]"), &[a.shape]));
     }
     Ok((&d[..r - 2], d[r - 1]))
 }
@@ -108,6 +126,24 @@ fn shape_cholesky(ins: &[AvalRef<'_>]) -> Result<Avals> {
     Ok(smallvec![ins[0].to_owned()])
 }
 
+fn shape_lu(ins: &[AvalRef<'_>]) -> Result<Avals> {
+    check_arity("lu", ins, 1)?;
+    let a = &ins[0];
+    check_float("lu", a)?;
+    let d = a.shape.dims();
+    let r = d.len();
+    if r < 2 {
+        return Err(Error::shape("lu", "needs matrices [..., m, n]", &[a.shape]));
+    }
+    let (m, n) = (d[r - 2], d[r - 1]);
+    let ints = |last: usize| {
+        let mut s = d[..r - 2].to_vec();
+        s.push(last);
+        crate::tensor::Aval { shape: Shape::from(s), dtype: DType::I32, device: a.device }
+    };
+    Ok(smallvec![a.to_owned(), ints(m.min(n)), ints(m)])
+}
+
 fn shape_triangular_solve(spec: &TriangularSpec, ins: &[AvalRef<'_>]) -> Result<Avals> {
     let op = "triangular_solve";
     check_arity(op, ins, 2)?;
@@ -123,7 +159,7 @@ fn shape_triangular_solve(spec: &TriangularSpec, ins: &[AvalRef<'_>]) -> Result<
     if r < 2 || &d[..r - 2] != batch || (if spec.left_side { d[r - 2] } else { d[r - 1] }) != k {
         return Err(Error::shape(
             op,
-            &format!(
+            format!(
                 "b must be [..., m, n] with a's leading axes and {k} {side} (a is [..., {k}, {k}], solved on the {} side)",
                 if spec.left_side { "left" } else { "right" }
             ),
@@ -173,6 +209,29 @@ fn lower_triangular_solve(spec: TriangularSpec, a: &Array, b: &Array) -> Result<
         _ => CpuBuffer::F64(run(a, b, batch, m, n, spec)?),
     };
     Ok(Array::from_cpu(out, b.shape().clone()))
+}
+
+fn lower_lu(a: &Array) -> Result<Outs> {
+    let d = a.shape().dims();
+    let r = d.len();
+    let (m, n) = (d[r - 2], d[r - 1]);
+    let batch: usize = d[..r - 2].iter().product();
+    let (f, piv, perm) = match a.dtype {
+        DType::F32 => {
+            let (f, p, q) = kernel::lu(&elems::<f32>(a)?, batch, m, n, Par::Rayon);
+            (CpuBuffer::F32(f), p, q)
+        }
+        _ => {
+            let (f, p, q) = kernel::lu(&elems::<f64>(a)?, batch, m, n, Par::Rayon);
+            (CpuBuffer::F64(f), p, q)
+        }
+    };
+    let ints = |v: Vec<i32>, last: usize| {
+        let mut s = d[..r - 2].to_vec();
+        s.push(last);
+        Tensor::from_array(Array::from_cpu(CpuBuffer::I32(v), Shape::from(s)))
+    };
+    Ok(smallvec![Tensor::from_array(Array::from_cpu(f, a.shape().clone())), ints(piv, m.min(n)), ints(perm, m)])
 }
 
 // ---- helpers of the rules ---------------------------------------------------
@@ -237,6 +296,30 @@ fn phi(x: &Tensor) -> Result<Tensor> {
     lax::select(&lax::eq(&d, &zero)?, &half, &lower)
 }
 
+/// The identity matrices `[..., n, n]` of `x`'s leading axes and dtype.
+fn eye_like(x: &Tensor, lead: &[usize], n: usize) -> Result<Tensor> {
+    let mut s = lead.to_vec();
+    s.extend([n, n]);
+    let s = Shape::from(s);
+    let r = s.rank();
+    let row = lax::iota(DType::I32, &s, r - 2, x.device())?;
+    let col = lax::iota(DType::I32, &s, r - 1, x.device())?;
+    lax::convert(&lax::eq(&row, &col)?, x.dtype())
+}
+
+/// `x` padded with zeros after its last two axes' ends.
+fn pad_matrices(x: &Tensor, rows: usize, cols: usize) -> Result<Tensor> {
+    if rows == 0 && cols == 0 {
+        return Ok(x.clone());
+    }
+    let r = x.rank();
+    let mut high = vec![0i64; r];
+    high[r - 2] = rows as i64;
+    high[r - 1] = cols as i64;
+    let zero = lax::full(&Shape::scalar(), 0.0, x.dtype(), x.device())?;
+    lax::pad(x, &zero, &vec![0; r], &high, &vec![0; r])
+}
+
 fn spec(left_side: bool, lower: bool, transpose_a: bool) -> TriangularSpec {
     TriangularSpec { left_side, lower, transpose_a, unit_diagonal: false }
 }
@@ -257,7 +340,11 @@ fn jvp_cholesky(x: &Tensor, t: Option<&Tensor>) -> Result<(Outs, Tangents)> {
     Ok((smallvec![l], smallvec![Some(dl)]))
 }
 
-fn jvp_triangular_solve(s: TriangularSpec, primals: &[Tensor], tangents: &[Option<Tensor>]) -> Result<(Outs, Tangents)> {
+fn jvp_triangular_solve(
+    s: TriangularSpec,
+    primals: &[Tensor],
+    tangents: &[Option<Tensor>],
+) -> Result<(Outs, Tangents)> {
     let (a, b) = (&primals[0], &primals[1]);
     let x = triangular_solve(a, b, s)?;
     let from_b = tangents[1].as_ref().map(|tb| triangular_solve(a, tb, s)).transpose()?;
@@ -282,6 +369,49 @@ fn jvp_triangular_solve(s: TriangularSpec, primals: &[Tensor], tangents: &[Optio
     Ok((smallvec![x], smallvec![lax::add_any(from_a, from_b)?]))
 }
 
+/// JAX's LU JVP (De Hoog, Anderssen and Lukas): with `L` and `U` made
+/// square (`L` padded to `m x m` with the identity, `U` to `n x n`) and
+/// `X = L⁻¹ P Ȧ U⁻¹`, `L̇ = L tril(X, -1)` and `U̇ = triu(X) U`, whose sum
+/// is the factors' tangent; the pivots and permutation have none.
+fn jvp_lu(a: &Tensor, t: Option<&Tensor>) -> Result<(Outs, Tangents)> {
+    let (f, piv, perm) = lu(a)?;
+    let Some(t) = t else {
+        return Ok((smallvec![f, piv, perm], smallvec![None, None, None]));
+    };
+    let s = a.shape();
+    let r = s.rank();
+    let (m, n) = (s[r - 2], s[r - 1]);
+    let k = m.min(n);
+    let lead = &s.dims()[..r - 2];
+    // P Ȧ: the tangent's rows in the permutation's order
+    let x = lax::gather(t, &perm, r - 2, r - 2)?;
+    let strict_lower = |y: &Tensor| keep_where(y, lax::ge, 1);
+    let upper = |y: &Tensor| keep_where(y, lax::le, 0);
+    let l = pad_matrices(&strict_lower(&lax::slice_axis(&f, r - 1, 0, k)?)?, 0, m - k)?;
+    let l = lax::add(&l, &eye_like(a, lead, m)?)?;
+    let u = pad_matrices(&upper(&lax::slice_axis(&f, r - 2, 0, k)?)?, n - k, 0)?;
+    let u = if n > k {
+        // ones on the padded rows' diagonal
+        let tail = pad_matrices(&eye_like(a, lead, n - k)?, 0, 0)?;
+        let mut low = vec![0i64; r];
+        low[r - 2] = k as i64;
+        low[r - 1] = k as i64;
+        let zero = lax::full(&Shape::scalar(), 0.0, a.dtype(), a.device())?;
+        lax::add(&u, &lax::pad(&tail, &zero, &low, &vec![0; r], &vec![0; r])?)?
+    } else {
+        u
+    };
+    let la = triangular_solve(
+        &l,
+        &x,
+        TriangularSpec { left_side: true, lower: true, transpose_a: false, unit_diagonal: true },
+    )?;
+    let lau = triangular_solve(&u, &la, spec(false, false, false))?;
+    let dl = bmm(&l, &strict_lower(&lau)?)?;
+    let du = bmm(&upper(&lau)?, &u)?;
+    Ok((smallvec![f, piv, perm], smallvec![Some(lax::add(&dl, &du)?), None, None]))
+}
+
 fn transpose_triangular_solve(s: TriangularSpec, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
     let (LinearArg::Const(a), LinearArg::Linear(_)) = (&args[0], &args[1]) else {
         return Err(Error::invalid(
@@ -296,7 +426,12 @@ fn transpose_triangular_solve(s: TriangularSpec, cts: &[Option<Tensor>], args: &
     Ok(smallvec![None, ct_b])
 }
 
-fn batch_triangular_solve(s: TriangularSpec, ins: &[Tensor], bdims: &[Option<usize>], axis: &BatchAxis) -> Result<(Outs, BDims)> {
+fn batch_triangular_solve(
+    s: TriangularSpec,
+    ins: &[Tensor],
+    bdims: &[Option<usize>],
+    axis: &BatchAxis,
+) -> Result<(Outs, BDims)> {
     let (a, b) = (&ins[0], &ins[1]);
     match (bdims[0], bdims[1]) {
         // one matrix for every example: the examples become more
@@ -337,6 +472,7 @@ impl Family for DecompOp {
         match self {
             DecompOp::Cholesky => "cholesky",
             DecompOp::TriangularSolve(_) => "triangular_solve",
+            DecompOp::Lu => "lu",
         }
     }
 
@@ -346,7 +482,7 @@ impl Family for DecompOp {
 
     fn fmt_params(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            DecompOp::Cholesky => Ok(()),
+            DecompOp::Cholesky | DecompOp::Lu => Ok(()),
             DecompOp::TriangularSolve(s) => write!(
                 f,
                 "[left_side={} lower={} transpose_a={} unit_diagonal={}]",
@@ -359,6 +495,7 @@ impl Family for DecompOp {
         match self {
             DecompOp::Cholesky => shape_cholesky(ins),
             DecompOp::TriangularSolve(s) => shape_triangular_solve(s, ins),
+            DecompOp::Lu => shape_lu(ins),
         }
     }
 
@@ -366,6 +503,7 @@ impl Family for DecompOp {
         let out = match self {
             DecompOp::Cholesky => lower_cholesky(ins[0])?,
             DecompOp::TriangularSolve(s) => lower_triangular_solve(*s, ins[0], ins[1])?,
+            DecompOp::Lu => return lower_lu(ins[0]),
         };
         Ok(smallvec![Tensor::from_array(out)])
     }
@@ -389,12 +527,13 @@ impl Family for DecompOp {
         match self {
             DecompOp::Cholesky => jvp_cholesky(&primals[0], tangents[0].as_ref()),
             DecompOp::TriangularSolve(s) => jvp_triangular_solve(*s, primals, tangents),
+            DecompOp::Lu => jvp_lu(&primals[0], tangents[0].as_ref()),
         }
     }
 
     fn transpose(&self, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
         match self {
-            DecompOp::Cholesky => super::not_linear("cholesky"),
+            DecompOp::Cholesky | DecompOp::Lu => super::not_linear(self.name()),
             DecompOp::TriangularSolve(s) => transpose_triangular_solve(*s, cts, args),
         }
     }
@@ -406,6 +545,10 @@ impl Family for DecompOp {
                 Ok((smallvec![cholesky(&x)?], smallvec![Some(0)]))
             }
             DecompOp::TriangularSolve(s) => batch_triangular_solve(*s, ins, bdims, axis),
+            DecompOp::Lu => {
+                let (f, piv, perm) = lu(&to_front(&ins[0], bdims[0], axis.size)?)?;
+                Ok((smallvec![f, piv, perm], smallvec![Some(0), Some(0), Some(0)]))
+            }
         }
     }
 
@@ -421,6 +564,13 @@ impl Family for DecompOp {
             let n = g.int(1, 3);
             s.extend([n, n]);
             Case::new(DecompOp::Cholesky, vec![(s, d, Dom::DiagDominant)])
+        }));
+        v.push(Sample::new("lu", floats.clone(), vec![], true, |g, d| {
+            // distinct positive entries: rows are swapped, and no pivot
+            // ties under finite differences
+            let mut s = g.shape(1, 1, 2);
+            s.extend([g.int(1, 3), g.int(1, 3)]);
+            Case::new(DecompOp::Lu, vec![(s, d, Dom::Distinct(0.5, 3.0))])
         }));
         v.push(Sample::new("triangular_solve", floats, vec![1], true, |g, d| {
             let spec = TriangularSpec {
