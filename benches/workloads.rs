@@ -18,6 +18,8 @@ use xform::prelude::*;
 
 #[path = "workloads/w7.rs"]
 mod w7;
+#[path = "workloads/w8.rs"]
+mod w8;
 #[cfg(feature = "mpi")]
 #[path = "workloads/w9.rs"]
 mod w9;
@@ -615,6 +617,9 @@ fn main() {
     }
     if enabled("W7") {
         w7::w7();
+    }
+    if enabled("W8") {
+        w8::w8();
     }
     if enabled("dispatch") {
         dispatch();

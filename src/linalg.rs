@@ -44,8 +44,13 @@ fn square(op: &str, a: &Tensor) -> Result<usize> {
     Ok(s[r - 1])
 }
 
-/// The diagonals `[..., n]` of matrices `[..., n, n]`.
-fn diagonal(x: &Tensor) -> Result<Tensor> {
+/// The diagonals `[..., n]` of square matrices `[..., n, n]`
+/// (`jnp.diagonal(x, axis1=-2, axis2=-1)`), a strided slice.
+pub fn diagonal(x: &Tensor) -> Result<Tensor> {
+    let s = x.shape();
+    if s.rank() < 2 || s[s.rank() - 1] != s[s.rank() - 2] {
+        return Err(Error::shape("diagonal", "needs square matrices [..., n, n]", &[&s]));
+    }
     let s = x.shape();
     let r = s.rank();
     let n = s[r - 1];
