@@ -13,7 +13,7 @@ use faer::{MatMut, MatRef};
 use rayon::prelude::*;
 
 /// An element faer factorizes: f32 or f64.
-pub trait DecompElem: faer::traits::RealField + Copy + Send + Sync + 'static {
+pub trait DecompElem: faer::traits::RealField + std::ops::AddAssign + Copy + Send + Sync + 'static {
     /// Not a number, for the factors of a matrix that has none.
     const NAN: Self;
     /// Zero, above a lower factor's diagonal.
@@ -122,7 +122,7 @@ fn cholesky_rows<T: DecompElem>(m: &mut [T], n: usize) -> bool {
         let (row_j, below) = m[j * n..].split_at_mut(n);
         let d = row_j[j] - dot(&row_j[..j], &row_j[..j]);
         // (a NaN fails too)
-        if !(d > T::ZERO) {
+        if d.partial_cmp(&T::ZERO) != Some(std::cmp::Ordering::Greater) {
             return false;
         }
         let pivot = d.sqrt_value();
@@ -143,12 +143,12 @@ fn dot<T: DecompElem>(a: &[T], b: &[T]) -> T {
     let chunks = a.len() / 8;
     for c in 0..chunks {
         for l in 0..8 {
-            acc[l] = acc[l] + a[c * 8 + l] * b[c * 8 + l];
+            acc[l] += a[c * 8 + l] * b[c * 8 + l];
         }
     }
     let mut tail = T::ZERO;
     for k in chunks * 8..a.len() {
-        tail = tail + a[k] * b[k];
+        tail += a[k] * b[k];
     }
     ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
 }

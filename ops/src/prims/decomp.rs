@@ -260,20 +260,21 @@ fn mt(x: &Tensor) -> Result<Tensor> {
     lax::transpose(x, &perm)
 }
 
-/// `row - column` of each element of the matrices of `x`, as i32.
-fn diagonal_offsets(x: &Tensor) -> Result<Tensor> {
+/// A mask of the matrices of `x` from `row - column` (i32, one matrix),
+/// made for one matrix and broadcast (a view) over the stack.
+fn matrix_mask(x: &Tensor, mask: impl Fn(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
     let r = x.rank();
     let s = x.shape();
-    let row = lax::iota(DType::I32, &s, r - 2, x.device())?;
-    let col = lax::iota(DType::I32, &s, r - 1, x.device())?;
-    lax::sub(&row, &col)
+    let one = Shape::from([s[r - 2], s[r - 1]]);
+    let row = lax::iota(DType::I32, &one, 0, x.device())?;
+    let col = lax::iota(DType::I32, &one, 1, x.device())?;
+    lax::broadcast_in_dim(&mask(&lax::sub(&row, &col)?)?, &s, &[r - 2, r - 1])
 }
 
 /// Where `row - column` compares with `k` as `keep` says: the rest zero.
 fn keep_where(x: &Tensor, keep: impl Fn(&Tensor, &Tensor) -> Result<Tensor>, k: i32) -> Result<Tensor> {
-    let d = diagonal_offsets(x)?;
-    let k = lax::full(&x.shape(), k as f64, DType::I32, x.device())?;
-    lax::select(&keep(&d, &k)?, x, &lax::zeros_like(x)?)
+    let m = matrix_mask(x, |d| keep(d, &lax::full_like(d, k as f64)?))?;
+    lax::select(&m, x, &lax::zeros_like(x)?)
 }
 
 /// The triangle of `x` a solve reads: lower or upper, with the diagonal
@@ -289,11 +290,10 @@ fn read_triangle(x: &Tensor, lower: bool, unit: bool) -> Result<Tensor> {
 
 /// Murray's `phi`: the lower triangle with its diagonal halved.
 fn phi(x: &Tensor) -> Result<Tensor> {
-    let d = diagonal_offsets(x)?;
-    let zero = lax::zeros_like(&d)?;
-    let half = lax::mul_scalar(x, 0.5)?;
-    let lower = lax::select(&lax::gt(&d, &zero)?, x, &lax::zeros_like(x)?)?;
-    lax::select(&lax::eq(&d, &zero)?, &half, &lower)
+    let below = matrix_mask(x, |d| lax::gt(d, &lax::zeros_like(d)?))?;
+    let on = matrix_mask(x, |d| lax::eq(d, &lax::zeros_like(d)?))?;
+    let lower = lax::select(&below, x, &lax::zeros_like(x)?)?;
+    lax::select(&on, &lax::mul_scalar(x, 0.5)?, &lower)
 }
 
 /// The identity matrices `[..., n, n]` of `x`'s leading axes and dtype.
