@@ -18,7 +18,7 @@
 //! | `triangular_solve` | a zero on the read diagonal | inf or NaN |
 //! | `det` | singular | 0 (its derivative there is NaN: see below) |
 //! | `slogdet` | singular | sign 0, log-determinant -inf |
-//! | every operation | NaN or inf entries | NaN propagates to that matrix's results |
+//! | every operation | NaN or inf entries | NaN in that matrix's results (`cholesky`: its whole factor's lower triangle; which entries of `lu`'s factors are NaN can differ from LAPACK's) |
 //!
 //! Where xform differs from JAX: `det`'s derivative is taken through
 //! `slogdet` (`det * d logdet`), not JAX's cofactor rule, so at a singular

@@ -3,10 +3,11 @@
 //! same calls as the test.
 
 use crate::case::{Case, Tf};
-use crate::program::{into_domain, Coll, Expr, MutOp, PRed, Program, Red, Un, View};
+use crate::program::{into_domain, Coll, Expr, Lin, MutOp, PRed, Program, Red, Un, View};
 use std::rc::Rc;
 use xform::core::prim::{BinaryOp, ReduceOp, UnaryOp};
 use xform::lax::{Padding, WindowParams};
+use xform::linalg::{self, TriangularSpec};
 use xform::prelude::*;
 use xform::{functionalize, jacfwd, jacrev, OrRaise};
 
@@ -66,6 +67,27 @@ pub fn shape(e: &Expr, inputs: &[Vec<usize>]) -> Vec<usize> {
             s
         }
         Expr::DynSlice { sizes, .. } | Expr::DynSliceAt { sizes, .. } => sizes.clone(),
+        Expr::Linalg { op, a, b, .. } => {
+            let sa = shape(a, inputs);
+            let ra = sa.len();
+            match (op, b) {
+                (Lin::Cholesky | Lin::Inv | Lin::Lu, _) => sa,
+                (Lin::Det | Lin::LogDet, _) => sa[..ra - 2].to_vec(),
+                (Lin::TriSolve { .. }, Some(b)) => shape(b, inputs),
+                (Lin::Solve, Some(b)) => {
+                    let sb = shape(b, inputs);
+                    let rb = sb.len();
+                    if rb == 1 {
+                        sa[..ra - 1].to_vec()
+                    } else {
+                        let mut s = broadcast(&sa[..ra - 2], &sb[..rb - 2]);
+                        s.extend(&sb[rb - 2..]);
+                        s
+                    }
+                }
+                _ => unreachable!("the solves have a b"),
+            }
+        }
         Expr::Matmul(a, b) => {
             let (sa, sb) = (shape(a, inputs), shape(b, inputs));
             match (sa.len(), sb.len()) {
@@ -169,6 +191,37 @@ pub fn prim_binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Tensor {
     xform::lax::binary(op, &a.broadcast_to(shape.clone()), &b.broadcast_to(shape)).or_raise()
 }
 
+/// `Expr::Linalg`'s matrices from its operand `a` (`[..., n, n]`, `n =
+/// rows.len()`): `tanh(a) + (n + 1) I`, NaN entries of `a` read as 0, the
+/// rows in the order `rows`.
+pub fn well_conditioned(a: &Tensor, rows: &[usize]) -> Tensor {
+    let n = rows.len();
+    let a = Tensor::where_(&a.ne(a), &a.zeros_like(), a);
+    let t = a.tanh() + Tensor::eye(n, DType::F64) * (n as f64 + 1.0);
+    if rows.iter().enumerate().all(|(i, &k)| i == k) {
+        return t;
+    }
+    let idx: Vec<i64> = rows.iter().map(|&k| k as i64).collect();
+    t.take(&Tensor::from_vec(idx, [n]), t.rank() as isize - 2)
+}
+
+/// A linear algebra function on the matrices `a` (and `b`).
+pub fn linalg_op(op: Lin, a: &Tensor, b: Option<&Tensor>) -> Tensor {
+    let b = || b.expect("the solves have a b");
+    match op {
+        Lin::Cholesky => linalg::cholesky(a),
+        Lin::TriSolve { left_side, lower, transpose_a, unit_diagonal } => {
+            linalg::triangular_solve(a, b(), TriangularSpec { left_side, lower, transpose_a, unit_diagonal })
+        }
+        Lin::Solve => linalg::solve(a, b()),
+        Lin::Inv => linalg::inv(a),
+        Lin::Det => linalg::det(a),
+        Lin::LogDet => linalg::slogdet(a).map(|(_, logdet)| logdet),
+        Lin::Lu => linalg::lu(a).map(|(f, _, _)| f),
+    }
+    .or_raise()
+}
+
 /// Evaluates an expression on the inputs `xs`.
 pub fn eval(e: &Expr, xs: &[Tensor]) -> Tensor {
     let ev = |x: &Expr| eval(x, xs);
@@ -258,6 +311,10 @@ pub fn eval(e: &Expr, xs: &[Tensor]) -> Tensor {
             t
         }
         Expr::Collective { op, x } => collective(op, &ev(x)),
+        Expr::Linalg { op, rows, a, b } => {
+            let a = well_conditioned(&ev(a), rows);
+            linalg_op(*op, &a, b.as_deref().map(ev).as_ref())
+        }
     }
 }
 
@@ -570,7 +627,15 @@ pub fn rust(e: &Expr) -> String {
                 }
             }
         }
+        Expr::Linalg { op, rows, a, b } => rust_linalg(*op, rows, a, b.as_deref()),
     }
+}
+
+/// An `Expr::Linalg` as Rust source (through the test's helpers, as
+/// `prim_unary` is).
+fn rust_linalg(op: Lin, rows: &[usize], a: &Expr, b: Option<&Expr>) -> String {
+    let b = b.map_or("None".to_string(), |b| format!("Some(&{})", rust(b)));
+    format!("linalg_op(Lin::{op:?}, &well_conditioned(&{}, &{}), {b})", rust(a), list(rows))
 }
 
 /// A complete Rust program that runs the case and prints every output.

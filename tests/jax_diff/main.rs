@@ -1,7 +1,9 @@
 //! Differential test against JAX (issue 17, item 16).
 //!
 //! proptest generates random programs (compositions of elementwise ops with
-//! broadcasting, reductions, shape ops, indexing, matmul and in-place ops
+//! broadcasting, reductions, shape ops, indexing, matmul, linear algebra
+//! (cholesky, triangular_solve, solve, inv, det, slogdet and lu of
+//! well-conditioned matrices) and in-place ops
 //! through views, relu / softplus / abs at exact kinks, unguarded pow at
 //! base 0 and integer exponents, infinities fed to logsumexp, softmax and
 //! log_softmax, empty axes, and in-place writes to the function's own

@@ -17,7 +17,8 @@
 //! the two libraries may legitimately differ: logarithms, square roots,
 //! divisions and powers are of `1 + x²`, exponentials of `tanh x`, the
 //! inverse trigonometric and special functions of values inside their
-//! domains (`tanh(x) / 2`, `1 + x²`, `2 + x²`), and
+//! domains (`tanh(x) / 2`, `1 + x²`, `2 + x²`), the linear algebra
+//! functions of diagonally dominant matrices (`Expr::Linalg`), and
 //! element values are continuous random numbers (no exact ties, except
 //! where one input is broadcast against itself: `max` and `min` split the
 //! tangent at a tie in both libraries).
@@ -111,6 +112,28 @@ pub enum MutOp {
     Mul,
     /// `copy_`: the view is overwritten.
     Copy,
+}
+
+/// A linear algebra function of `xform::linalg` (JAX's `jnp.linalg` and
+/// `jax.lax.linalg`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lin {
+    Cholesky,
+    /// `triangular_solve(a, b, ..)` with these flags.
+    TriSolve {
+        left_side: bool,
+        lower: bool,
+        transpose_a: bool,
+        unit_diagonal: bool,
+    },
+    /// `solve(a, b)`, `b` a vector `[n]` or matrices `[..., n, k]`.
+    Solve,
+    Inv,
+    Det,
+    /// `slogdet`'s log-determinant.
+    LogDet,
+    /// `lu`'s packed factors.
+    Lu,
 }
 
 /// The view of a fresh copy that an in-place op writes through.
@@ -288,6 +311,25 @@ pub enum Expr {
     Collective {
         op: Coll,
         x: Box<Expr>,
+    },
+    /// A linear algebra function of the well-conditioned matrices made
+    /// from `a` (`[..., n, n]`, `n = rows.len()`): `tanh(a) + (n + 1) I`
+    /// (diagonally dominant: for cholesky, positive definite once
+    /// symmetrized; for the triangular solves, a triangle with a diagonal
+    /// in `(n, n + 2)`), its rows put in the order `rows` (a permutation,
+    /// the identity for cholesky and triangular_solve), so that `lu` pivots
+    /// (always on a strictly largest entry: no ties); `b`, for the
+    /// solves, as generated (NaN and infinities included: they propagate
+    /// through the solves alike). NaN entries of `a` (a negative base's
+    /// `pow`) are read as 0: which entries of a factorization of a matrix
+    /// holding NaN are NaN depends on the algorithm (LAPACK computes
+    /// `0 * NaN` where xform skips it; xform's cholesky makes the whole
+    /// factor NaN, LAPACK's only the entries that depend on the NaN).
+    Linalg {
+        op: Lin,
+        rows: Vec<usize>,
+        a: Box<Expr>,
+        b: Option<Box<Expr>>,
     },
 }
 
@@ -497,7 +539,7 @@ fn leaf(shape: &[usize]) -> BoxedStrategy<Expr> {
 }
 
 /// Number of constructors `build` knows (0 is the leaf).
-const CHOICES: usize = 25;
+const CHOICES: usize = 26;
 /// The choice of a collective: drawn only where names are bound.
 const COLLECTIVE: usize = CHOICES;
 
@@ -806,6 +848,8 @@ fn build(s: Vec<usize>, depth: u32, choice: usize, seed: u64, env: Arc<Env>) -> 
                 })
                 .boxed()
         }
+        25 if r <= 3 && numel(&s) > 0 => linalg(&s, &mut m, &sub)
+            .unwrap_or_else(|| (select(unary_ops()), sub(s.clone())).prop_map(|(op, x)| Expr::Unary(op, b(x))).boxed()),
         // A constructor that does not apply to this shape: a unary op.
         _ if choice != 0 => (select(unary_ops()), sub(s.clone())).prop_map(|(op, x)| Expr::Unary(op, b(x))).boxed(),
         _ => leaf(&s),
@@ -1019,6 +1063,161 @@ fn collective(
     }
 }
 
+/// A linear algebra function (`Expr::Linalg`, one of the seven drawn
+/// uniformly) whose value has shape `s` (rank <= 3, no empty axis), on
+/// matrices of 1..=MAX_DIM rows with 0 or 1 leading batch axes; `None`
+/// where the drawn one does not fit. Where its own result does not have
+/// the shape, a shape op makes it: det and the log-determinant broadcast
+/// to a matrix shape; cholesky, inv and lu multiply a matrix operand
+/// (`matmul`), or are summed over their matrix axes; a vector solve is
+/// summed to a scalar; a triangular solve of one row or column is
+/// reshaped to a vector or a scalar.
+fn linalg(s: &[usize], m: &mut Mix, sub: &dyn Fn(Vec<usize>) -> BoxedStrategy<Expr>) -> Option<BoxedStrategy<Expr>> {
+    let r = s.len();
+    let small = |n: usize| (1..=MAX_DIM).contains(&n);
+    let lead: Vec<usize> = s[..r.saturating_sub(2)].to_vec();
+    let with = |batch: &[usize], n: usize| batch.iter().copied().chain([n, n]).collect::<Vec<usize>>();
+    let lin = |op: Lin, rows: Vec<usize>, a: Expr, b: Option<Expr>| Expr::Linalg {
+        op,
+        rows,
+        a: Box::new(a),
+        b: b.map(Box::new),
+    };
+    let size = m.int(1, MAX_DIM);
+    match m.int(0, 6) {
+        // det and the log-determinant of a batch of 0 or 1 axes
+        k @ (0 | 1) => {
+            let op = if k == 0 { Lin::Det } else { Lin::LogDet };
+            let out: Vec<usize> = match r {
+                0 | 1 => s.to_vec(),
+                _ if m.coin() => vec![],
+                _ => vec![if m.coin() { 1 } else { s[r - 1] }],
+            };
+            let rows = perm(size, m);
+            let shape = s.to_vec();
+            Some(
+                sub(with(&out, size))
+                    .prop_map(move |a| {
+                        let d = lin(op, rows.clone(), a, None);
+                        if r >= 2 {
+                            Expr::Broadcast { shape: shape.clone(), x: b(d) }
+                        } else {
+                            d
+                        }
+                    })
+                    .boxed(),
+            )
+        }
+        // the square ones: cholesky, inv, lu
+        k @ (2..=4) => {
+            let op = [Lin::Cholesky, Lin::Inv, Lin::Lu][k - 2];
+            let rows = |n: usize, m: &mut Mix| if op == Lin::Cholesky { (0..n).collect() } else { perm(n, m) };
+            if r >= 2 && s[r - 1] == s[r - 2] && small(s[r - 1]) {
+                let rows = rows(s[r - 1], m);
+                Some(sub(s.to_vec()).prop_map(move |a| lin(op, rows.clone(), a, None)).boxed())
+            } else if r >= 2 && small(s[r - 2]) {
+                let n = s[r - 2];
+                let rows = rows(n, m);
+                Some(
+                    (sub(with(&lead, n)), sub(s.to_vec()))
+                        .prop_map(move |(a, y)| Expr::Matmul(b(lin(op, rows.clone(), a, None)), b(y)))
+                        .boxed(),
+                )
+            } else if r <= 1 {
+                let rows = rows(size, m);
+                Some(
+                    sub(with(s, size))
+                        .prop_map(move |a| Expr::Reduce {
+                            op: Red::Sum,
+                            axes: vec![r, r + 1],
+                            keepdims: false,
+                            x: b(lin(op, rows.clone(), a, None)),
+                        })
+                        .boxed(),
+                )
+            } else {
+                None
+            }
+        }
+        // solve: matrices b (the matrices a with b's batch, or one, or a
+        // batch of one), or a vector b
+        5 => {
+            let vector = r <= 1 || (r == 2 && small(s[1]) && (m.coin() || !small(s[0])));
+            if vector {
+                let n = if r == 0 { size } else { s[r - 1] };
+                if !small(n) {
+                    return None;
+                }
+                let rows = perm(n, m);
+                let batch = if r == 2 { vec![s[0]] } else { vec![] };
+                Some(
+                    (sub(with(&batch, n)), sub(vec![n]))
+                        .prop_map(move |(a, y)| {
+                            let x = lin(Lin::Solve, rows.clone(), a, Some(y));
+                            if r == 0 {
+                                Expr::Reduce { op: Red::Sum, axes: vec![0], keepdims: false, x: b(x) }
+                            } else {
+                                x
+                            }
+                        })
+                        .boxed(),
+                )
+            } else if small(s[r - 2]) {
+                let n = s[r - 2];
+                let rows = perm(n, m);
+                let batch = if lead.is_empty() { vec![] } else { [vec![], vec![1], lead.clone()][m.int(0, 2)].clone() };
+                Some(
+                    (sub(with(&batch, n)), sub(s.to_vec()))
+                        .prop_map(move |(a, y)| lin(Lin::Solve, rows.clone(), a, Some(y)))
+                        .boxed(),
+                )
+            } else {
+                None
+            }
+        }
+        // triangular_solve, its flags at random: b of the result's shape
+        // (a row or a column reshaped where the result is a vector or a scalar)
+        _ => {
+            let (lower, transpose_a, unit_diagonal) = (m.coin(), m.coin(), m.coin());
+            let (left_side, bs) = match r {
+                0 => (m.coin(), vec![1, 1]),
+                1 => {
+                    let left = m.coin();
+                    (left, if left { vec![s[0], 1] } else { vec![1, s[0]] })
+                }
+                _ => {
+                    let left = match (small(s[r - 2]), small(s[r - 1])) {
+                        (true, true) => m.coin(),
+                        (l, true) => l,
+                        (true, false) => true,
+                        (false, false) => return None,
+                    };
+                    (left, s.to_vec())
+                }
+            };
+            let k = if left_side { bs[bs.len() - 2] } else { bs[bs.len() - 1] };
+            if !small(k) {
+                return None;
+            }
+            let op = Lin::TriSolve { left_side, lower, transpose_a, unit_diagonal };
+            let batch = bs[..bs.len() - 2].to_vec();
+            let shape = s.to_vec();
+            Some(
+                (sub(with(&batch, k)), sub(bs.clone()))
+                    .prop_map(move |(a, y)| {
+                        let x = lin(op, (0..k).collect(), a, Some(y));
+                        if r <= 1 {
+                            Expr::Reshape { shape: shape.clone(), x: b(x) }
+                        } else {
+                            x
+                        }
+                    })
+                    .boxed(),
+            )
+        }
+    }
+}
+
 /// Where `Expr::Inf` puts infinities: each element kept, +inf or -inf
 /// (a whole row of -inf now and then).
 fn inf_pattern(n: usize, m: &mut Mix) -> Vec<i8> {
@@ -1152,6 +1351,12 @@ fn number(e: &mut Expr, keys: &mut Vec<(Vec<usize>, usize)>) {
             number(value, keys);
         }
         Expr::Concat { xs, .. } => xs.iter_mut().for_each(|x| number(x, keys)),
+        Expr::Linalg { a, b, .. } => {
+            number(a, keys);
+            if let Some(b) = b {
+                number(b, keys);
+            }
+        }
     }
 }
 
@@ -1223,6 +1428,7 @@ fn children(e: &Expr) -> Vec<&Expr> {
         | Expr::DynSliceAt { x, at: y, .. }
         | Expr::Mutate { target: x, value: y, .. } => vec![x, y],
         Expr::Concat { xs, .. } => xs.iter().collect(),
+        Expr::Linalg { a, b, .. } => std::iter::once(&**a).chain(b.as_deref()).collect(),
     }
 }
 

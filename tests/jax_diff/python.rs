@@ -2,7 +2,7 @@
 //! `run(xs)` function), and a standalone reproducer.
 
 use crate::case::{Case, Tf};
-use crate::program::{into_domain, Coll, Expr, MutOp, Red, Un, View};
+use crate::program::{into_domain, Coll, Expr, Lin, MutOp, Red, Un, View};
 use xform::core::prims::sample::Dom;
 use xform::DType;
 
@@ -179,6 +179,36 @@ pub fn python(e: &Expr) -> String {
                 Coll::AxisIndex { names, offset } => {
                     format!("({x} * (lax.axis_index({}) + {offset}).astype(jnp.float64))", axis_names(names))
                 }
+            }
+        }
+        Expr::Linalg { op, rows, a, b } => {
+            // the matrices as `eval::well_conditioned` makes them
+            let n = rows.len();
+            let mut m = format!(
+                "(jnp.tanh((lambda a: jnp.where(jnp.isnan(a), 0.0, a))({})) + {:?} * jnp.eye({n}))",
+                python(a),
+                n as f64 + 1.0
+            );
+            if rows.iter().enumerate().any(|(i, &k)| i != k) {
+                m = format!("jnp.take({m}, jnp.array({rows:?}), axis=-2)");
+            }
+            let b = || python(b.as_deref().expect("the solves have a b"));
+            let py = |b: bool| if b { "True" } else { "False" };
+            match op {
+                Lin::Cholesky => format!("jnp.linalg.cholesky({m})"),
+                Lin::TriSolve { left_side, lower, transpose_a, unit_diagonal } => format!(
+                    "jax.lax.linalg.triangular_solve({m}, {}, left_side={}, lower={}, transpose_a={}, unit_diagonal={})",
+                    b(),
+                    py(*left_side),
+                    py(*lower),
+                    py(*transpose_a),
+                    py(*unit_diagonal)
+                ),
+                Lin::Solve => format!("jnp.linalg.solve({m}, {})", b()),
+                Lin::Inv => format!("jnp.linalg.inv({m})"),
+                Lin::Det => format!("jnp.linalg.det({m})"),
+                Lin::LogDet => format!("jnp.linalg.slogdet({m})[1]"),
+                Lin::Lu => format!("jax.lax.linalg.lu({m})[0]"),
             }
         }
     }
