@@ -57,10 +57,9 @@ pub fn diagonal(x: &Tensor) -> Result<Tensor> {
     let mut flat: Vec<usize> = s.dims()[..r - 2].to_vec();
     flat.push(n * n);
     let x = lax::reshape(x, &Shape::from(flat))?;
-    let mut start = vec![0; r - 1];
+    let start = vec![0; r - 1];
     let mut limit: Vec<usize> = x.shape().dims().to_vec();
     let mut strides = vec![1; r - 1];
-    start[r - 2] = 0;
     limit[r - 2] = n * n;
     strides[r - 2] = n + 1;
     lax::slice(&x, &start, &limit, &strides)
@@ -184,16 +183,9 @@ pub fn lu_solve(f: &Tensor, permutation: &Tensor, b: &Tensor) -> Result<Tensor> 
 
 /// The inverse of each matrix (`jnp.linalg.inv`): `solve(a, I)`.
 pub fn inv(a: &Tensor) -> Result<Tensor> {
-    square("inv", a)?;
-    let s = a.shape();
-    let eye = lax::convert(
-        &lax::eq(
-            &lax::iota(DType::I32, &s, s.rank() - 2, a.device())?,
-            &lax::iota(DType::I32, &s, s.rank() - 1, a.device())?,
-        )?,
-        a.dtype(),
-    )?;
-    solve(a, &eye)
+    let n = square("inv", a)?;
+    // one identity, broadcast over a's leading axes by solve
+    solve(a, &Tensor::eye(n, a.dtype()).try_to_device(a.device())?)
 }
 
 /// `x` with `A x = b` given `A`'s Cholesky factor `c`: `L` when `lower`,

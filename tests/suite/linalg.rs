@@ -252,3 +252,22 @@ fn linalg_under_jit_equals_eager() {
     let jitted = jit(f)(&b_general());
     assert_eq!(eager.to_vec_f64(), jitted.to_vec_f64());
 }
+
+/// The batch rule's claim: `vmap` over right-hand sides with one shared
+/// matrix is one solve (the examples folded into the solve's columns).
+#[test]
+fn linalg_vmap_over_right_hand_sides_is_one_solve() {
+    let a = b_general();
+    let spec = TriangularSpec { left_side: true, lower: true, transpose_a: false, unit_diagonal: false };
+    let bs = Key::new(3).normal([5, 3, 2], DType::F64);
+    let p = trace(|bs: &Tensor| vmap(|b: &Tensor| linalg::triangular_solve(&a, b, spec).unwrap())(bs), &bs);
+    let solves: Vec<String> =
+        p.eqns.iter().map(|e| e.prim.name().to_string()).filter(|n| n == "triangular_solve").collect();
+    assert_eq!(solves.len(), 1, "{p}");
+    // the values: each example's own solve
+    let got = vmap(|b: &Tensor| linalg::triangular_solve(&a, b, spec).unwrap())(&bs);
+    for i in 0..5 {
+        let one = linalg::triangular_solve(&a, &bs.select(0, i), spec).unwrap();
+        assert!((&got.select(0, i) - &one).abs().max().item_f64() <= 1e-14);
+    }
+}

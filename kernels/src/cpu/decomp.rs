@@ -25,28 +25,22 @@ pub trait DecompElem: faer::traits::RealField + std::ops::AddAssign + Copy + Sen
     /// `sqrt(x)`.
     fn sqrt_value(self) -> Self;
 }
-impl DecompElem for f32 {
-    const NAN: f32 = f32::NAN;
-    const ZERO: f32 = 0.0;
-    const ONE: f32 = 1.0;
-    fn magnitude(self) -> f32 {
-        self.abs()
-    }
-    fn sqrt_value(self) -> f32 {
-        self.sqrt()
-    }
+macro_rules! decomp_elem {
+    ($($t:ident),*) => {$(
+        impl DecompElem for $t {
+            const NAN: $t = $t::NAN;
+            const ZERO: $t = 0.0;
+            const ONE: $t = 1.0;
+            fn magnitude(self) -> $t {
+                self.abs()
+            }
+            fn sqrt_value(self) -> $t {
+                self.sqrt()
+            }
+        }
+    )*};
 }
-impl DecompElem for f64 {
-    const NAN: f64 = f64::NAN;
-    const ZERO: f64 = 0.0;
-    const ONE: f64 = 1.0;
-    fn magnitude(self) -> f64 {
-        self.abs()
-    }
-    fn sqrt_value(self) -> f64 {
-        self.sqrt()
-    }
-}
+decomp_elem!(f32, f64);
 
 /// Runs `f` on each `len`-element chunk of `out` with its index: in
 /// parallel over the chunks when asked and there are several, and with
@@ -107,9 +101,8 @@ pub fn cholesky<T: DecompElem>(a: &[T], batch: usize, n: usize, par: Par) -> Vec
 
 /// Up to this size a matrix is factored by [`cholesky_rows`]: faer's
 /// recursive blocked factorization pays its set-up at every level for a
-/// small matrix (W8, the gradient through a stack of 64 matrices of 64:
-/// 3.05 -> 2.03 ms in f32, 4.37 -> 4.63 ms in f64, within the sittings'
-/// noise, on the 2-core target); above it, faer.
+/// small matrix (W8's stack of 64 matrices of 64 was faster this way in
+/// f32 and no slower in f64 on the 2-core target); above it, faer.
 const SMALL_CHOLESKY: usize = 96;
 
 /// The Cholesky-Crout recurrence on the lower triangle of the row-major

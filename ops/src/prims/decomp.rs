@@ -392,7 +392,7 @@ fn jvp_lu(a: &Tensor, t: Option<&Tensor>) -> Result<(Outs, Tangents)> {
     let u = pad_matrices(&upper(&lax::slice_axis(&f, r - 2, 0, k)?)?, n - k, 0)?;
     let u = if n > k {
         // ones on the padded rows' diagonal
-        let tail = pad_matrices(&eye_like(a, lead, n - k)?, 0, 0)?;
+        let tail = eye_like(a, lead, n - k)?;
         let mut low = vec![0i64; r];
         low[r - 2] = k as i64;
         low[r - 1] = k as i64;

@@ -426,11 +426,7 @@ unary_table! {
     ErfInv => erf_inv "erf_inv" {
         cost: 8,
         float: |x| x.via(special::erfinv_f32, special::erfinv), cuda: |c| c.call("erfinv"),
-        // JAX: sqrt(pi)/2 * (t * e^{y^2})
-        jvp: |t, x, y| Ok(Some(lax::mul(
-            &lax::full_like(x, PI.sqrt() / 2.0)?,
-            &lax::mul(t, &lax::exp(&lax::mul(y, y)?)?)?,
-        )?)),
+        jvp: |t, x, y| erf_inv_tangent(t, x, y),
         linear: false,
         method: float erfinv,
         sample: Dom::Real(-0.9, 0.9),
@@ -445,11 +441,7 @@ unary_table! {
     ErfInvXla => erf_inv_xla "erf_inv_xla" {
         cost: 8,
         float: |x| x.via(special::erfinv_xla_f32, special::erfinv_xla), cuda: |c| c.call("erfinv"),
-        // as erf_inv's
-        jvp: |t, x, y| Ok(Some(lax::mul(
-            &lax::full_like(x, PI.sqrt() / 2.0)?,
-            &lax::mul(t, &lax::exp(&lax::mul(y, y)?)?)?,
-        )?)),
+        jvp: |t, x, y| erf_inv_tangent(t, x, y),
         linear: false,
         method: none,
         sample: Dom::Real(-0.9, 0.9),
@@ -599,6 +591,12 @@ fn sign<R: Real>(x: R) -> R {
 
 /// IEEE roundeven (as CUDA's `rint`, numpy's `round`): ties to the even
 /// neighbour, the sign kept (`-0.5` gives `-0`).
+/// The tangent of `y = erfinv(x)` (both expansions), as JAX:
+/// `sqrt(pi)/2 * (t * e^{y^2})`.
+fn erf_inv_tangent(t: &Tensor, x: &Tensor, y: &Tensor) -> Result<Option<Tensor>> {
+    Ok(Some(lax::mul(&lax::full_like(x, PI.sqrt() / 2.0)?, &lax::mul(t, &lax::exp(&lax::mul(y, y)?)?)?)?))
+}
+
 fn round_half_even<R: Real>(x: R) -> R {
     x.via(f32::round_ties_even, f64::round_ties_even)
 }
