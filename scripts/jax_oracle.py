@@ -29,6 +29,7 @@ import jax  # noqa: E402
 jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
+import jax.scipy.linalg  # noqa: E402,F401  (jax.scipy.linalg.expm in the programs)
 import numpy as np  # noqa: E402
 from jax import lax  # noqa: E402
 

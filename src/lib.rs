@@ -33,6 +33,7 @@ pub mod dp;
 pub mod linalg;
 pub mod nn;
 pub mod safetensors;
+pub mod solvers;
 pub mod testing;
 pub mod tree;
 

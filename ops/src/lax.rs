@@ -18,7 +18,9 @@ pub use crate::prims::collective::{
     IntoAxisNames,
 };
 pub use crate::prims::conv::{conv_general_dilated, ConvDims, ConvOptions};
-pub use crate::prims::decomp::{cholesky, lu, triangular_solve, TriangularSpec};
+pub use crate::prims::decomp::{
+    cholesky, diagonal, eigh, lu, qr, singular_values, svd, triangular_solve, TriangularSpec,
+};
 pub use crate::prims::padding::Padding;
 pub use crate::prims::unary::{api::*, unary};
 pub use crate::prims::window::{

@@ -71,8 +71,8 @@ pub fn shape(e: &Expr, inputs: &[Vec<usize>]) -> Vec<usize> {
             let sa = shape(a, inputs);
             let ra = sa.len();
             match (op, b) {
-                (Lin::Cholesky | Lin::Inv | Lin::Lu, _) => sa,
-                (Lin::Det | Lin::LogDet, _) => sa[..ra - 2].to_vec(),
+                (Lin::Cholesky | Lin::Inv | Lin::Lu | Lin::Pinv | Lin::QrR | Lin::Expm, _) => sa,
+                (Lin::Det | Lin::LogDet | Lin::Nuclear | Lin::EigLogSum, _) => sa[..ra - 2].to_vec(),
                 (Lin::TriSolve { .. }, Some(b)) => shape(b, inputs),
                 (Lin::Solve, Some(b)) => {
                     let sb = shape(b, inputs);
@@ -218,6 +218,12 @@ pub fn linalg_op(op: Lin, a: &Tensor, b: Option<&Tensor>) -> Tensor {
         Lin::Det => linalg::det(a),
         Lin::LogDet => linalg::slogdet(a).map(|(_, logdet)| logdet),
         Lin::Lu => linalg::lu(a).map(|(f, _, _)| f),
+        Lin::Pinv => linalg::pinv(a, None),
+        Lin::Expm => linalg::expm(a),
+        // (xform's R already has a non-negative diagonal)
+        Lin::QrR => linalg::qr(a, linalg::QrMode::Reduced).map(|(_, r)| r),
+        Lin::Nuclear => linalg::matrix_norm(a, linalg::MatrixNorm::Nuclear),
+        Lin::EigLogSum => linalg::eigvalsh(a).map(|w| w.log().sum_axes(&[-1], false)),
     }
     .or_raise()
 }

@@ -2,8 +2,8 @@
 //!
 //! proptest generates random programs (compositions of elementwise ops with
 //! broadcasting, reductions, shape ops, indexing, matmul, linear algebra
-//! (cholesky, triangular_solve, solve, inv, det, slogdet and lu of
-//! well-conditioned matrices) and in-place ops
+//! (cholesky, triangular_solve, solve, inv, det, slogdet, lu, pinv, qr's R,
+//! the nuclear norm, eigvalsh and expm of well-conditioned matrices) and in-place ops
 //! through views, relu / softplus / abs at exact kinks, unguarded pow at
 //! base 0 and integer exponents, infinities fed to logsumexp, softmax and
 //! log_softmax, empty axes, and in-place writes to the function's own

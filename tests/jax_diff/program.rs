@@ -134,6 +134,18 @@ pub enum Lin {
     LogDet,
     /// `lu`'s packed factors.
     Lu,
+    /// `pinv` (of an invertible matrix, through the SVD and its custom rule).
+    Pinv,
+    /// `expm` (`jax.scipy.linalg.expm`).
+    Expm,
+    /// `qr`'s R with its rows' signs made those of its diagonal (JAX's
+    /// LAPACK factors leave them free; xform's diagonal is non-negative).
+    QrR,
+    /// The nuclear norm (the sum of the singular values).
+    Nuclear,
+    /// The sum of the logarithms of `eigvalsh`'s eigenvalues (of the
+    /// symmetrized matrix, positive definite).
+    EigLogSum,
 }
 
 /// The view of a fresh copy that an in-place op writes through.
@@ -1063,7 +1075,7 @@ fn collective(
     }
 }
 
-/// A linear algebra function (`Expr::Linalg`, one of the seven drawn
+/// A linear algebra function (`Expr::Linalg`, one of the twelve drawn (eleven slots)
 /// uniformly) whose value has shape `s` (rank <= 3, no empty axis), on
 /// matrices of 1..=MAX_DIM rows with 0 or 1 leading batch axes; `None`
 /// where the drawn one does not fit. Where its own result does not have
@@ -1084,16 +1096,22 @@ fn linalg(s: &[usize], m: &mut Mix, sub: &dyn Fn(Vec<usize>) -> BoxedStrategy<Ex
         b: b.map(Box::new),
     };
     let size = m.int(1, MAX_DIM);
-    match m.int(0, 6) {
-        // det and the log-determinant of a batch of 0 or 1 axes
-        k @ (0 | 1) => {
-            let op = if k == 0 { Lin::Det } else { Lin::LogDet };
+    match m.int(0, 10) {
+        // det, the log-determinant, the nuclear norm and the eigenvalues'
+        // log-sum, of a batch of 0 or 1 axes
+        k @ (0 | 1 | 7 | 8) => {
+            let op = match k {
+                0 => Lin::Det,
+                1 => Lin::LogDet,
+                7 => Lin::Nuclear,
+                _ => Lin::EigLogSum,
+            };
             let out: Vec<usize> = match r {
                 0 | 1 => s.to_vec(),
                 _ if m.coin() => vec![],
                 _ => vec![if m.coin() { 1 } else { s[r - 1] }],
             };
-            let rows = perm(size, m);
+            let rows = if op == Lin::EigLogSum { (0..size).collect() } else { perm(size, m) };
             let shape = s.to_vec();
             Some(
                 sub(with(&out, size))
@@ -1108,9 +1126,17 @@ fn linalg(s: &[usize], m: &mut Mix, sub: &dyn Fn(Vec<usize>) -> BoxedStrategy<Ex
                     .boxed(),
             )
         }
-        // the square ones: cholesky, inv, lu
-        k @ (2..=4) => {
-            let op = [Lin::Cholesky, Lin::Inv, Lin::Lu][k - 2];
+        // the square ones: cholesky, inv, lu, pinv, and qr's R or expm
+        // (by the parity of the size drawn above: no draw of their own)
+        k @ (2..=4 | 9 | 10) => {
+            let op = match k {
+                2 => Lin::Cholesky,
+                3 => Lin::Inv,
+                4 => Lin::Lu,
+                9 => Lin::Pinv,
+                _ if size % 2 == 0 => Lin::QrR,
+                _ => Lin::Expm,
+            };
             let rows = |n: usize, m: &mut Mix| if op == Lin::Cholesky { (0..n).collect() } else { perm(n, m) };
             if r >= 2 && s[r - 1] == s[r - 2] && small(s[r - 1]) {
                 let rows = rows(s[r - 1], m);

@@ -209,6 +209,13 @@ pub fn python(e: &Expr) -> String {
                 Lin::Det => format!("jnp.linalg.det({m})"),
                 Lin::LogDet => format!("jnp.linalg.slogdet({m})[1]"),
                 Lin::Lu => format!("jax.lax.linalg.lu({m})[0]"),
+                Lin::Pinv => format!("jnp.linalg.pinv({m})"),
+                Lin::Expm => format!("jax.scipy.linalg.expm({m})"),
+                Lin::QrR => {
+                    format!("(lambda r: r * jnp.sign(jnp.diagonal(r, axis1=-2, axis2=-1))[..., :, None])(jnp.linalg.qr({m})[1])")
+                }
+                Lin::Nuclear => format!("jnp.linalg.matrix_norm({m}, ord='nuc')"),
+                Lin::EigLogSum => format!("jnp.sum(jnp.log(jnp.linalg.eigvalsh({m})), axis=-1)"),
             }
         }
     }
@@ -328,7 +335,7 @@ pub fn source(case: &Case) -> String {
 /// A standalone Python script that runs the case in JAX and prints every output.
 pub fn reproducer(case: &Case) -> String {
     let mut s = String::new();
-    s += "import jax\nimport jax.numpy as jnp\nimport numpy as np\nfrom jax import lax\n";
+    s += "import jax\nimport jax.numpy as jnp\nimport jax.scipy.linalg\nimport numpy as np\nfrom jax import lax\n";
     s += "jax.config.update(\"jax_enable_x64\", True)\n";
     s += "jit = jax.jit  # (lambda f: f) for the eager reference\n\n";
     s += &source(case);

@@ -125,6 +125,25 @@ fn linalg_derivatives_equal_jax() {
         0.2622022120425378,
     ];
     assert_close(&g, &want, tol, "grad sum cholesky");
+    // jax.grad(jnp.linalg.det) at [[1, 2, 3], [4, 5, 6], [7, 8, 9]] (rank 2:
+    // the adjugate's transpose, rank one) and at ones((3, 3)) (rank 1: zero)
+    let s = t(&[1., 2., 3., 4., 5., 6., 7., 8., 9.], &[3, 3]);
+    let g = grad(|a: &Tensor| linalg::det(a).unwrap())(&s);
+    assert_close(&g, &[-3., 6., -3., 6., -12., 6., -3., 6., -3.], tol, "grad det, rank 2");
+    let g = grad(|a: &Tensor| linalg::det(a).unwrap())(&Tensor::ones([3, 3], DType::F64));
+    assert_close(&g, &[0.0; 9], 0.0, "grad det, rank 1");
+    // jax.hessian(jnp.linalg.det)(jnp.ones((3, 3)))[0, 0]: the 3 x 3
+    // polynomial's, exact at rank 1
+    let h = hessian(|a: &Tensor| linalg::det(a).unwrap())(&Tensor::ones([3, 3], DType::F64));
+    assert_close(&h.select(0, 0).select(0, 0), &[0., 0., 0., 0., 1., -1., 0., -1., 1.], tol, "hessian det, rank 1");
+    // jax.hessian(jnp.linalg.det)(B)[0, 0] and at the rank-2 matrix
+    let h = hessian(|a: &Tensor| linalg::det(a).unwrap())(&b_general());
+    assert_close(&h.select(0, 0).select(0, 0), &[0., 0., 0., 0., 1., -2., 0., -4., 1.], tol, "hessian det");
+    let h = hessian(|a: &Tensor| linalg::det(a).unwrap())(&s);
+    assert_close(&h.select(0, 0).select(0, 0), &[0., 0., 0., 0., 9., -8., 0., -6., 5.], tol, "hessian det, rank 2");
+    // jax.jvp(jnp.linalg.det, (S,), (B,))[1]
+    let (_, dd) = jvp(|a: &Tensor| linalg::det(a).unwrap(), &s, &b_general());
+    assert_close(&dd, &[30.0], tol, "jvp det, rank 2");
     // jax.hessian(lambda a: jnp.linalg.slogdet(a)[1])(A)[0, 0]
     let h = hessian(|a: &Tensor| linalg::slogdet(a).unwrap().1)(&a_spd());
     let want =
@@ -156,6 +175,22 @@ fn linalg_derivatives_match_finite_differences() {
             }),
         ),
     ];
+    // det at singular matrices, where it is a smooth polynomial: up to 3 x 3
+    // the explicit polynomial (every order exact); above, JAX's cofactor
+    // rule, the derivative at rank n - 1 (to second order) and below (first
+    // order: its second derivative there is 0, as JAX's for n >= 4)
+    let rank2 = t(&[1., 2., 3., 4., 5., 6., 7., 8., 9.], &[3, 3]);
+    let four =
+        |v: [f64; 4]| Tensor::from_vec(v.to_vec(), [4, 1]).matmul(&Tensor::from_vec(vec![1., -2., 0.5, 3.], [1, 4]));
+    // (the last row the sum of the first two)
+    let rank3 = t(&[2., -1., 0., 1., 1., 3., 1., 0., 0., 1., 4., 2., 3., 2., 1., 1.], &[4, 4]);
+    let rank1 = four([1., 2., -1., 0.5]);
+    let singular = [(rank2, 2), (Tensor::ones([3, 3], DType::F64), 2), (rank3, 2), (rank1, 1)];
+    for (s, order) in singular {
+        assert!(linalg::det(&s).unwrap().item_f64().abs() < 1e-12, "{s} is singular");
+        check_grads(|a: &Tensor| linalg::det(a).unwrap(), &s, order, Modes::Both)
+            .unwrap_or_else(|e| panic!("det at {s}: {e}"));
+    }
     for (name, f) in &cases {
         for x in [(a.clone(), rhs2.clone()), (b.clone(), rhs2.clone())] {
             // the factorization needs a positive definite matrix

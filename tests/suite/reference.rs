@@ -704,6 +704,11 @@ pub fn apply(prim: &Prim, ins: &[Nd], dtypes: &[DType]) -> Vec<Nd> {
             one(super::reference_decomp::triangular_solve(s, &ins[0], &ins[1]))
         }
         Prim::Decomp(DecompOp::Lu) => super::reference_decomp::lu(&ins[0]),
+        Prim::Decomp(DecompOp::Qr { full_matrices }) => super::reference_decomp::qr(*full_matrices, &ins[0]),
+        Prim::Decomp(DecompOp::Eigh) => super::reference_decomp::eigh(&ins[0]),
+        Prim::Decomp(DecompOp::Svd { full_matrices, compute_uv }) => {
+            super::reference_decomp::svd(*full_matrices, *compute_uv, &ins[0])
+        }
         Prim::Random(RandomOp::Threefry2x32) => {
             let n = ins[0].data.len();
             let (mut y0, mut y1) = (Vec::with_capacity(n), Vec::with_capacity(n));

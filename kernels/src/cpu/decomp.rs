@@ -24,6 +24,8 @@ pub trait DecompElem: faer::traits::RealField + std::ops::AddAssign + Copy + Sen
     fn magnitude(self) -> Self;
     /// `sqrt(x)`.
     fn sqrt_value(self) -> Self;
+    /// Neither NaN nor infinite.
+    fn finite(self) -> bool;
 }
 macro_rules! decomp_elem {
     ($($t:ident),*) => {$(
@@ -36,6 +38,9 @@ macro_rules! decomp_elem {
             }
             fn sqrt_value(self) -> $t {
                 self.sqrt()
+            }
+            fn finite(self) -> bool {
+                self.is_finite()
             }
         }
     )*};

@@ -16,6 +16,7 @@ pub mod decomp;
 pub mod elementwise;
 pub mod indexing;
 pub mod matmul;
+pub mod orthogonal;
 pub mod outer;
 #[cfg(target_arch = "x86_64")]
 mod outer_avx2;

@@ -23,6 +23,8 @@
 //! On CUDA the factorization runs on the CPU (the operands copied to the
 //! host and the results back).
 
+mod orthogonal;
+
 use super::batching::{to_front, BatchAxis};
 use super::jit::{self, Blame, JitProps, RowQuery, RowRule};
 use super::sample::{Case, Dom, Sample};
@@ -33,6 +35,7 @@ use crate::interp::{bind1, Outs};
 use crate::lax;
 use crate::prim::{Avals, BDims, Cotangents, DotDims, LinearArg, Prim, Tangents};
 use crate::tensor::{AvalRef, Tensor};
+pub use orthogonal::{eigh, qr, singular_values, svd};
 use smallvec::smallvec;
 use std::fmt;
 pub use xform_kernels::cpu::decomp::TriangularSpec;
@@ -56,6 +59,23 @@ crate::family_enum! {
         /// The LU factorization with partial pivoting: the factors in one
         /// matrix, the row swaps and the permutation they make.
         Lu,
+        /// The QR factorization `A = Q R` (`R`'s diagonal non-negative),
+        /// reduced or complete.
+        Qr {
+            /// `Q` is `m x m` (complete) rather than `m x min(m, n)`.
+            full_matrices: bool,
+        },
+        /// The eigenvectors and ascending eigenvalues of the symmetrized
+        /// operand.
+        Eigh,
+        /// The singular values (descending) and, when asked, the singular
+        /// vectors `U` and `Vᵀ`, thin or complete.
+        Svd {
+            /// `U` and `Vᵀ` are square (complete) rather than thin.
+            full_matrices: bool,
+            /// The singular vectors are results too.
+            compute_uv: bool,
+        },
     }
 }
 
@@ -98,6 +118,26 @@ pub fn lu(a: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
     let piv = outs.pop().expect("three results");
     let f = outs.pop().expect("three results");
     Ok((f, piv, perm))
+}
+
+/// The diagonals `[..., n]` of square matrices `[..., n, n]`
+/// (`jnp.diagonal(x, axis1=-2, axis2=-1)`): a strided slice of the
+/// flattened matrices.
+pub fn diagonal(x: &Tensor) -> Result<Tensor> {
+    let s = x.shape();
+    let r = s.rank();
+    if r < 2 || s[r - 1] != s[r - 2] {
+        return Err(Error::shape("diagonal", "needs square matrices [..., n, n]", &[&s]));
+    }
+    let n = s[r - 1];
+    let mut flat: Vec<usize> = s.dims()[..r - 2].to_vec();
+    flat.push(n * n);
+    let x = lax::reshape(x, &Shape::from(flat))?;
+    let mut limit: Vec<usize> = x.shape().dims().to_vec();
+    let mut strides = vec![1; r - 1];
+    limit[r - 2] = n * n;
+    strides[r - 2] = n + 1;
+    lax::slice(&x, &vec![0; r - 1], &limit, &strides)
 }
 
 // ---- shape ------------------------------------------------------------------
@@ -473,6 +513,9 @@ impl Family for DecompOp {
             DecompOp::Cholesky => "cholesky",
             DecompOp::TriangularSolve(_) => "triangular_solve",
             DecompOp::Lu => "lu",
+            DecompOp::Qr { .. } => "qr",
+            DecompOp::Eigh => "eigh",
+            DecompOp::Svd { .. } => "svd",
         }
     }
 
@@ -482,7 +525,11 @@ impl Family for DecompOp {
 
     fn fmt_params(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            DecompOp::Cholesky | DecompOp::Lu => Ok(()),
+            DecompOp::Cholesky | DecompOp::Lu | DecompOp::Eigh => Ok(()),
+            DecompOp::Qr { full_matrices } => write!(f, "[full_matrices={full_matrices}]"),
+            DecompOp::Svd { full_matrices, compute_uv } => {
+                write!(f, "[full_matrices={full_matrices} compute_uv={compute_uv}]")
+            }
             DecompOp::TriangularSolve(s) => write!(
                 f,
                 "[left_side={} lower={} transpose_a={} unit_diagonal={}]",
@@ -496,6 +543,9 @@ impl Family for DecompOp {
             DecompOp::Cholesky => shape_cholesky(ins),
             DecompOp::TriangularSolve(s) => shape_triangular_solve(s, ins),
             DecompOp::Lu => shape_lu(ins),
+            DecompOp::Qr { full_matrices } => orthogonal::shape_qr(*full_matrices, ins),
+            DecompOp::Eigh => orthogonal::shape_eigh(ins),
+            DecompOp::Svd { full_matrices, compute_uv } => orthogonal::shape_svd(*full_matrices, *compute_uv, ins),
         }
     }
 
@@ -504,6 +554,11 @@ impl Family for DecompOp {
             DecompOp::Cholesky => lower_cholesky(ins[0])?,
             DecompOp::TriangularSolve(s) => lower_triangular_solve(*s, ins[0], ins[1])?,
             DecompOp::Lu => return lower_lu(ins[0]),
+            DecompOp::Qr { full_matrices } => return orthogonal::lower_qr(*full_matrices, ins[0]),
+            DecompOp::Eigh => return orthogonal::lower_eigh(ins[0]),
+            DecompOp::Svd { full_matrices, compute_uv } => {
+                return orthogonal::lower_svd(*full_matrices, *compute_uv, ins[0])
+            }
         };
         Ok(smallvec![Tensor::from_array(out)])
     }
@@ -528,26 +583,29 @@ impl Family for DecompOp {
             DecompOp::Cholesky => jvp_cholesky(&primals[0], tangents[0].as_ref()),
             DecompOp::TriangularSolve(s) => jvp_triangular_solve(*s, primals, tangents),
             DecompOp::Lu => jvp_lu(&primals[0], tangents[0].as_ref()),
+            DecompOp::Qr { full_matrices } => orthogonal::jvp_qr(*full_matrices, &primals[0], tangents[0].as_ref()),
+            DecompOp::Eigh => orthogonal::jvp_eigh(&primals[0], tangents[0].as_ref()),
+            DecompOp::Svd { full_matrices, compute_uv } => {
+                orthogonal::jvp_svd(*full_matrices, *compute_uv, &primals[0], tangents[0].as_ref())
+            }
         }
     }
 
     fn transpose(&self, cts: &[Option<Tensor>], args: &[LinearArg]) -> Result<Cotangents> {
         match self {
-            DecompOp::Cholesky | DecompOp::Lu => super::not_linear(self.name()),
             DecompOp::TriangularSolve(s) => transpose_triangular_solve(*s, cts, args),
+            _ => super::not_linear(self.name()),
         }
     }
 
     fn batch(&self, _prim: &Prim, ins: &[Tensor], bdims: &[Option<usize>], axis: &BatchAxis) -> Result<(Outs, BDims)> {
         match self {
-            DecompOp::Cholesky => {
-                let x = to_front(&ins[0], bdims[0], axis.size)?;
-                Ok((smallvec![cholesky(&x)?], smallvec![Some(0)]))
-            }
             DecompOp::TriangularSolve(s) => batch_triangular_solve(*s, ins, bdims, axis),
-            DecompOp::Lu => {
-                let (f, piv, perm) = lu(&to_front(&ins[0], bdims[0], axis.size)?)?;
-                Ok((smallvec![f, piv, perm], smallvec![Some(0), Some(0), Some(0)]))
+            // one operand, every result batched in front
+            _ => {
+                let outs = crate::interp::bind(&self.clone().into(), &[to_front(&ins[0], bdims[0], axis.size)?])?;
+                let dims = outs.iter().map(|_| Some(0)).collect();
+                Ok((outs, dims))
             }
         }
     }
@@ -571,6 +629,32 @@ impl Family for DecompOp {
             let mut s = g.shape(1, 1, 2);
             s.extend([g.int(1, 3), g.int(1, 3)]);
             Case::new(DecompOp::Lu, vec![(s, d, Dom::Distinct(0.5, 3.0))])
+        }));
+        // operands with well-separated spectra: the results and their
+        // derivatives are unique there (a complete Q or U only when it is
+        // the thin one, m <= n or m == n: past that it is arbitrary)
+        let matrix = |g: &mut super::sample::Gen| {
+            let mut s = g.shape(1, 1, 2);
+            let (m, n) = (g.int(1, 3), g.int(1, 3));
+            s.extend([m, n]);
+            (s, m, n)
+        };
+        v.push(Sample::new("qr", floats.clone(), vec![], true, move |g, d| {
+            let (s, m, n) = matrix(g);
+            let full_matrices = m <= n && g.coin(0.5);
+            Case::new(DecompOp::Qr { full_matrices }, vec![(s, d, Dom::Spectrum)])
+        }));
+        v.push(Sample::new("eigh", floats.clone(), vec![], true, |g, d| {
+            let mut s = g.shape(1, 1, 2);
+            let n = g.int(1, 3);
+            s.extend([n, n]);
+            Case::new(DecompOp::Eigh, vec![(s, d, Dom::Spectrum)])
+        }));
+        v.push(Sample::new("svd", floats.clone(), vec![], true, move |g, d| {
+            let (s, m, n) = matrix(g);
+            let compute_uv = g.coin(0.7);
+            let full_matrices = m == n && g.coin(0.5);
+            Case::new(DecompOp::Svd { full_matrices, compute_uv }, vec![(s, d, Dom::Spectrum)])
         }));
         v.push(Sample::new("triangular_solve", floats, vec![1], true, |g, d| {
             let spec = TriangularSpec {

@@ -98,13 +98,30 @@ pub enum Dom {
     /// ties, neighbours `(hi - lo) / n` apart (max and min stay put under
     /// finite differences).
     Distinct(f64, f64),
+    /// Matrices over the last two axes (`m x n`) with well-separated
+    /// singular values (and, square and symmetrized, eigenvalues): the
+    /// diagonal entries are `4 p + 2 + [0, 1)` for `p` a random order of
+    /// `0..min(m, n)` (the same for every matrix of a stack), the others
+    /// `[-1, 1) / max(m, n)`, a perturbation of norm below 1, so the values
+    /// are at least 1 apart and above 1 (an eigen- or singular
+    /// decomposition's operand, differentiable there).
+    Spectrum,
 }
 
 /// A tensor of `shape`, `dtype` with values from `dom`, drawn from `seed`.
 pub fn values(seed: u64, shape: &[usize], dtype: DType, dom: Dom) -> Tensor {
     let mut g = Gen::new(seed);
     let n: usize = shape.iter().product();
-    let order = if let Dom::Distinct(..) = dom { g.perm(n) } else { Vec::new() };
+    let (rows, cols) = match shape {
+        [.., r, c] => (*r, *c),
+        [c] => (1, *c),
+        [] => (1, 1),
+    };
+    let order = match dom {
+        Dom::Distinct(..) => g.perm(n),
+        Dom::Spectrum => g.perm(rows.min(cols)),
+        _ => Vec::new(),
+    };
     let v: Vec<f64> = (0..n)
         .map(|i| match dom {
             Dom::Real(lo, hi) => {
@@ -145,6 +162,15 @@ pub fn values(seed: u64, shape: &[usize], dtype: DType, dom: Dom) -> Tensor {
                     c as f64 + 1.0 + u
                 } else {
                     2.0 * u - 1.0
+                }
+            }
+            Dom::Spectrum => {
+                let (i, j) = ((i / cols) % rows, i % cols);
+                let u = g.f64();
+                if i == j {
+                    4.0 * order[i] as f64 + 2.0 + u
+                } else {
+                    (2.0 * u - 1.0) / rows.max(cols) as f64
                 }
             }
             Dom::Distinct(lo, hi) => {
