@@ -22,7 +22,8 @@
 //! | `eigh`, `eigvalsh` | a repeated eigenvalue | the eigenvalues; any orthonormal basis of its eigenspace; the eigenvectors' derivative inf or NaN, a symmetric function of the eigenvalues' finite (as JAX) |
 //! | `svd`, `svdvals`, the 2- and nuclear norms | repeated or zero singular values | the same: `U`'s and `V`'s derivative inf or NaN |
 //! | `pinv`, `lstsq` | rank deficient | singular values at or below the cutoff count as zero; the derivative finite (Golub and Pereyra's, as JAX's `pinv`) |
-//! | `qr`, `svd` with complete factors | a non-square matrix, differentiated | an error (the completion is arbitrary; JAX refuses too) |
+//! | `svd` with complete factors | a non-square matrix, differentiated | an error (the completion is arbitrary; JAX refuses too) |
+//! | `qr` with complete factors | a tall matrix, differentiated | an error (JAX differentiates LAPACK's Householder completion; xform's is not that one) |
 //! | `eigh`, `svd` | an iteration that does not converge | NaN in that matrix's results |
 //! | every operation | NaN or inf entries | NaN in that matrix's results (`cholesky`: its whole factor's lower triangle; which entries of `lu`'s factors are NaN can differ from LAPACK's) |
 //!
@@ -30,8 +31,7 @@
 //! (`qr`'s `R` has a non-negative diagonal; each eigenvector and left
 //! singular vector has its entry of largest magnitude positive), so the
 //! factors are unique where the mathematics allows (and equal across
-//! `vmap`, `jit` and backends); `qr` of a wide matrix is differentiable
-//! (through the square factorization of its first columns; JAX refuses);
+//! `vmap`, `jit` and backends);
 //! `lu_solve` takes the
 //! permutation `lu` returns rather than LAPACK's pivots; and `solve`
 //! differentiates through its LU factors rather than by a second solve.
@@ -182,7 +182,44 @@ fn cofactor_solve(a: &Tensor, g: &Tensor) -> Result<(Tensor, Tensor)> {
     )?;
     let x = lax::concatenate(&[head, lax::slice_axis(&x, r - 2, n - 1, n)?], r - 2)?;
     let x = zero_where_low(&triangular_solve(&f, &x, upper)?)?;
+    // where that solve fails, the adjugate from the SVD instead (JAX gives
+    // 0 there, which is wrong when a zero pivot comes before the last one
+    // of a matrix of rank n - 1, e.g. one whose first column is zero)
+    let x = lax::select(&low_rank, &adjugate_by_svd(a, g)?, &x)?;
     Ok((det, x))
+}
+
+/// `adj(a) g` from `a = U diag(s) Vᵀ`: `adj(a) = det(U) det(V) V diag(p)
+/// Uᵀ` with `p_i` the product of the singular values but the `i`-th
+/// (zero below rank n - 1, NaN for a matrix with NaN).
+fn adjugate_by_svd(a: &Tensor, g: &Tensor) -> Result<Tensor> {
+    let r = a.rank();
+    let (u, s, vt) = lax::svd(a, false)?;
+    let shape = u.shape();
+    let eye = lax::broadcast_to(&Tensor::eye(shape[r - 1], a.dtype()).try_to_device(a.device())?, &shape)?;
+    let on = lax::ne(&eye, &lax::zeros_like(&eye)?)?;
+    // row i: the singular values with a 1 in place of the i-th
+    let mut cols: Vec<usize> = (0..r - 2).collect();
+    cols.push(r - 1);
+    let others = lax::select(&on, &lax::ones_like(&eye)?, &lax::broadcast_in_dim(&s, &shape, &cols)?)?;
+    let p = product_last(&others)?;
+    let sign = lax::mul(&slogdet(&u)?.0, &slogdet(&vt)?.0)?;
+    let mut rows: Vec<usize> = (0..r - 2).collect();
+    rows.push(r - 2);
+    let ut_g = lax::transpose(&u, &{
+        let mut perm: Vec<usize> = (0..r).collect();
+        perm.swap(r - 2, r - 1);
+        perm
+    })?
+    .try_matmul(g)?;
+    let scaled = lax::mul(&lax::broadcast_in_dim(&p, &ut_g.shape(), &rows)?, &ut_g)?;
+    let v = lax::transpose(&vt, &{
+        let mut perm: Vec<usize> = (0..r).collect();
+        perm.swap(r - 2, r - 1);
+        perm
+    })?;
+    let lead: Vec<usize> = (0..r - 2).collect();
+    lax::mul(&lax::broadcast_in_dim(&sign, &shape, &lead)?, &v.try_matmul(&scaled)?)
 }
 
 /// The determinant of each matrix (`jnp.linalg.det`), as JAX computes it:

@@ -3,7 +3,7 @@
 //! result orders, `eigvalsh`, `svdvals`, `pinv`, `lstsq` and the norms.
 
 use super::{back_to_vector, square};
-use crate::{custom_jvp, lax, DType, Error, Result, Tensor};
+use crate::{custom_jvp, lax, DType, Error, OrRaise, Result, Tensor};
 use xform_kernels::Shape;
 
 /// Which factors [`qr`] returns (numpy's `mode`).
@@ -11,9 +11,10 @@ use xform_kernels::Shape;
 pub enum QrMode {
     /// `Q` is `m x k` and `R` `k x n`, `k = min(m, n)` (numpy's `"reduced"`).
     Reduced,
-    /// `Q` is `m x m` and `R` `m x n` (numpy's `"complete"`; not
-    /// differentiable for a tall matrix, whose `Q` past the first `n`
-    /// columns is any orthonormal completion).
+    /// `Q` is `m x m` and `R` `m x n` (numpy's `"complete"`; for a tall
+    /// matrix not differentiable here: its `Q` past the first `n` columns
+    /// is an orthonormal completion, which JAX differentiates as LAPACK's
+    /// Householder one and xform does not).
     Complete,
 }
 
@@ -124,11 +125,14 @@ pub fn pinv(a: &Tensor, rtol: Option<f64>) -> Result<Tensor> {
     }
     let eps = if a.dtype() == DType::F32 { f64::from(f32::EPSILON) } else { f64::EPSILON };
     let rtol = rtol.unwrap_or(10.0 * m.max(n) as f64 * eps);
+    if rtol.is_nan() || rtol < 0.0 {
+        return Err(Error::invalid("pinv", format!("rtol must be a non-negative number, not {rtol}")));
+    }
     let rule = custom_jvp(
-        move |a: &Tensor| pinv_by_svd(a, rtol).expect("pinv of checked matrices"),
+        move |a: &Tensor| pinv_by_svd(a, rtol).or_raise(),
         move |a: &Tensor, da: &Tensor| {
-            let p = pinv_by_svd(a, rtol).expect("pinv of checked matrices");
-            let dp = pinv_tangent(a, da, &p).expect("pinv's tangent of checked matrices");
+            let p = pinv_by_svd(a, rtol).or_raise();
+            let dp = pinv_tangent(a, da, &p).or_raise();
             (p, dp)
         },
     );
@@ -190,9 +194,17 @@ pub fn lstsq(a: &Tensor, b: &Tensor, rcond: Option<f64>) -> Result<Lstsq> {
         ));
     }
     let eps = if a.dtype() == DType::F32 { f64::from(f32::EPSILON) } else { f64::EPSILON };
-    let rcond = rcond.filter(|r| *r >= 0.0).unwrap_or(m.max(n) as f64 * eps);
+    // numpy's and JAX's: by default max(m, n) ε, a negative rcond ε
+    let rcond = match rcond {
+        None => m.max(n) as f64 * eps,
+        Some(r) if r < 0.0 => eps,
+        Some(r) if r.is_nan() => return Err(Error::invalid("lstsq", "rcond is NaN")),
+        Some(r) => r,
+    };
     let bm = if vector { lax::expand_dims(b, b.rank())? } else { b.clone() };
-    let s = svdvals(a)?;
+    // the singular values of the thin SVD pinv uses (the same kernel: the
+    // rank counted here is the one the solution used)
+    let s = lax::svd(a, false)?.1;
     let r = s.rank();
     let rank = if m.min(n) == 0 {
         lax::full(&Shape::from(lead.to_vec()), 0.0, DType::I32, a.device())?
@@ -231,24 +243,36 @@ pub enum MatrixNorm {
 
 /// The norm `ord` of each matrix (`jnp.linalg.matrix_norm(a, ord)`):
 /// `[...]` for `[..., m, n]`. The spectral ones through the singular
-/// values (whose derivative is the SVD's: at a repeated largest singular
-/// value the 2-norm's is infinite or NaN, as in JAX).
+/// values (the 2-norm's derivative at a repeated largest singular value is
+/// the average over the tied ones, finite, as JAX's). Of empty matrices
+/// the largest-sum and 2-norms are 0 (as JAX); the smallest ones, which
+/// have no value there, are errors.
 pub fn matrix_norm(a: &Tensor, ord: MatrixNorm) -> Result<Tensor> {
     let (m, n) = matrices("matrix_norm", a)?;
     let r = a.rank();
     let abs_sums = |axis: usize| lax::reduce_sum(&lax::abs(a)?, &[axis]);
     let last = r - 2;
+    // the largest of non-negative values: 0 when there are none
+    let largest = |x: Tensor| -> Result<Tensor> {
+        let top = lax::reduce_max(&x, &[last])?;
+        lax::max(&top, &lax::zeros_like(&top)?)
+    };
+    let smallest_of_none = matches!(ord, MatrixNorm::NegTwo | MatrixNorm::NegOne | MatrixNorm::NegInf);
+    if smallest_of_none && m.min(n) == 0 {
+        return Err(Error::shape(
+            "matrix_norm",
+            format!("the {ord:?} norm of empty matrices has no value"),
+            &[&a.shape()],
+        ));
+    }
     match ord {
         MatrixNorm::Frobenius => lax::sqrt(&lax::reduce_sum(&lax::mul(a, a)?, &[r - 2, r - 1])?),
         MatrixNorm::Nuclear => lax::reduce_sum(&svdvals(a)?, &[last]),
-        MatrixNorm::Two | MatrixNorm::NegTwo if m.min(n) == 0 => {
-            Err(Error::shape("matrix_norm", "the 2-norms of empty matrices are not defined", &[&a.shape()]))
-        }
-        MatrixNorm::Two => lax::reduce_max(&svdvals(a)?, &[last]),
+        MatrixNorm::Two => largest(svdvals(a)?),
         MatrixNorm::NegTwo => lax::reduce_min(&svdvals(a)?, &[last]),
-        MatrixNorm::One => lax::reduce_max(&abs_sums(r - 2)?, &[last]),
+        MatrixNorm::One => largest(abs_sums(r - 2)?),
         MatrixNorm::NegOne => lax::reduce_min(&abs_sums(r - 2)?, &[last]),
-        MatrixNorm::Inf => lax::reduce_max(&abs_sums(r - 1)?, &[last]),
+        MatrixNorm::Inf => largest(abs_sums(r - 1)?),
         MatrixNorm::NegInf => lax::reduce_min(&abs_sums(r - 1)?, &[last]),
     }
 }
@@ -269,8 +293,18 @@ pub fn vector_norm(x: &Tensor, ord: f64, axis: Option<usize>) -> Result<Tensor> 
         None => (0..x.rank()).collect(),
     };
     let abs = lax::abs(x)?;
+    let empty = axes.iter().any(|&a| x.shape()[a] == 0);
+    if ord == f64::NEG_INFINITY && empty {
+        return Err(Error::shape("vector_norm", "the -inf norm of an empty vector has no value", &[&x.shape()]));
+    }
+    if ord.is_nan() {
+        return Err(Error::invalid("vector_norm", "ord is NaN"));
+    }
     match ord {
-        o if o == f64::INFINITY => lax::reduce_max(&abs, &axes),
+        o if o == f64::INFINITY => {
+            let top = lax::reduce_max(&abs, &axes)?;
+            lax::max(&top, &lax::zeros_like(&top)?)
+        }
         o if o == f64::NEG_INFINITY => lax::reduce_min(&abs, &axes),
         0.0 => {
             let nonzero = lax::ne(x, &lax::zeros_like(x)?)?;

@@ -1134,7 +1134,7 @@ fn linalg(s: &[usize], m: &mut Mix, sub: &dyn Fn(Vec<usize>) -> BoxedStrategy<Ex
                 3 => Lin::Inv,
                 4 => Lin::Lu,
                 9 => Lin::Pinv,
-                _ if size % 2 == 0 => Lin::QrR,
+                _ if size.is_multiple_of(2) => Lin::QrR,
                 _ => Lin::Expm,
             };
             let rows = |n: usize, m: &mut Mix| if op == Lin::Cholesky { (0..n).collect() } else { perm(n, m) };

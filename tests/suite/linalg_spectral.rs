@@ -417,8 +417,13 @@ fn spectral_bad_input() {
     assert!(e.contains("lstsq") && e.contains("[3, 2]") && e.contains("[2]"), "{e}");
     let e = linalg::vector_norm(&b_tall(), 2.0, Some(2)).unwrap_err().to_string();
     assert!(e.contains("vector_norm") && e.contains("axis 2"), "{e}");
-    // the derivative of a complete Q of a tall matrix is not defined: an
-    // error naming qr, never a number
+    // complete singular vectors of a non-square matrix have no derivative
+    // (their completion is arbitrary; JAX refuses too): an error naming svd
+    let e = xform::try_grad(|a: &Tensor| linalg::svd(a, true).or_raise().0.sum())(&b_tall());
+    let e = e.unwrap_err().to_string();
+    assert!(e.contains("svd") && e.contains("complete") && e.contains("full_matrices"), "{e}");
+    // nor, here, a complete Q of a tall matrix (JAX differentiates
+    // LAPACK's Householder completion; xform's completion is another)
     let e = xform::try_grad(|a: &Tensor| linalg::qr(a, QrMode::Complete).or_raise().0.sum())(&b_tall());
     let e = e.unwrap_err().to_string();
     assert!(e.contains("qr") && e.contains("complete") && e.contains("full_matrices"), "{e}");
@@ -432,6 +437,32 @@ fn spectral_bad_input() {
         1e-14,
         "complete q orthonormal",
     );
+    // empty matrices and empty stacks: the shapes numpy gives, never a panic
+    for (m, n) in [(0, 3), (3, 0), (0, 0)] {
+        let z = Tensor::zeros([2, m, n], DType::F64);
+        let (q, r) = linalg::qr(&z, QrMode::Reduced).unwrap();
+        assert_eq!((q.shape().to_vec(), r.shape().to_vec()), (vec![2, m, m.min(n)], vec![2, m.min(n), n]));
+        let (u, s, vh) = linalg::svd(&z, false).unwrap();
+        assert_eq!(
+            (u.shape().to_vec(), s.shape().to_vec(), vh.shape().to_vec()),
+            (vec![2, m, m.min(n)], vec![2, m.min(n)], vec![2, m.min(n), n])
+        );
+        assert_eq!(linalg::matrix_norm(&z, MatrixNorm::One).unwrap().to_vec_f64(), vec![0.0, 0.0]);
+        assert_eq!(linalg::matrix_norm(&z, MatrixNorm::Inf).unwrap().to_vec_f64(), vec![0.0, 0.0]);
+        assert_eq!(linalg::matrix_norm(&z, MatrixNorm::Two).unwrap().to_vec_f64(), vec![0.0, 0.0]);
+        let e = linalg::matrix_norm(&z, MatrixNorm::NegInf).unwrap_err().to_string();
+        assert!(e.contains("matrix_norm") && e.contains("empty"), "{e}");
+        assert_eq!(linalg::pinv(&z, None).unwrap().shape().to_vec(), vec![2, n, m]);
+    }
+    let (w, v) = linalg::eigh(&Tensor::zeros([0, 3, 3], DType::F64)).unwrap();
+    assert_eq!((w.shape().to_vec(), v.shape().to_vec()), (vec![0, 3], vec![0, 3, 3]));
+    let g = grad(|a: &Tensor| linalg::svdvals(a).unwrap().sum())(&Tensor::zeros([0, 2, 3], DType::F64));
+    assert_eq!(g.shape().to_vec(), vec![0, 2, 3]);
+    // pinv's rtol must be a non-negative number
+    for bad in [-1.0, f64::NAN] {
+        let e = linalg::pinv(&b_tall(), Some(bad)).unwrap_err().to_string();
+        assert!(e.contains("pinv") && e.contains("rtol"), "{e}");
+    }
     // f32 agrees with f64 to f32 precision
     let s32 = linalg::svdvals(&b_tall().cast(DType::F32)).unwrap().to_vec_f64();
     assert!((s32[0] - 9.852920234522093).abs() < 1e-5 && (s32[1] - 0.41226551170948406).abs() < 1e-5, "{s32:?}");

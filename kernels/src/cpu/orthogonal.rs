@@ -2,9 +2,9 @@
 //! through faer: QR, the symmetric eigendecomposition and the singular
 //! value decomposition (the CPU side of `qr`, `eigh` and `svd`).
 //!
-//! Each result is made unique where the mathematics allows, so that it
-//! does not depend on the library or the algorithm that computed it (and
-//! `vmap` equals a loop, and the CPU equals another backend, exactly):
+//! Each result is made unique where the mathematics allows, up to
+//! rounding (and `vmap` equals a loop exactly, the same kernel running
+//! for each matrix):
 //! `R`'s diagonal is non-negative; eigenvalues ascend and singular values
 //! descend; each eigenvector and each left singular vector has its entry
 //! of largest magnitude (the first such) positive, a right singular vector
@@ -14,8 +14,9 @@
 //!
 //! A matrix with a NaN or an infinity gets NaN in every result (faer's
 //! iterations are not run on it), and so does one whose iteration does not
-//! converge. The matrices of a stack run in parallel, each with faer's
-//! sequential kernels.
+//! converge. The matrices of a stack run in parallel (rayon), each
+//! through faer's high-level solvers with faer's global parallelism
+//! (nested in the stack's).
 
 use super::decomp::DecompElem;
 use super::Par;
@@ -111,7 +112,8 @@ pub fn eigh<T: DecompElem>(a: &[T], batch: usize, n: usize, par: Par) -> (Vec<T>
         if !finite(x) {
             return nan();
         }
-        let sym = Mat::from_fn(n, n, |r, c| (x[r * n + c] + x[c * n + r]) / two);
+        // (halves added: no overflow for entries near the largest float)
+        let sym = Mat::from_fn(n, n, |r, c| x[r * n + c] / two + x[c * n + r] / two);
         let Ok(e) = sym.self_adjoint_eigen(Side::Lower) else {
             return nan();
         };

@@ -6,15 +6,18 @@
 //!
 //! The JVPs are JAX's (`jax/_src/lax/linalg.py`): QR's from
 //! `Qᵀ Q̇` skew-symmetric and `Ṙ` upper triangular (J. Townsend's note),
-//! for a wide matrix (m < n, which JAX does not differentiate) through the
-//! square factorization of its first m columns; eigh's `ẇ = diag(Vᵀ Ȧ V)`,
+//! for a wide matrix (m < n) through the square factorization of its
+//! first m columns (as JAX 0.10); eigh's `ẇ = diag(Vᵀ Ȧ V)`,
 //! `V̇ = V (F ∘ Vᵀ Ȧ V)` with `F_ij = 1 / (w_j - w_i)`; and the SVD's
 //! (Townsend's, as JAX's). As in JAX, a repeated eigenvalue (singular
 //! value) gives infinities in the vectors' tangents, while functions of
 //! the eigenvalues that are symmetric in the repeated ones (a sum, a
-//! trace, a norm) get their true derivative; a complete `Q` or `U` of a
-//! non-square matrix has no derivative (its completion is arbitrary): an
-//! error when a tangent reaches it.
+//! trace, a norm) get their true derivative. The complete `U` and `Vᵀ` of
+//! a non-square matrix have no derivative (their completion is arbitrary,
+//! JAX refuses too), nor here the complete `Q` of a tall matrix (JAX
+//! differentiates LAPACK's Householder completion, arXiv:2409.13374; the
+//! completion faer gives beside xform's fixed signs is not that one):
+//! errors when a tangent reaches them.
 
 use super::{bmm, check_float, diagonal, elems, keep_where, matrix_mask, mt, spec, triangular_solve, DecompOp};
 use crate::array::Array;
@@ -240,24 +243,24 @@ pub(super) fn jvp_qr(full: bool, a: &Tensor, t: Option<&Tensor>) -> Result<(Outs
     let s = a.shape();
     let rank = s.rank();
     let (m, n) = (s[rank - 2], s[rank - 1]);
-    if full && m > n {
-        return Err(Error::invalid(
-            "qr",
-            format!(
-                "has no derivative for the complete Q of a tall matrix ({m} x {n}): its last {} columns are any \
-                 orthonormal completion (JAX refuses it too); use full_matrices = false",
-                m - n
-            ),
-        ));
-    }
-    let (dq, dr) = if m >= n {
-        qr_tangents(&q, &r, t)?
-    } else {
+    let cols = |x: &Tensor, lo: usize, hi: usize| lax::slice_axis(x, rank - 1, lo, hi);
+    let (dq, dr) = if m < n {
         // A = [X Y] with X square: X = Q R_X and R = [R_X, Qᵀ Y]
-        let cols = |x: &Tensor, lo: usize, hi: usize| lax::slice_axis(x, rank - 1, lo, hi);
         let (dq, drx) = qr_tangents(&q, &cols(&r, 0, m)?, &cols(t, 0, m)?)?;
         let dry = lax::add(&bmm(&mt(&dq)?, &cols(a, m, n)?)?, &bmm(&mt(&q)?, &cols(t, m, n)?)?)?;
         (dq, lax::concatenate(&[drx, dry], rank - 1)?)
+    } else if !full || m == n {
+        qr_tangents(&q, &r, t)?
+    } else {
+        return Err(Error::invalid(
+            "qr",
+            format!(
+                "has no derivative here for the complete Q of a tall matrix ({m} x {n}): its last {} columns are \
+                 an orthonormal completion that xform's sign convention does not make a smooth function of the \
+                 matrix (JAX differentiates LAPACK's Householder completion); use full_matrices = false",
+                m - n
+            ),
+        ));
     };
     Ok((smallvec![q, r], smallvec![Some(dq), Some(dr)]))
 }
