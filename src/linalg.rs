@@ -31,9 +31,8 @@
 //! (`qr`'s `R` has a non-negative diagonal; each eigenvector and left
 //! singular vector has its entry of largest magnitude positive), so the
 //! factors are unique where the mathematics allows (and equal across
-//! `vmap`, `jit` and backends);
-//! `lu_solve` takes the
-//! permutation `lu` returns rather than LAPACK's pivots; and `solve`
+//! `vmap` and `jit`); `lu_solve` takes the permutation `lu` returns
+//! rather than LAPACK's pivots; and `solve`
 //! differentiates through its LU factors rather than by a second solve.
 
 use crate::{custom_jvp, lax, DType, Error, OrRaise, Result, Tensor};
@@ -45,6 +44,14 @@ pub use xform_ops::lax::{cholesky, diagonal, lu, triangular_solve, TriangularSpe
 
 mod expm;
 mod spectral;
+
+/// Each matrix transposed (the last two axes swapped).
+fn mt(a: &Tensor) -> Result<Tensor> {
+    let r = a.rank();
+    let mut perm: Vec<usize> = (0..r).collect();
+    perm.swap(r - 2, r - 1);
+    lax::transpose(a, &perm)
+}
 
 /// `n` for square matrices `[..., n, n]` of f32 or f64, else an error
 /// naming `op`.
@@ -105,23 +112,10 @@ fn product_last(x: &Tensor) -> Result<Tensor> {
     let mut x = x.clone();
     loop {
         let n = x.shape()[r - 1];
-        if n <= 1 {
-            let one = lax::full(&Shape::scalar(), 1.0, x.dtype(), x.device())?;
-            let x = if n == 0 {
-                lax::pad(
-                    &x,
-                    &one,
-                    &vec![0; r],
-                    &{
-                        let mut h = vec![0; r];
-                        h[r - 1] = 1;
-                        h
-                    },
-                    &vec![0; r],
-                )?
-            } else {
-                x
-            };
+        if n == 0 {
+            return lax::full(&Shape::from(&x.shape().dims()[..r - 1]), 1.0, x.dtype(), x.device());
+        }
+        if n == 1 {
             return back_to_vector(x, true);
         }
         let h = n / 2;
@@ -206,27 +200,18 @@ fn adjugate_by_svd(a: &Tensor, g: &Tensor) -> Result<Tensor> {
     let sign = lax::mul(&slogdet(&u)?.0, &slogdet(&vt)?.0)?;
     let mut rows: Vec<usize> = (0..r - 2).collect();
     rows.push(r - 2);
-    let ut_g = lax::transpose(&u, &{
-        let mut perm: Vec<usize> = (0..r).collect();
-        perm.swap(r - 2, r - 1);
-        perm
-    })?
-    .try_matmul(g)?;
+    let ut_g = mt(&u)?.try_matmul(g)?;
     let scaled = lax::mul(&lax::broadcast_in_dim(&p, &ut_g.shape(), &rows)?, &ut_g)?;
-    let v = lax::transpose(&vt, &{
-        let mut perm: Vec<usize> = (0..r).collect();
-        perm.swap(r - 2, r - 1);
-        perm
-    })?;
     let lead: Vec<usize> = (0..r - 2).collect();
-    lax::mul(&lax::broadcast_in_dim(&sign, &shape, &lead)?, &v.try_matmul(&scaled)?)
+    lax::mul(&lax::broadcast_in_dim(&sign, &shape, &lead)?, &mt(&vt)?.try_matmul(&scaled)?)
 }
 
 /// The determinant of each matrix (`jnp.linalg.det`), as JAX computes it:
 /// for `n <= 3` the explicit polynomial (in JAX's order of operations), so
 /// that every derivative is exact; above, `sign * exp(logdet)` from
 /// [`slogdet`], differentiated by JAX's rule `trace(adj(a) ȧ)` through
-/// `cofactor_solve` (JAX's `_cofactor_solve`), so its derivative is finite (the adjugate) at
+/// `cofactor_solve` (JAX's `_cofactor_solve`, with the SVD's adjugate
+/// where its LU step fails), so its derivative is finite (the adjugate) at
 /// singular matrices too.
 pub fn det(a: &Tensor) -> Result<Tensor> {
     let n = square("det", a)?;

@@ -2,7 +2,7 @@
 //! `qr`, `eigh` and `svd`: the factorizations with numpy's names and
 //! result orders, `eigvalsh`, `svdvals`, `pinv`, `lstsq` and the norms.
 
-use super::{back_to_vector, square};
+use super::{back_to_vector, mt, square};
 use crate::{custom_jvp, lax, DType, Error, OrRaise, Result, Tensor};
 use xform_kernels::Shape;
 
@@ -82,14 +82,6 @@ pub fn svdvals(a: &Tensor) -> Result<Tensor> {
 /// The batched product of matrices with equal leading axes.
 fn mm(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     a.try_matmul(b)
-}
-
-/// Each matrix transposed.
-fn mt(a: &Tensor) -> Result<Tensor> {
-    let r = a.rank();
-    let mut perm: Vec<usize> = (0..r).collect();
-    perm.swap(r - 2, r - 1);
-    lax::transpose(a, &perm)
 }
 
 /// The pseudo-inverse from the thin SVD: singular values at or below

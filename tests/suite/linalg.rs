@@ -7,7 +7,7 @@ use xform::linalg::{self, TriangularSpec};
 use xform::prelude::*;
 use xform::testing::{check_grads, check_vmap, Modes};
 
-fn t(v: &[f64], shape: &[usize]) -> Tensor {
+pub(crate) fn t(v: &[f64], shape: &[usize]) -> Tensor {
     Tensor::from_vec(v.to_vec(), shape.to_vec())
 }
 
@@ -25,7 +25,8 @@ fn rhs() -> Tensor {
     t(&[1., -2., 0.5], &[3])
 }
 
-fn assert_close(got: &Tensor, want: &[f64], tol: f64, what: &str) {
+/// Each element within `tol (1 + |want|)` of JAX's (NaN matching NaN).
+pub(crate) fn assert_close(got: &Tensor, want: &[f64], tol: f64, what: &str) {
     let g = got.to_vec_f64();
     assert_eq!(g.len(), want.len(), "{what}: {got}");
     for (i, (a, b)) in g.iter().zip(want).enumerate() {

@@ -12,13 +12,10 @@
 //! transcribed as JAX gives them and brought to xform's convention by
 //! [`xform_signs`].
 
+use crate::linalg::{assert_close, t};
 use xform::linalg::{self, MatrixNorm, QrMode};
 use xform::prelude::*;
 use xform::testing::{check_grads, check_vmap, Modes};
-
-fn t(v: &[f64], shape: &[usize]) -> Tensor {
-    Tensor::from_vec(v.to_vec(), shape.to_vec())
-}
 
 /// A = [[4, 1, 2], [1, 3, 0.5], [2, 0.5, 5]] (symmetric positive definite).
 fn a_sym() -> Tensor {
@@ -32,15 +29,6 @@ fn b_tall() -> Tensor {
 
 fn w_wide() -> Tensor {
     b_tall().transpose(0, 1).copy()
-}
-
-fn assert_close(got: &Tensor, want: &[f64], tol: f64, what: &str) {
-    let g = got.to_vec_f64();
-    assert_eq!(g.len(), want.len(), "{what}: {got}");
-    for (i, (a, b)) in g.iter().zip(want).enumerate() {
-        let ok = (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= tol * (1.0 + b.abs());
-        assert!(ok, "{what}: element {i}: {a:e} vs JAX {b:e}\n{got}");
-    }
 }
 
 /// JAX's column-vectors (row-major `rows x cols`) with each column's

@@ -280,11 +280,12 @@ pub fn lu<T: DecompElem>(a: &[T], batch: usize, m: usize, n: usize, par: Par) ->
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// `A X` for row-major `A` (m x k) and `X` (k x n).
-    fn mm(a: &[f64], x: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
+    /// `a x` for row-major `a` (`m x k`) and `x` (`k x n`).
+    pub(in crate::cpu) fn mm(a: &[f64], x: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
         let mut y = vec![0.0; m * n];
         for i in 0..m {
             for j in 0..n {
@@ -294,7 +295,8 @@ mod tests {
         y
     }
 
-    fn t(a: &[f64], r: usize, c: usize) -> Vec<f64> {
+    /// The transpose of row-major `a` (`r x c`).
+    pub(in crate::cpu) fn t(a: &[f64], r: usize, c: usize) -> Vec<f64> {
         (0..c * r).map(|q| a[(q % r) * c + q / r]).collect()
     }
 

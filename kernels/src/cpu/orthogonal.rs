@@ -187,21 +187,8 @@ pub fn svd<T: DecompElem>(
 
 #[cfg(test)]
 mod tests {
+    use super::super::decomp::tests::{mm, t};
     use super::*;
-
-    fn mm(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
-        let mut c = vec![0.0; m * n];
-        for i in 0..m {
-            for j in 0..n {
-                c[i * n + j] = (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum();
-            }
-        }
-        c
-    }
-
-    fn t(a: &[f64], r: usize, c: usize) -> Vec<f64> {
-        (0..c * r).map(|i| a[(i % r) * c + i / r]).collect()
-    }
 
     fn close(a: &[f64], b: &[f64], tol: f64) {
         assert_eq!(a.len(), b.len());
